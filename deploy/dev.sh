@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Frameworm developer entry point.
+#   deploy/dev.sh install   install what is missing (Debian packages, .venv with torch)
+#   deploy/dev.sh build     install, then configure and build into build/
+#   deploy/dev.sh test      install, build, run every test through ctest
+#   deploy/dev.sh demo      install, build, run the main job
+# Every step is idempotent: a second run checks and skips what is there.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+TORCH_VERSION="${FRAMEWORM_TORCH_VERSION:-2.11.0}"
+BUILD_DIR="${FRAMEWORM_BUILD_DIR:-$ROOT/build}"
+JOBS="${FRAMEWORM_JOBS:-$(nproc)}"
+APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libgtest-dev libgmock-dev libyaml-cpp-dev libsqlite3-dev
+  libgloo-dev zlib1g-dev dataset-fashion-mnist)
+
+log() { echo "[dev.sh] $*" >&2; }
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+install_debs() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing Debian packages: ${missing[*]}"
+    as_root apt-get update -q
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+  fi
+}
+
+install_venv() {
+  local py="$ROOT/.venv/bin/python"
+  if [ -x "$py" ] && "$py" -c "import torch, numpy, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+    return
+  fi
+  log "creating .venv with torch==$TORCH_VERSION (LibTorch comes from this wheel)"
+  [ -x "$py" ] || python3 -m venv "$ROOT/.venv"
+  "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+}
+
+install() { install_debs; install_venv; }
+
+build() {
+  install
+  if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  fi
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+}
+
+run_tests() {
+  build
+  cd "$BUILD_DIR"
+  ctest --output-on-failure -j "$JOBS" "$@"
+}
+
+cmd="${1:-}"
+shift || true
+case "$cmd" in
+  install) install ;;
+  build) build ;;
+  test) run_tests "$@" ;;
+  demo) build; exec "$ROOT/deploy/demo.sh" "$@" ;;
+  *) echo "usage: deploy/dev.sh {install|build|test|demo}" >&2; exit 2 ;;
+esac

@@ -1,0 +1,59 @@
+// The trainer's view of the cluster service, in plain C++ types.
+//
+// The training library reports progress and checkpoints through this
+// interface and never sees gRPC or protobuf (LibTorch's include path
+// carries a protobuf of its own; see DESIGN.md "Build notes"). The gRPC
+// implementation lives in rpc/trainer_channel.{h,cc}; when a trainer runs
+// outside a cluster (no FRAMEWORM_COORDINATOR) it uses no channel at all.
+//
+// Thread safety: implementations must be safe to call from one thread at a
+// time; the trainer calls them from its training thread only.
+#ifndef FRAMEWORM_TRAIN_CONTROL_CHANNEL_H_
+#define FRAMEWORM_TRAIN_CONTROL_CHANNEL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace frameworm {
+
+struct StepReport {
+  int rank = 0;
+  int64_t step = 0;        // steps completed so far (1-based after a step)
+  int epoch = 0;
+  int64_t samples = 0;     // samples this rank processed in this step
+  double step_seconds = 0;
+  std::map<std::string, double> values;  // "loss", "accuracy", ...
+};
+
+struct StepDirective {
+  // Every rank checkpoints after completing this step (0: none pending).
+  int64_t checkpoint_at_step = 0;
+  bool stop = false;
+};
+
+struct CheckpointReport {
+  int64_t step = 0;
+  std::string path;
+  int64_t bytes = 0;
+  std::string checksum;  // hex digest as written in the checkpoint
+};
+
+class ControlChannel {
+ public:
+  virtual ~ControlChannel() = default;
+  // Errors: ABORTED when this trainer's generation is no longer current
+  // (the trainer should exit), UNAVAILABLE when the coordinator is away
+  // (the trainer keeps training and retries later).
+  virtual absl::StatusOr<StepDirective> ReportStep(const StepReport& r) = 0;
+  virtual absl::Status ReportCheckpoint(const CheckpointReport& r) = 0;
+};
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_TRAIN_CONTROL_CHANNEL_H_
