@@ -1,0 +1,45 @@
+// Job specs: YAML (what users write) -> frameworm.v1.JobSpec, and the one
+// validation both the CLI and the coordinator apply.
+//
+// YAML schema (every key optional unless marked):
+//   name: str (required)
+//   entrypoint: [str, ...] | str        # a command; omitted => built-in trainer
+//   train: {model: cnn, epochs: 2, ...} # frameworm-train options (flag -> value)
+//   nodes: int | {min: int, max: int}   # default 1
+//   nproc_per_node: int                 # default 1
+//   backend: gloo | nccl | mpi          # default: nccl with GPUs, else gloo
+//   env: {KEY: value}
+//   max_restarts: int                   # default 0
+//   heartbeat_timeout: seconds          # default: coordinator's
+//   priority: int                       # default 0
+//   total_steps: int
+//   checkpoint: {dir: str, every_n_steps: int, every_n_minutes: float,
+//                keep_last: int}
+//
+// Errors are INVALID_ARGUMENT and name the field and its 1-based line, e.g.
+//   "job.yaml:7: unknown field 'nprocs_per_node' (did you mean 'nproc_per_node'?)"
+//   "job.yaml:4: nproc_per_node must be >= 1, got -2"
+// Thread safety: free functions, no shared state.
+#ifndef FRAMEWORM_JOBSPEC_JOB_SPEC_H_
+#define FRAMEWORM_JOBSPEC_JOB_SPEC_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "frameworm/v1/common.pb.h"
+
+namespace frameworm {
+
+// Parses YAML text. `source_name` prefixes error messages (a file name).
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml,
+                                             const std::string& source_name);
+
+// Checks a spec's values (ranges, backend names, required fields). Used
+// again by the coordinator on SubmitJob, so a spec that did not come from
+// YAML is held to the same rules. Errors name the field.
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_JOBSPEC_JOB_SPEC_H_
