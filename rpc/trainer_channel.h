@@ -1,0 +1,36 @@
+// gRPC implementation of ControlChannel (train/control_channel.h): a
+// trainer process reports steps and checkpoints to the coordinator's
+// TrainerService. This header includes no gRPC or protobuf header, so a
+// LibTorch translation unit may include it.
+//
+// Thread safety: the returned channel is used from one thread at a time.
+#ifndef FRAMEWORM_RPC_TRAINER_CHANNEL_H_
+#define FRAMEWORM_RPC_TRAINER_CHANNEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "train/control_channel.h"
+
+namespace frameworm {
+
+struct TrainerChannelOptions {
+  std::string coordinator;  // "host:port" (FRAMEWORM_COORDINATOR)
+  std::string job_id;       // FRAMEWORM_JOB_ID
+  int64_t generation = 0;   // FRAMEWORM_GENERATION
+  int rank = 0;             // RANK
+  // Per-call deadline: a slow or absent coordinator never stalls training
+  // for longer than this (the call returns UNAVAILABLE/DEADLINE_EXCEEDED).
+  absl::Duration call_timeout = absl::Milliseconds(500);
+};
+
+// Errors: INVALID_ARGUMENT for an empty coordinator address or job id.
+absl::StatusOr<std::unique_ptr<ControlChannel>> NewTrainerChannel(
+    const TrainerChannelOptions& options);
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_RPC_TRAINER_CHANNEL_H_
