@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Python DDP peer for Frameworm's benchmarks (run under torchrun).
+
+Trains the same models as frameworm-train (same layer order, so the same
+initial weights for a seed), on the same Fashion-MNIST data with the same
+normalisation and torch's own DistributedSampler (which frameworm's sampler
+reproduces), and prints one JSON line per step on rank 0:
+  {"step": n, "loss": .., "step_seconds": ..}
+then {"event": "done", ...} like frameworm-train.
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    magic = struct.unpack(">I", data[:4])[0]
+    ndim = magic & 0xFF
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load(data_dir, split):
+    prefix = "train" if split == "train" else "t10k"
+    x = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"))
+    y = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"))
+    xt = torch.from_numpy(x.copy()).to(torch.float32).div_(255.0)
+    xt = xt.sub_(0.2860).div_(0.3530).unsqueeze(1)
+    return xt, torch.from_numpy(y.astype(np.int64))
+
+
+def make_model(name):
+    if name == "cnn":
+        return nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+    if name == "mlp":
+        return nn.Sequential(
+            nn.Flatten(), nn.Linear(784, 256), nn.ReLU(),
+            nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+    raise SystemExit(f"unknown model {name}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="cnn")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--max-steps", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    a = p.parse_args()
+
+    torch.set_num_threads(a.threads)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1:
+        dist.init_process_group("gloo")
+    x, y = load(a.data_dir, "train")
+    torch.manual_seed(a.seed)
+    model = make_model(a.model)
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    sampler = torch.utils.data.DistributedSampler(
+        range(len(y)), num_replicas=world, rank=rank, shuffle=True, seed=a.seed)
+    step, epoch = 0, 0
+    loss_fn = nn.CrossEntropyLoss()
+    while step < a.max_steps:
+        sampler.set_epoch(epoch)
+        idx = torch.tensor(list(iter(sampler)), dtype=torch.int64)
+        for b in range(0, len(idx) - a.batch_size + 1, a.batch_size):
+            if step >= a.max_steps:
+                break
+            bi = idx[b:b + a.batch_size]
+            xb, yb = x.index_select(0, bi), y.index_select(0, bi)
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            opt.step()
+            dt = time.perf_counter() - t0
+            step += 1
+            if rank == 0:
+                print(json.dumps({"step": step, "loss": loss.item(), "step_seconds": dt}), flush=True)
+        epoch += 1
+    if rank == 0:
+        print(json.dumps({"event": "done", "steps": step, "world_size": world}), flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
