@@ -1,0 +1,47 @@
+#include "rpc/rpc.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace frameworm {
+
+namespace {
+// Channels carry at most this many bytes per message in either direction,
+// matching the server default (a bigger message is refused, not truncated).
+constexpr int kChannelMaxMessageBytes = 16 << 20;
+}  // namespace
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kChannelMaxMessageBytes);
+  args.SetMaxSendMessageSize(kChannelMaxMessageBytes);
+  // Reconnect quickly after a coordinator restart (gRPC's default backoff
+  // grows to 120 s).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
+absl::StatusOr<StartedServer> StartServer(
+    const ServerOptions& options, const std::vector<grpc::Service*>& services) {
+  grpc::ServerBuilder builder;
+  StartedServer out;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
+                           &out.port);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  // A second server on a port already in use must fail, not share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  out.server = builder.BuildAndStart();
+  if (out.server == nullptr || out.port == 0) {
+    if (out.server) out.server->Shutdown();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen,
+                     " (address in use or invalid)"));
+  }
+  return out;
+}
+
+}  // namespace frameworm

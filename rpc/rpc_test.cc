@@ -1,0 +1,80 @@
+#include "rpc/rpc.h"
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "rpc/status_util.h"
+#include "rpc/test_trainer_service.h"
+
+namespace frameworm {
+namespace {
+
+TEST(Rpc, StartServerPicksFreePortAndServes) {
+  testing::RecordingTrainerService svc;
+  auto started = StartServer({}, {&svc});
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_GT(started->port, 0);
+  auto stub = v1::TrainerService::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", started->port)));
+  grpc::ClientContext ctx;
+  v1::StepMetrics req;
+  req.set_step(1);
+  v1::ReportStepResponse resp;
+  ASSERT_TRUE(stub->ReportStep(&ctx, req, &resp).ok());
+  EXPECT_EQ(resp.checkpoint_at_step(), 11);
+  started->server->Shutdown();
+}
+
+TEST(Rpc, PortInUseIsUnavailable) {
+  testing::RecordingTrainerService svc1, svc2;
+  auto first = StartServer({}, {&svc1});
+  ASSERT_TRUE(first.ok());
+  ServerOptions o;
+  o.listen = absl::StrCat("127.0.0.1:", first->port);
+  auto second = StartServer(o, {&svc2});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(second.status().message().find(o.listen), std::string::npos);
+  first->server->Shutdown();
+}
+
+TEST(Rpc, BadListenAddressIsUnavailable) {
+  testing::RecordingTrainerService svc;
+  ServerOptions o;
+  o.listen = "not-an-address:xyz";
+  auto s = StartServer(o, {&svc});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(Rpc, OversizedMessageIsRefused) {
+  testing::RecordingTrainerService svc;
+  ServerOptions o;
+  o.max_message_bytes = 64 << 10;
+  auto started = StartServer(o, {&svc});
+  ASSERT_TRUE(started.ok());
+  auto stub = v1::TrainerService::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", started->port)));
+  v1::CheckpointRecord big;
+  big.set_path(std::string(200 << 10, 'x'));
+  grpc::ClientContext ctx;
+  v1::ReportCheckpointResponse resp;
+  grpc::Status s = stub->ReportCheckpoint(&ctx, big, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << s.error_message();
+  EXPECT_TRUE(svc.checkpoints().empty());
+  started->server->Shutdown();
+}
+
+TEST(StatusUtil, CodesMapOneToOne) {
+  grpc::Status g(grpc::StatusCode::ABORTED, "old generation");
+  absl::Status a = FromGrpcStatus(g, "ReportStep");
+  EXPECT_EQ(a.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(a.message(), "ReportStep: old generation");
+  grpc::Status back = ToGrpcStatus(absl::NotFoundError("no job x"));
+  EXPECT_EQ(back.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(back.error_message(), "no job x");
+  EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK).ok());
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+}  // namespace
+}  // namespace frameworm

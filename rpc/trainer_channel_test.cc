@@ -1,0 +1,156 @@
+#include "rpc/trainer_channel.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "rpc/rpc.h"
+#include "rpc/test_trainer_service.h"
+
+namespace frameworm {
+namespace {
+
+class TrainerChannelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto started = StartServer({}, {&service_});
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
+    address_ = absl::StrCat("127.0.0.1:", started->port);
+  }
+  void TearDown() override {
+    service_.ReleaseHeld();
+    server_->Shutdown();
+  }
+  std::unique_ptr<ControlChannel> Channel(const std::string& job_id,
+                                          int64_t generation) {
+    TrainerChannelOptions o;
+    o.coordinator = address_;
+    o.job_id = job_id;
+    o.generation = generation;
+    o.call_timeout = absl::Seconds(5);
+    auto ch = NewTrainerChannel(o);
+    EXPECT_TRUE(ch.ok()) << ch.status();
+    return std::move(*ch);
+  }
+
+  testing::RecordingTrainerService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+TEST_F(TrainerChannelTest, ReportStepSendsEveryFieldAndReturnsDirective) {
+  auto ch = Channel("job-7", 3);
+  StepReport r;
+  r.rank = 1;
+  r.step = 42;
+  r.epoch = 2;
+  r.samples = 64;
+  r.step_seconds = 0.25;
+  r.values = {{"loss", 0.5}, {"accuracy", 0.875}};
+  auto d = ch->ReportStep(r);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->checkpoint_at_step, 52);
+  EXPECT_FALSE(d->stop);
+
+  auto steps = service_.steps();
+  ASSERT_EQ(steps.size(), 1u);
+  const v1::StepMetrics& m = steps[0];
+  EXPECT_EQ(m.ref().job_id(), "job-7");
+  EXPECT_EQ(m.ref().generation(), 3);
+  EXPECT_EQ(m.rank(), 1);
+  EXPECT_EQ(m.step(), 42);
+  EXPECT_EQ(m.epoch(), 2);
+  EXPECT_EQ(m.samples(), 64);
+  EXPECT_DOUBLE_EQ(m.step_seconds(), 0.25);
+  ASSERT_EQ(m.values().size(), 2u);
+  EXPECT_DOUBLE_EQ(m.values().at("loss"), 0.5);
+  EXPECT_DOUBLE_EQ(m.values().at("accuracy"), 0.875);
+
+  r.step = 100;
+  d = ch->ReportStep(r);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->stop);
+}
+
+TEST_F(TrainerChannelTest, ReportCheckpointSendsRecord) {
+  auto ch = Channel("job-8", 2);
+  CheckpointReport c;
+  c.step = 200;
+  c.path = "/ckpt/step-200.pt";
+  c.bytes = 12345;
+  c.checksum = "abcdef";
+  ASSERT_TRUE(ch->ReportCheckpoint(c).ok());
+  auto cps = service_.checkpoints();
+  ASSERT_EQ(cps.size(), 1u);
+  EXPECT_EQ(cps[0].ref().job_id(), "job-8");
+  EXPECT_EQ(cps[0].ref().generation(), 2);
+  EXPECT_EQ(cps[0].step(), 200);
+  EXPECT_EQ(cps[0].path(), "/ckpt/step-200.pt");
+  EXPECT_EQ(cps[0].bytes(), 12345);
+  EXPECT_EQ(cps[0].checksum(), "abcdef");
+}
+
+TEST_F(TrainerChannelTest, AbortedStaysAborted) {
+  auto ch = Channel("stale", 1);
+  auto d = ch->ReportStep(StepReport{});
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kAborted) << d.status();
+  EXPECT_NE(d.status().message().find("not current"), std::string::npos)
+      << d.status();
+}
+
+TEST_F(TrainerChannelTest, SlowCoordinatorHitsPerCallDeadline) {
+  TrainerChannelOptions o;
+  o.coordinator = address_;
+  o.job_id = "job-1";
+  o.call_timeout = absl::Milliseconds(200);
+  auto ch = NewTrainerChannel(o);
+  ASSERT_TRUE(ch.ok());
+  StepReport r;
+  r.rank = 99;  // held open by the test service
+  auto d = (*ch)->ReportStep(r);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << d.status();
+}
+
+TEST(TrainerChannel, UnreachableCoordinatorIsUnavailable) {
+  // Bind a port, then free it: nothing listens there any more.
+  testing::RecordingTrainerService svc;
+  auto started = StartServer({}, {&svc});
+  ASSERT_TRUE(started.ok());
+  int port = started->port;
+  started->server->Shutdown();
+  started->server.reset();
+
+  TrainerChannelOptions o;
+  o.coordinator = absl::StrCat("127.0.0.1:", port);
+  o.job_id = "job-1";
+  o.call_timeout = absl::Seconds(2);
+  auto ch = NewTrainerChannel(o);
+  ASSERT_TRUE(ch.ok());
+  auto d = (*ch)->ReportStep(StepReport{});
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kUnavailable) << d.status();
+  EXPECT_EQ((*ch)->ReportCheckpoint({}).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(TrainerChannel, RefusesEmptyOptions) {
+  TrainerChannelOptions o;
+  o.job_id = "j";
+  EXPECT_EQ(NewTrainerChannel(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.coordinator = "127.0.0.1:1";
+  o.job_id = "";
+  auto s = NewTrainerChannel(o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("FRAMEWORM_JOB_ID"), std::string::npos);
+  o.job_id = "j";
+  o.call_timeout = absl::ZeroDuration();
+  EXPECT_EQ(NewTrainerChannel(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace frameworm
