@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# P2: allreduce of 4, 25 and 100 MB between 2 ranks (Gloo over loopback):
+# bus bandwidth against the ring bound with B = loopback TCP bandwidth
+# measured in the same run. Writes bench/results/p2_allreduce.md.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="${FRAMEWORM_BUILD_DIR:-$ROOT/build}/bin"
+RUNS="${P2_RUNS:-3}"
+OUT="$ROOT/bench/results/p2_allreduce.md"
+PORT=$((29700 + RANDOM % 200))
+tmp=$(mktemp -d)
+for run in $(seq 1 "$RUNS"); do
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((PORT + run)) \
+      "$BIN/allreduce_bench" > "$tmp/run$run-rank$r.jsonl" &
+  done
+  wait
+done
+python3 - "$tmp" "$RUNS" "$OUT" <<'PY'
+import json, statistics, sys, glob, platform, os, subprocess
+tmp, runs, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+rows = {}
+for f in sorted(glob.glob(f"{tmp}/run*-rank0.jsonl")):
+    for line in open(f):
+        d = json.loads(line)
+        rows.setdefault(d["bytes"], []).append(d)
+cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True, text=True).stdout.strip()
+lines = ["# P2: allreduce bus bandwidth, 2 ranks, Gloo over loopback", "",
+         f"Command: `bench/p2_allreduce.sh` ({runs} runs, each 7 timed allreduces per size; medians)",
+         f"Machine: {os.cpu_count()} cores, {cpu}", "",
+         "| size | median time (s) | bus bandwidth (Gbit/s) | loopback TCP (Gbit/s) | efficiency vs ring bound |",
+         "|---|---|---|---|---|"]
+for b in sorted(rows):
+    rs = rows[b]
+    t = statistics.median(r["median_s"] for r in rs)
+    bus = statistics.median(r["bus_gbps"] for r in rs)
+    lb = statistics.median(r["loopback_gbps"] for r in rs)
+    eff = statistics.median(r["efficiency"] for r in rs)
+    lines.append(f"| {b/1e6:.0f} MB | {t:.4f} | {bus:.2f} | {lb:.2f} | {eff*100:.0f}% |")
+lines += ["", "Target: >= 70% of the ring bound 2(n-1)/n * S / B."]
+open(out, "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
+rm -rf "$tmp"

@@ -1,0 +1,156 @@
+#include "tests/e2e/cluster.h"
+
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "rpc/rpc.h"
+
+namespace frameworm::e2e {
+
+bool IsFinal(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+std::string Cluster::Bin(const std::string& name) {
+  const char* dir = std::getenv("FRAMEWORM_BIN_DIR");
+  return absl::StrCat(dir ? dir : "build/bin", "/", name);
+}
+
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o) {
+  std::unique_ptr<Cluster> c(new Cluster());
+  c->options_ = o;
+  c->dir_ = MakeTempDir("fw-e2e");
+  if (c->dir_.empty()) return absl::InternalError("mkdtemp failed");
+  if (auto s = c->StartCoordinator("127.0.0.1:0"); !s.ok()) return s;
+  for (int i = 0; i < o.workers; ++i) {
+    if (auto s = c->StartWorker(absl::StrCat("w", i), o.slots_per_worker); !s.ok()) {
+      return s;
+    }
+  }
+  return c;
+}
+
+absl::Status Cluster::StartCoordinator(const std::string& listen) {
+  std::vector<std::string> argv = {Bin("frameworm-coordinator"),
+                                   absl::StrCat("--listen=", listen),
+                                   absl::StrCat("--state-dir=", dir_, "/state")};
+  for (const auto& f : options_.coordinator_flags) argv.push_back(f);
+  auto child = ChildProcess::Start(
+      argv, {}, absl::StrCat(dir_, "/coordinator-", coordinator_starts_++, ".log"));
+  if (!child.ok()) return child.status();
+  coordinator_ = std::move(*child);
+  auto line = coordinator_->WaitForLine("listening on ", absl::Seconds(30));
+  if (!line.ok()) return line.status();
+  std::string addr(line->substr(line->find("listening on ") + 13));
+  while (!addr.empty() && (addr.back() == '\r' || addr.back() == ' ')) addr.pop_back();
+  address_ = addr;
+  stub_ = v1::JobService::NewStub(MakeChannel(address_));
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::StartWorker(const std::string& name, int slots) {
+  std::string work = absl::StrCat(dir_, "/", name);
+  std::vector<std::string> argv = {
+      Bin("frameworm-worker"), absl::StrCat("--coordinator=", address_),
+      absl::StrCat("--name=", name), absl::StrCat("--slots=", slots),
+      absl::StrCat("--work-dir=", work),
+      absl::StrCat("--heartbeat-interval=", options_.heartbeat_interval_s)};
+  auto child = ChildProcess::Start(argv, {}, absl::StrCat(dir_, "/", name, ".log"));
+  if (!child.ok()) return child.status();
+  auto line = (*child)->WaitForLine("registered", absl::Seconds(30));
+  if (!line.ok()) return line.status();
+  workers_.push_back(std::move(*child));
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::RestartCoordinator() {
+  coordinator_->Signal(SIGKILL);
+  coordinator_->Wait(absl::Seconds(10));
+  return StartCoordinator(address_);
+}
+
+RunResult Cluster::Cli(const std::vector<std::string>& args, absl::Duration timeout) {
+  std::vector<std::string> argv = {Bin("frameworm-cli"),
+                                   absl::StrCat("--coordinator=", address_)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv, {}, timeout);
+}
+
+absl::StatusOr<std::string> Cluster::Submit(const std::string& yaml) {
+  std::string path = absl::StrCat(dir_, "/job-", job_ids_.size(), ".yaml");
+  std::ofstream(path) << yaml;
+  RunResult r = Cli({"submit", path});
+  if (r.exit_code != 0) {
+    return absl::InternalError(absl::StrCat("submit failed (", r.exit_code, "): ", r.output));
+  }
+  std::string id(absl::StripAsciiWhitespace(r.output));
+  if (size_t nl = id.rfind('\n'); nl != std::string::npos) id = id.substr(nl + 1);
+  job_ids_.push_back(id);
+  return id;
+}
+
+absl::StatusOr<v1::JobStatus> Cluster::GetJob(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::JobStatus st;
+  grpc::Status s = stub_->GetJob(&ctx, req, &st);
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  }
+  return st;
+}
+
+absl::StatusOr<v1::JobStatus> Cluster::WaitFor(
+    const std::string& job_id, const std::function<bool(const v1::JobStatus&)>& done,
+    absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  absl::Status last = absl::OkStatus();
+  v1::JobStatus st;
+  while (absl::Now() < deadline) {
+    auto got = GetJob(job_id);
+    if (got.ok()) {
+      st = *got;
+      if (done(st)) return st;
+    } else {
+      last = got.status();
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "job ", job_id, " not there within ", absl::FormatDuration(timeout),
+      "; last: ", st.ShortDebugString(), " ", last.ToString()));
+}
+
+absl::StatusOr<v1::JobStatus> Cluster::WaitForFinal(const std::string& job_id,
+                                                    absl::Duration timeout) {
+  return WaitFor(job_id, [](const v1::JobStatus& s) { return IsFinal(s.state()); },
+                 timeout);
+}
+
+Cluster::~Cluster() {
+  for (auto& w : workers_) {
+    if (w->Running()) {
+      w->Signal(SIGTERM);
+      if (!w->Wait(absl::Seconds(10))) w->Signal(SIGKILL);
+    }
+  }
+  if (coordinator_ && coordinator_->Running()) {
+    coordinator_->Signal(SIGTERM);
+    if (!coordinator_->Wait(absl::Seconds(5))) coordinator_->Signal(SIGKILL);
+  }
+  for (const auto& id : job_ids_) {
+    for (pid_t p : PidsWithJobId(id)) kill(p, SIGKILL);
+  }
+  if (!std::getenv("FRAMEWORM_KEEP_TEST_DIRS")) {
+    std::string cmd = absl::StrCat("rm -rf '", dir_, "'");
+    (void)std::system(cmd.c_str());
+  }
+}
+
+}  // namespace frameworm::e2e

@@ -1,0 +1,78 @@
+// A real Frameworm cluster on 127.0.0.1 for end-to-end tests: one
+// frameworm-coordinator and N frameworm-worker processes (binaries from
+// $FRAMEWORM_BIN_DIR), a JobService stub, and the CLI.
+//
+// Thread safety: one test thread. The destructor kills every daemon it
+// started and any trainer that carries one of its job ids.
+#ifndef FRAMEWORM_TESTS_E2E_CLUSTER_H_
+#define FRAMEWORM_TESTS_E2E_CLUSTER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "frameworm/v1/job_service.grpc.pb.h"
+#include "tests/e2e/process.h"
+
+namespace frameworm::e2e {
+
+struct ClusterOptions {
+  int workers = 2;
+  int slots_per_worker = 1;
+  double heartbeat_interval_s = 0.5;
+  std::vector<std::string> coordinator_flags;  // extra flags
+};
+
+class Cluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(const ClusterOptions& o);
+  ~Cluster();
+
+  static std::string Bin(const std::string& name);
+  const std::string& dir() const { return dir_; }
+  const std::string& coordinator_address() const { return address_; }
+  v1::JobService::Stub& jobs() { return *stub_; }
+  ChildProcess& coordinator() { return *coordinator_; }
+  ChildProcess& worker(int i) { return *workers_.at(i); }
+
+  absl::Status StartWorker(const std::string& name, int slots);
+  // SIGKILL the coordinator, then start it again on the same address and
+  // state directory.
+  absl::Status RestartCoordinator();
+
+  // frameworm-cli with --coordinator set.
+  RunResult Cli(const std::vector<std::string>& args,
+                absl::Duration timeout = absl::Seconds(30));
+  // Writes `yaml` to a file and submits it with the CLI; the job id.
+  absl::StatusOr<std::string> Submit(const std::string& yaml);
+  // Polls GetJob until `done(status)` or timeout.
+  absl::StatusOr<v1::JobStatus> WaitFor(
+      const std::string& job_id,
+      const std::function<bool(const v1::JobStatus&)>& done,
+      absl::Duration timeout);
+  absl::StatusOr<v1::JobStatus> WaitForFinal(const std::string& job_id,
+                                             absl::Duration timeout);
+  absl::StatusOr<v1::JobStatus> GetJob(const std::string& job_id);
+
+ private:
+  Cluster() = default;
+  absl::Status StartCoordinator(const std::string& listen);
+
+  ClusterOptions options_;
+  std::string dir_;
+  std::string address_;
+  std::unique_ptr<ChildProcess> coordinator_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::unique_ptr<v1::JobService::Stub> stub_;
+  std::vector<std::string> job_ids_;
+  int coordinator_starts_ = 0;
+};
+
+bool IsFinal(v1::JobState s);
+
+}  // namespace frameworm::e2e
+
+#endif  // FRAMEWORM_TESTS_E2E_CLUSTER_H_
