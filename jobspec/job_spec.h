@@ -3,18 +3,25 @@
 //
 // YAML schema (every key optional unless marked):
 //   name: str (required)
-//   entrypoint: [str, ...] | str        # a command; omitted => built-in trainer
-//   train: {model: cnn, epochs: 2, ...} # frameworm-train options (flag -> value)
-//   nodes: int | {min: int, max: int}   # default 1
+//   entrypoint: [str, ...] | str        # a command (a string is split like a
+//                                       # shell would, quotes honoured);
+//                                       # omitted => ["frameworm-train"]
+//   train: {model: cnn, epochs: 2, ...} # frameworm-train options (flag -> value,
+//                                       # '_' in names becomes '-'); only with
+//                                       # the built-in trainer
+//   nodes: int | {min: int, max: int}   # default 1 (max defaults to min)
 //   nproc_per_node: int                 # default 1
-//   backend: gloo | nccl | mpi          # default: nccl with GPUs, else gloo
-//   env: {KEY: value}
+//   backend: gloo | nccl | mpi          # default "" = nccl with GPUs, else gloo
+//   env: {KEY: value}                   # not RANK, MASTER_*, FRAMEWORM_*, ...
 //   max_restarts: int                   # default 0
-//   heartbeat_timeout: seconds          # default: coordinator's
+//   heartbeat_timeout: seconds          # number or "30s"; 0 = coordinator's
 //   priority: int                       # default 0
-//   total_steps: int
+//   total_steps: int                    # default: train.max_steps if given
 //   checkpoint: {dir: str, every_n_steps: int, every_n_minutes: float,
-//                keep_last: int}
+//                keep_last: int}        # keep_last default kDefaultKeepLast
+//
+// A key with no value ("backend:") means the default. Nothing is partially
+// accepted: any error returns no spec.
 //
 // Errors are INVALID_ARGUMENT and name the field and its 1-based line, e.g.
 //   "job.yaml:7: unknown field 'nprocs_per_node' (did you mean 'nproc_per_node'?)"
@@ -30,6 +37,8 @@
 #include "frameworm/v1/common.pb.h"
 
 namespace frameworm {
+
+inline constexpr int kDefaultKeepLast = 3;
 
 // Parses YAML text. `source_name` prefixes error messages (a file name).
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml,

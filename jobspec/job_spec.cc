@@ -1,0 +1,537 @@
+// Implementation of jobspec/job_spec.h.
+//
+// Parsing walks the YAML tree once, refusing unknown keys and wrong types as
+// it goes and remembering the line of every field it read; the filled proto
+// then goes through the same value checks ValidateJobSpec applies, and an
+// error there is reported at the line of the offending field.
+#include "jobspec/job_spec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "yaml-cpp/yaml.h"
+
+namespace frameworm {
+namespace {
+
+// A value error found on the proto, naming a field path such as
+// "nodes.min" or "env.FOO".
+struct FieldError {
+  std::string field;
+  std::string message;  // starts with the field name
+};
+
+constexpr int kMaxNodes = 4096;
+constexpr int kMaxProcPerNode = 1024;
+
+const std::set<std::string>& ReservedEnv() {
+  static const auto* s = new std::set<std::string>{
+      "RANK",          "WORLD_SIZE",  "LOCAL_RANK",
+      "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
+      "MASTER_PORT"};
+  return *s;
+}
+
+bool IsEnvName(const std::string& k) {
+  if (k.empty() || !(absl::ascii_isalpha(k[0]) || k[0] == '_')) return false;
+  return std::all_of(k.begin(), k.end(), [](char c) {
+    return absl::ascii_isalnum(c) || c == '_';
+  });
+}
+
+bool IsFlagName(const std::string& k) {
+  if (k.empty() || !absl::ascii_isalnum(k[0])) return false;
+  return std::all_of(k.begin(), k.end(), [](char c) {
+    return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-';
+  });
+}
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// " (did you mean 'x'?)" for the closest candidate within a small edit
+// distance, else "".
+std::string Suggest(const std::string& got,
+                    const std::vector<std::string>& candidates) {
+  std::string lower = absl::AsciiStrToLower(got);
+  std::string best;
+  size_t best_d = 0;
+  for (const auto& c : candidates) {
+    size_t d = EditDistance(lower, c);
+    if (best.empty() || d < best_d) {
+      best = c;
+      best_d = d;
+    }
+  }
+  size_t limit = std::max<size_t>(2, got.size() / 3);
+  if (!best.empty() && best_d <= limit) {
+    return absl::StrCat(" (did you mean '", best, "'?)");
+  }
+  return "";
+}
+
+std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
+  auto err = [](std::string field, std::string msg) {
+    return std::optional<FieldError>(FieldError{std::move(field), std::move(msg)});
+  };
+  if (s.name().empty()) return err("name", "name is required");
+  if (s.name().size() > 128) {
+    return err("name", absl::StrCat("name must be at most 128 characters, got ",
+                                    s.name().size()));
+  }
+  for (char c : s.name()) {
+    if (c == '/' || c == '\n' || c == '\0') {
+      return err("name", "name must not contain '/', newlines or NUL");
+    }
+  }
+  for (int i = 0; i < s.entrypoint_size(); ++i) {
+    if (i == 0 && s.entrypoint(0).empty()) {
+      return err("entrypoint", "entrypoint's program (first element) is empty");
+    }
+  }
+  bool builtin = s.entrypoint().empty() || s.entrypoint(0) == "frameworm-train";
+  if (!builtin && !s.train_options().empty()) {
+    return err("train",
+               absl::StrCat("train options apply only to the built-in "
+                            "frameworm-train, but entrypoint is '",
+                            s.entrypoint(0), "'"));
+  }
+  for (const auto& [k, v] : s.train_options()) {
+    if (!IsFlagName(k)) {
+      return err("train." + k,
+                 absl::StrCat("train option '", k,
+                              "' is not a flag name (lowercase letters, digits "
+                              "and '-')"));
+    }
+  }
+  if (s.nodes_min() < 1) {
+    return err("nodes.min",
+               absl::StrCat("nodes.min must be >= 1, got ", s.nodes_min()));
+  }
+  if (s.nodes_max() < s.nodes_min()) {
+    return err("nodes.max",
+               absl::StrCat("nodes.max (", s.nodes_max(),
+                            ") must be >= nodes.min (", s.nodes_min(), ")"));
+  }
+  if (s.nodes_max() > kMaxNodes) {
+    return err("nodes.max", absl::StrCat("nodes.max must be <= ", kMaxNodes,
+                                         ", got ", s.nodes_max()));
+  }
+  if (s.nproc_per_node() < 1) {
+    return err("nproc_per_node", absl::StrCat("nproc_per_node must be >= 1, got ",
+                                              s.nproc_per_node()));
+  }
+  if (s.nproc_per_node() > kMaxProcPerNode) {
+    return err("nproc_per_node",
+               absl::StrCat("nproc_per_node must be <= ", kMaxProcPerNode,
+                            ", got ", s.nproc_per_node()));
+  }
+  static const std::vector<std::string> kBackends = {"gloo", "nccl", "mpi"};
+  if (!s.backend().empty() &&
+      std::find(kBackends.begin(), kBackends.end(), s.backend()) ==
+          kBackends.end()) {
+    return err("backend",
+               absl::StrCat("backend must be one of gloo, nccl, mpi, got '",
+                            s.backend(), "'", Suggest(s.backend(), kBackends)));
+  }
+  for (const auto& [k, v] : s.env()) {
+    if (!IsEnvName(k)) {
+      return err("env." + k, absl::StrCat("env name '", k,
+                                          "' is not a valid variable name"));
+    }
+    if (ReservedEnv().count(k) || absl::StartsWith(k, "FRAMEWORM_")) {
+      return err("env." + k,
+                 absl::StrCat("env variable '", k,
+                              "' is set by Frameworm and cannot be overridden"));
+    }
+  }
+  if (s.max_restarts() < 0) {
+    return err("max_restarts",
+               absl::StrCat("max_restarts must be >= 0, got ", s.max_restarts()));
+  }
+  if (!std::isfinite(s.heartbeat_timeout_s()) || s.heartbeat_timeout_s() < 0) {
+    return err("heartbeat_timeout",
+               absl::StrCat("heartbeat_timeout must be >= 0 seconds, got ",
+                            s.heartbeat_timeout_s()));
+  }
+  if (s.total_steps() < 0) {
+    return err("total_steps",
+               absl::StrCat("total_steps must be >= 0, got ", s.total_steps()));
+  }
+  const v1::CheckpointPolicy& c = s.checkpoint();
+  if (c.every_n_steps() < 0) {
+    return err("checkpoint.every_n_steps",
+               absl::StrCat("checkpoint.every_n_steps must be >= 0, got ",
+                            c.every_n_steps()));
+  }
+  if (!std::isfinite(c.every_n_minutes()) || c.every_n_minutes() < 0) {
+    return err("checkpoint.every_n_minutes",
+               absl::StrCat("checkpoint.every_n_minutes must be >= 0, got ",
+                            c.every_n_minutes()));
+  }
+  if (c.keep_last() < 0) {
+    return err("checkpoint.keep_last",
+               absl::StrCat("checkpoint.keep_last must be >= 0, got ",
+                            c.keep_last()));
+  }
+  return std::nullopt;
+}
+
+// Thrown inside the parser only; converted to a Status at the boundary.
+struct ParseError {
+  int line;  // 1-based, 0: unknown
+  std::string message;
+};
+
+class Parser {
+ public:
+  explicit Parser(v1::JobSpec* spec) : spec_(spec) {}
+
+  void ParseTop(const YAML::Node& root) {
+    if (!root.IsDefined() || root.IsNull()) {
+      throw ParseError{1, "empty job spec (expected a mapping with at least 'name')"};
+    }
+    if (!root.IsMap()) {
+      throw ParseError{Line(root), "a job spec must be a mapping of fields, got " +
+                                       Kind(root)};
+    }
+    static const std::vector<std::string> kTop = {
+        "name",          "entrypoint", "train",       "nodes",
+        "nproc_per_node", "backend",    "env",         "max_restarts",
+        "heartbeat_timeout", "priority", "total_steps", "checkpoint"};
+    for (const auto& [key, value] : Fields(root, "", kTop)) {
+      Field(key, value);
+    }
+  }
+
+  const std::map<std::string, int>& lines() const { return lines_; }
+
+ private:
+  static int Line(const YAML::Node& n) {
+    YAML::Mark m = n.Mark();
+    return m.line < 0 ? 0 : m.line + 1;
+  }
+  static std::string Kind(const YAML::Node& n) {
+    switch (n.Type()) {
+      case YAML::NodeType::Map: return "a mapping";
+      case YAML::NodeType::Sequence: return "a list";
+      case YAML::NodeType::Null: return "nothing";
+      case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
+      default: return "an undefined value";
+    }
+  }
+
+  // The (key, value) pairs of a mapping, refusing unknown and duplicate keys
+  // (when `known` is non-empty) and non-scalar keys. `prefix` is the path of
+  // the mapping ("checkpoint."), for messages.
+  std::vector<std::pair<std::string, YAML::Node>> Fields(
+      const YAML::Node& map, const std::string& prefix,
+      const std::vector<std::string>& known) {
+    std::vector<std::pair<std::string, YAML::Node>> out;
+    std::set<std::string> seen;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const YAML::Node& k = it->first;
+      if (!k.IsScalar()) {
+        throw ParseError{Line(k), absl::StrCat("a field name under '", prefix,
+                                               "' must be a plain string")};
+      }
+      std::string key = k.Scalar();
+      std::string path = prefix + key;
+      if (!known.empty() &&
+          std::find(known.begin(), known.end(), key) == known.end()) {
+        throw ParseError{Line(k), absl::StrCat("unknown field '", path, "'",
+                                               Suggest(key, known))};
+      }
+      if (!seen.insert(key).second) {
+        throw ParseError{Line(k), absl::StrCat("duplicate field '", path, "'")};
+      }
+      lines_[path] = Line(k);
+      out.emplace_back(key, it->second);
+    }
+    return out;
+  }
+
+  static std::string Str(const YAML::Node& v, const std::string& field) {
+    if (!v.IsScalar()) {
+      throw ParseError{Line(v), absl::StrCat(field, " must be a string, got ",
+                                             Kind(v))};
+    }
+    return v.Scalar();
+  }
+  static int64_t Int(const YAML::Node& v, const std::string& field) {
+    int64_t x;
+    if (!v.IsScalar() || !absl::SimpleAtoi(v.Scalar(), &x)) {
+      throw ParseError{Line(v), absl::StrCat(field, " must be an integer, got ",
+                                             Kind(v))};
+    }
+    return x;
+  }
+  static int32_t Int32(const YAML::Node& v, const std::string& field) {
+    int64_t x = Int(v, field);
+    if (x < INT32_MIN || x > INT32_MAX) {
+      throw ParseError{Line(v),
+                       absl::StrCat(field, " is out of range, got ", x)};
+    }
+    return static_cast<int32_t>(x);
+  }
+  static double Number(const YAML::Node& v, const std::string& field) {
+    double x;
+    if (!v.IsScalar() || !absl::SimpleAtod(v.Scalar(), &x) || !std::isfinite(x)) {
+      throw ParseError{Line(v), absl::StrCat(field, " must be a number, got ",
+                                             Kind(v))};
+    }
+    return x;
+  }
+  // Seconds as a number ("30", "2.5") or a duration ("30s", "2m", "500ms").
+  static double Seconds(const YAML::Node& v, const std::string& field) {
+    double x;
+    if (v.IsScalar() && absl::SimpleAtod(v.Scalar(), &x) && std::isfinite(x)) {
+      return x;
+    }
+    absl::Duration d;
+    if (v.IsScalar() && absl::ParseDuration(v.Scalar(), &d) &&
+        d != absl::InfiniteDuration() && d != -absl::InfiniteDuration()) {
+      return absl::ToDoubleSeconds(d);
+    }
+    throw ParseError{Line(v),
+                     absl::StrCat(field,
+                                  " must be seconds (a number, or a duration "
+                                  "such as 30s, 2m), got ",
+                                  Kind(v))};
+  }
+  static std::vector<std::string> SplitCommand(const std::string& s, int line) {
+    std::vector<std::string> out;
+    std::string cur;
+    bool in_word = false;
+    char quote = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      char c = s[i];
+      if (quote) {
+        if (c == quote) {
+          quote = 0;
+        } else if (c == '\\' && quote == '"' && i + 1 < s.size()) {
+          cur += s[++i];
+        } else {
+          cur += c;
+        }
+      } else if (c == '\'' || c == '"') {
+        quote = c;
+        in_word = true;
+      } else if (c == '\\' && i + 1 < s.size()) {
+        cur += s[++i];
+        in_word = true;
+      } else if (absl::ascii_isspace(c)) {
+        if (in_word) out.push_back(cur);
+        cur.clear();
+        in_word = false;
+      } else {
+        cur += c;
+        in_word = true;
+      }
+    }
+    if (quote) {
+      throw ParseError{line, "entrypoint has an unterminated quote"};
+    }
+    if (in_word) out.push_back(cur);
+    return out;
+  }
+
+  void Field(const std::string& key, const YAML::Node& v) {
+    if (v.IsNull()) return;  // "key:" with no value: the default
+    if (key == "name") {
+      spec_->set_name(Str(v, "name"));
+    } else if (key == "entrypoint") {
+      std::vector<std::string> argv;
+      if (v.IsSequence()) {
+        for (const auto& e : v) argv.push_back(Str(e, "entrypoint element"));
+      } else if (v.IsScalar()) {
+        argv = SplitCommand(v.Scalar(), Line(v));
+      } else {
+        throw ParseError{Line(v),
+                         "entrypoint must be a command string or a list of "
+                         "strings, got " + Kind(v)};
+      }
+      if (argv.empty()) throw ParseError{Line(v), "entrypoint is empty"};
+      for (auto& a : argv) spec_->add_entrypoint(a);
+    } else if (key == "train") {
+      if (!v.IsMap()) {
+        throw ParseError{Line(v), "train must be a mapping of frameworm-train "
+                                  "options, got " + Kind(v)};
+      }
+      for (const auto& [k, val] : Fields(v, "train.", {})) {
+        std::string flag = k;
+        std::replace(flag.begin(), flag.end(), '_', '-');
+        if (!val.IsScalar()) {
+          throw ParseError{Line(val), absl::StrCat("train.", k,
+                                                   " must be a scalar, got ",
+                                                   Kind(val))};
+        }
+        lines_["train." + flag] = lines_["train." + k];
+        (*spec_->mutable_train_options())[flag] = val.Scalar();
+      }
+    } else if (key == "nodes") {
+      if (v.IsMap()) {
+        bool has_min = false, has_max = false;
+        for (const auto& [k, val] : Fields(v, "nodes.", {"min", "max"})) {
+          if (val.IsNull()) continue;
+          if (k == "min") {
+            spec_->set_nodes_min(Int32(val, "nodes.min"));
+            has_min = true;
+          } else {
+            spec_->set_nodes_max(Int32(val, "nodes.max"));
+            has_max = true;
+          }
+        }
+        if (!has_min) spec_->set_nodes_min(1);
+        if (!has_max) spec_->set_nodes_max(spec_->nodes_min());
+      } else {
+        int32_t n = Int32(v, "nodes");
+        spec_->set_nodes_min(n);
+        spec_->set_nodes_max(n);
+        lines_["nodes.min"] = lines_["nodes.max"] = lines_["nodes"];
+      }
+    } else if (key == "nproc_per_node") {
+      spec_->set_nproc_per_node(Int32(v, "nproc_per_node"));
+    } else if (key == "backend") {
+      spec_->set_backend(Str(v, "backend"));
+    } else if (key == "env") {
+      if (!v.IsMap()) {
+        throw ParseError{Line(v), "env must be a mapping NAME: value, got " +
+                                      Kind(v)};
+      }
+      for (const auto& [k, val] : Fields(v, "env.", {})) {
+        if (!val.IsScalar() && !val.IsNull()) {
+          throw ParseError{Line(val), absl::StrCat("env.", k,
+                                                   " must be a scalar, got ",
+                                                   Kind(val))};
+        }
+        (*spec_->mutable_env())[k] = val.IsNull() ? "" : val.Scalar();
+      }
+    } else if (key == "max_restarts") {
+      spec_->set_max_restarts(Int32(v, "max_restarts"));
+    } else if (key == "heartbeat_timeout") {
+      spec_->set_heartbeat_timeout_s(Seconds(v, "heartbeat_timeout"));
+    } else if (key == "priority") {
+      spec_->set_priority(Int32(v, "priority"));
+    } else if (key == "total_steps") {
+      spec_->set_total_steps(Int(v, "total_steps"));
+    } else if (key == "checkpoint") {
+      if (!v.IsMap()) {
+        throw ParseError{Line(v), "checkpoint must be a mapping, got " + Kind(v)};
+      }
+      v1::CheckpointPolicy* c = spec_->mutable_checkpoint();
+      for (const auto& [k, val] :
+           Fields(v, "checkpoint.",
+                  {"dir", "every_n_steps", "every_n_minutes", "keep_last"})) {
+        if (val.IsNull()) continue;
+        if (k == "dir") {
+          c->set_dir(Str(val, "checkpoint.dir"));
+        } else if (k == "every_n_steps") {
+          c->set_every_n_steps(Int(val, "checkpoint.every_n_steps"));
+        } else if (k == "every_n_minutes") {
+          c->set_every_n_minutes(Number(val, "checkpoint.every_n_minutes"));
+        } else {
+          c->set_keep_last(Int32(val, "checkpoint.keep_last"));
+        }
+      }
+    }
+  }
+
+ private:
+  v1::JobSpec* spec_;
+  std::map<std::string, int> lines_;
+};
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml,
+                                             const std::string& source_name) {
+  const std::string src = source_name.empty() ? "<job spec>" : source_name;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::ParserException& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        src, ":", e.mark.line + 1, ": malformed YAML: ", e.msg));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(src, ": malformed YAML: ", e.what()));
+  }
+
+  // Defaults first; explicit fields overwrite them.
+  v1::JobSpec spec;
+  spec.set_nodes_min(1);
+  spec.set_nodes_max(1);
+  spec.set_nproc_per_node(1);
+  spec.mutable_checkpoint()->set_keep_last(kDefaultKeepLast);
+  Parser parser(&spec);
+  try {
+    parser.ParseTop(root);
+  } catch (const ParseError& e) {
+    return absl::InvalidArgumentError(
+        e.line > 0 ? absl::StrCat(src, ":", e.line, ": ", e.message)
+                   : absl::StrCat(src, ": ", e.message));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(src, ":", e.mark.line + 1, ": ", e.msg));
+  }
+  if (spec.entrypoint().empty()) spec.add_entrypoint("frameworm-train");
+  // Progress/ETA: the built-in trainer's --max-steps is the total.
+  if (spec.total_steps() == 0) {
+    auto it = spec.train_options().find("max-steps");
+    int64_t n;
+    if (it != spec.train_options().end() && absl::SimpleAtoi(it->second, &n) &&
+        n > 0) {
+      spec.set_total_steps(n);
+    }
+  }
+
+  if (auto err = CheckSpec(spec)) {
+    // Report at the line of the field, or of its enclosing section.
+    const auto& lines = parser.lines();
+    int line = 0;
+    for (std::string f = err->field; !f.empty();) {
+      auto it = lines.find(f);
+      if (it != lines.end()) {
+        line = it->second;
+        break;
+      }
+      size_t dot = f.rfind('.');
+      f = dot == std::string::npos ? "" : f.substr(0, dot);
+    }
+    return absl::InvalidArgumentError(
+        line > 0 ? absl::StrCat(src, ":", line, ": ", err->message)
+                 : absl::StrCat(src, ": ", err->message));
+  }
+  return spec;
+}
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  if (auto err = CheckSpec(spec)) {
+    return absl::InvalidArgumentError(err->message);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace frameworm

@@ -1,0 +1,218 @@
+#include "jobspec/job_spec.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace frameworm {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Status ParseErr(const std::string& yaml) {
+  auto r = ParseJobSpecYaml(yaml, "job.yaml");
+  EXPECT_FALSE(r.ok()) << "accepted:\n" << yaml;
+  if (r.ok()) return absl::OkStatus();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  return r.status();
+}
+
+TEST(JobSpec, FullSpecParses) {
+  auto r = ParseJobSpecYaml(R"(name: mnist-ddp
+entrypoint: ["frameworm-train"]
+train:
+  model: cnn
+  dataset: fashion-mnist
+  max_steps: 300
+  lr: 0.01
+nodes: {min: 2, max: 4}
+nproc_per_node: 2
+backend: gloo
+env:
+  OMP_NUM_THREADS: 1
+  MY_FLAG: "on"
+max_restarts: 3
+heartbeat_timeout: 10s
+priority: 5
+checkpoint:
+  dir: /tmp/ckpt
+  every_n_steps: 100
+  every_n_minutes: 2.5
+  keep_last: 2
+)",
+                            "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::JobSpec& s = *r;
+  EXPECT_EQ(s.name(), "mnist-ddp");
+  ASSERT_EQ(s.entrypoint_size(), 1);
+  EXPECT_EQ(s.entrypoint(0), "frameworm-train");
+  EXPECT_EQ(s.train_options().at("model"), "cnn");
+  EXPECT_EQ(s.train_options().at("max-steps"), "300");
+  EXPECT_EQ(s.train_options().at("lr"), "0.01");
+  EXPECT_EQ(s.nodes_min(), 2);
+  EXPECT_EQ(s.nodes_max(), 4);
+  EXPECT_EQ(s.nproc_per_node(), 2);
+  EXPECT_EQ(s.backend(), "gloo");
+  EXPECT_EQ(s.env().at("OMP_NUM_THREADS"), "1");
+  EXPECT_EQ(s.env().at("MY_FLAG"), "on");
+  EXPECT_EQ(s.max_restarts(), 3);
+  EXPECT_DOUBLE_EQ(s.heartbeat_timeout_s(), 10);
+  EXPECT_EQ(s.priority(), 5);
+  EXPECT_EQ(s.total_steps(), 300);  // from train.max_steps
+  EXPECT_EQ(s.checkpoint().dir(), "/tmp/ckpt");
+  EXPECT_EQ(s.checkpoint().every_n_steps(), 100);
+  EXPECT_DOUBLE_EQ(s.checkpoint().every_n_minutes(), 2.5);
+  EXPECT_EQ(s.checkpoint().keep_last(), 2);
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
+}
+
+TEST(JobSpec, DefaultsAreFilled) {
+  auto r = ParseJobSpecYaml("name: tiny\nbackend:\n", "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->nodes_min(), 1);
+  EXPECT_EQ(r->nodes_max(), 1);
+  EXPECT_EQ(r->nproc_per_node(), 1);
+  EXPECT_EQ(r->backend(), "");
+  EXPECT_EQ(r->max_restarts(), 0);
+  EXPECT_EQ(r->checkpoint().keep_last(), kDefaultKeepLast);
+  ASSERT_EQ(r->entrypoint_size(), 1);
+  EXPECT_EQ(r->entrypoint(0), "frameworm-train");
+}
+
+TEST(JobSpec, CommandStringIsSplitLikeAShell) {
+  auto r = ParseJobSpecYaml(
+      "name: x\nentrypoint: python3 train.py --msg 'hello world' \"a b\"\n"
+      "nodes: 3\nheartbeat_timeout: 4.5\ntotal_steps: 7\n",
+      "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(std::vector<std::string>(r->entrypoint().begin(),
+                                       r->entrypoint().end()),
+              ::testing::ElementsAre("python3", "train.py", "--msg",
+                                     "hello world", "a b"));
+  EXPECT_EQ(r->nodes_min(), 3);
+  EXPECT_EQ(r->nodes_max(), 3);
+  EXPECT_DOUBLE_EQ(r->heartbeat_timeout_s(), 4.5);
+  EXPECT_EQ(r->total_steps(), 7);
+  EXPECT_THAT(ParseErr("name: x\nentrypoint: python3 'oops\n").message(),
+              HasSubstr("job.yaml:2: entrypoint has an unterminated quote"));
+}
+
+TEST(JobSpec, MalformedYamlNamesLine) {
+  auto s = ParseErr("name: x\nnodes: [1, 2\nbackend: gloo\n");
+  EXPECT_THAT(s.message(), HasSubstr("job.yaml:"));
+  EXPECT_THAT(s.message(), HasSubstr("malformed YAML"));
+  s = ParseErr("name: x\n  bad indent: : :\n");
+  EXPECT_THAT(s.message(), HasSubstr("malformed YAML"));
+}
+
+TEST(JobSpec, EmptyOrNonMappingRefused) {
+  EXPECT_THAT(ParseErr("").message(), HasSubstr("empty job spec"));
+  EXPECT_THAT(ParseErr("- a\n- b\n").message(),
+              HasSubstr("job.yaml:1: a job spec must be a mapping"));
+}
+
+TEST(JobSpec, UnknownFieldNamedWithLineAndSuggestion) {
+  auto s = ParseErr("name: x\n\nnprocs_per_node: 2\n");
+  EXPECT_EQ(s.message(),
+            "job.yaml:3: unknown field 'nprocs_per_node' (did you mean "
+            "'nproc_per_node'?)");
+  s = ParseErr("name: x\ncheckpoint:\n  dir: /c\n  keeplast: 2\n");
+  EXPECT_EQ(s.message(),
+            "job.yaml:4: unknown field 'checkpoint.keeplast' (did you mean "
+            "'keep_last'?)");
+  s = ParseErr("name: x\nwhatever_this_is: 1\n");
+  EXPECT_EQ(s.message(), "job.yaml:2: unknown field 'whatever_this_is'");
+  s = ParseErr("name: x\nnodes: {min: 1, mx: 2}\n");
+  EXPECT_THAT(s.message(), HasSubstr("unknown field 'nodes.mx'"));
+}
+
+TEST(JobSpec, DuplicateFieldRefused) {
+  EXPECT_THAT(ParseErr("name: x\nname: y\n").message(),
+              HasSubstr("job.yaml:2: duplicate field 'name'"));
+}
+
+TEST(JobSpec, NegativeNprocNamedWithLine) {
+  EXPECT_EQ(ParseErr("name: x\nbackend: gloo\n\nnproc_per_node: -2\n").message(),
+            "job.yaml:4: nproc_per_node must be >= 1, got -2");
+}
+
+TEST(JobSpec, WrongTypesNamedWithLine) {
+  EXPECT_EQ(ParseErr("name: x\nnproc_per_node: two\n").message(),
+            "job.yaml:2: nproc_per_node must be an integer, got 'two'");
+  EXPECT_EQ(ParseErr("name: x\nnproc_per_node: 1.5\n").message(),
+            "job.yaml:2: nproc_per_node must be an integer, got '1.5'");
+  EXPECT_EQ(ParseErr("name: [a]\n").message(),
+            "job.yaml:1: name must be a string, got a list");
+  EXPECT_THAT(ParseErr("name: x\nenv: [A]\n").message(),
+              HasSubstr("job.yaml:2: env must be a mapping"));
+  EXPECT_THAT(ParseErr("name: x\nheartbeat_timeout: soon\n").message(),
+              HasSubstr("job.yaml:2: heartbeat_timeout must be seconds"));
+  EXPECT_THAT(ParseErr("name: x\ncheckpoint:\n  every_n_minutes: x\n").message(),
+              HasSubstr("job.yaml:3: checkpoint.every_n_minutes must be a number"));
+  EXPECT_THAT(ParseErr("name: x\nmax_restarts: 99999999999\n").message(),
+              HasSubstr("job.yaml:2: max_restarts is out of range"));
+  EXPECT_THAT(ParseErr("name: x\ntrain: {model: [a]}\n").message(),
+              HasSubstr("train.model must be a scalar"));
+}
+
+TEST(JobSpec, BadBackendWithSuggestion) {
+  EXPECT_EQ(ParseErr("name: x\nbackend: glo\n").message(),
+            "job.yaml:2: backend must be one of gloo, nccl, mpi, got 'glo' "
+            "(did you mean 'gloo'?)");
+  EXPECT_EQ(ParseErr("name: x\nbackend: tcp-magic\n").message(),
+            "job.yaml:2: backend must be one of gloo, nccl, mpi, got "
+            "'tcp-magic'");
+}
+
+TEST(JobSpec, NodesMinGreaterThanMax) {
+  EXPECT_EQ(ParseErr("name: x\nnodes:\n  min: 3\n  max: 2\n").message(),
+            "job.yaml:4: nodes.max (2) must be >= nodes.min (3)");
+  EXPECT_EQ(ParseErr("name: x\nnodes: 0\n").message(),
+            "job.yaml:2: nodes.min must be >= 1, got 0");
+}
+
+TEST(JobSpec, MissingNameAndOtherValues) {
+  EXPECT_EQ(ParseErr("backend: gloo\n").message(), "job.yaml: name is required");
+  EXPECT_EQ(ParseErr("name: x\nmax_restarts: -1\n").message(),
+            "job.yaml:2: max_restarts must be >= 0, got -1");
+  EXPECT_THAT(ParseErr("name: x\nenv: {RANK: 3}\n").message(),
+              HasSubstr("job.yaml:2: env variable 'RANK' is set by Frameworm"));
+  EXPECT_THAT(ParseErr("name: x\nenv: {FRAMEWORM_JOB_ID: 3}\n").message(),
+              HasSubstr("cannot be overridden"));
+  EXPECT_THAT(ParseErr("name: x\nenv: {1BAD: 3}\n").message(),
+              HasSubstr("env name '1BAD' is not a valid variable name"));
+  EXPECT_THAT(ParseErr("name: x\nentrypoint: [python3]\ntrain: {model: cnn}\n")
+                  .message(),
+              HasSubstr("job.yaml:3: train options apply only to the built-in"));
+  EXPECT_THAT(ParseErr("name: x\ncheckpoint:\n  keep_last: -1\n").message(),
+              HasSubstr("job.yaml:3: checkpoint.keep_last must be >= 0"));
+  EXPECT_THAT(ParseErr("name: a/b\n").message(),
+              HasSubstr("job.yaml:1: name must not contain '/'"));
+  EXPECT_THAT(ParseErr("name: x\nentrypoint: []\n").message(),
+              HasSubstr("job.yaml:2: entrypoint is empty"));
+}
+
+TEST(JobSpec, ValidateHoldsProtoToSameRules) {
+  v1::JobSpec s;
+  EXPECT_EQ(ValidateJobSpec(s).message(), "name is required");
+  s.set_name("x");
+  s.set_nodes_min(1);
+  s.set_nodes_max(1);
+  s.set_nproc_per_node(-2);
+  absl::Status st = ValidateJobSpec(s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "nproc_per_node must be >= 1, got -2");
+  s.set_nproc_per_node(1);
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
+  s.set_backend("nccl2");
+  EXPECT_THAT(ValidateJobSpec(s).message(), HasSubstr("backend"));
+  s.set_backend("nccl");
+  s.set_heartbeat_timeout_s(-1);
+  EXPECT_THAT(ValidateJobSpec(s).message(), HasSubstr("heartbeat_timeout"));
+  s.set_heartbeat_timeout_s(0);
+  s.mutable_checkpoint()->set_every_n_steps(-5);
+  EXPECT_THAT(ValidateJobSpec(s).message(),
+              HasSubstr("checkpoint.every_n_steps must be >= 0, got -5"));
+}
+
+}  // namespace
+}  // namespace frameworm
