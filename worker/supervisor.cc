@@ -1,0 +1,192 @@
+#include "worker/supervisor.h"
+
+#include <signal.h>
+#include <string.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace frameworm {
+
+Supervisor::Supervisor(const Options& options, Clock& clock,
+                       ProcessLauncher& launcher)
+    : options_(options), clock_(clock), launcher_(launcher) {}
+
+std::string Supervisor::StdoutPath(const TaskKey& k) const {
+  return absl::StrCat(options_.work_dir, "/", k.job_id, "/g", k.generation,
+                      "/rank-", k.rank, ".stdout");
+}
+std::string Supervisor::StderrPath(const TaskKey& k) const {
+  return absl::StrCat(options_.work_dir, "/", k.job_id, "/g", k.generation,
+                      "/rank-", k.rank, ".stderr");
+}
+
+std::map<std::string, std::string> Supervisor::EnvFor(
+    const TaskLaunch& l) const {
+  std::map<std::string, std::string> env = options_.base_env;
+  for (const auto& [k, v] : l.env) env[k] = v;
+  env["RANK"] = absl::StrCat(l.key.rank);
+  env["WORLD_SIZE"] = absl::StrCat(l.world_size);
+  env["LOCAL_RANK"] = absl::StrCat(l.local_rank);
+  env["LOCAL_WORLD_SIZE"] = absl::StrCat(l.local_world_size);
+  env["NODE_RANK"] = absl::StrCat(l.node_rank);
+  env["MASTER_ADDR"] = l.master_addr;
+  env["MASTER_PORT"] = absl::StrCat(l.master_port);
+  env["FRAMEWORM_JOB_ID"] = l.key.job_id;
+  env["FRAMEWORM_GENERATION"] = absl::StrCat(l.key.generation);
+  if (!l.env.count("FRAMEWORM_COORDINATOR") && !options_.coordinator.empty()) {
+    env["FRAMEWORM_COORDINATOR"] = options_.coordinator;
+  }
+  if (!l.resume_from.empty()) {
+    env["FRAMEWORM_RESUME_FROM"] = l.resume_from;
+  } else if (!l.env.count("FRAMEWORM_RESUME_FROM")) {
+    env.erase("FRAMEWORM_RESUME_FROM");
+  }
+  return env;
+}
+
+TaskStatusInfo Supervisor::Start(const TaskLaunch& l) {
+  auto it = tasks_.find(l.key);
+  if (it != tasks_.end()) return it->second.status;
+
+  TaskStatusInfo st;
+  st.key = l.key;
+  auto fail = [&](std::string why) {
+    st.state = TaskState::kStartFailed;
+    st.message = std::move(why);
+    tasks_[l.key].status = st;
+    return st;
+  };
+  if (l.key.job_id.empty() || l.key.job_id.find('/') != std::string::npos ||
+      l.key.job_id == "." || l.key.job_id == "..") {
+    return fail(absl::StrCat("invalid job id '", l.key.job_id, "'"));
+  }
+  if (l.key.rank < 0 || l.world_size < 1 || l.key.rank >= l.world_size) {
+    return fail(absl::StrCat("invalid rank ", l.key.rank, " for world size ",
+                             l.world_size));
+  }
+  if (l.argv.empty() || l.argv[0].empty()) return fail("empty argv");
+
+  LaunchSpec spec;
+  spec.argv = l.argv;
+  spec.env = EnvFor(l);
+  spec.stdout_path = StdoutPath(l.key);
+  spec.stderr_path = StderrPath(l.key);
+  auto pid = launcher_.Start(spec);
+  if (!pid.ok()) return fail(std::string(pid.status().message()));
+  st.state = TaskState::kRunning;
+  st.pid = *pid;
+  st.message = "running";
+  tasks_[l.key].status = st;
+  by_pid_[*pid] = l.key;
+  return st;
+}
+
+int Supervisor::Kill(const std::string& job_id, int64_t generation, int rank,
+                     absl::Duration grace) {
+  const absl::Time now = clock_.Now();
+  int n = 0;
+  for (auto& [key, t] : tasks_) {
+    if (key.job_id != job_id) continue;
+    if (generation != 0 && key.generation > generation) continue;
+    if (rank >= 0 && key.rank != rank) continue;
+    if (t.status.state != TaskState::kRunning) continue;
+    ++n;
+    if (grace <= absl::ZeroDuration()) {
+      if (!t.sigkill_sent) {
+        launcher_.Signal(t.status.pid, SIGKILL).IgnoreError();
+        t.sigkill_sent = true;
+      }
+      t.kill_at = now;
+      continue;
+    }
+    if (!t.term_sent) {
+      launcher_.Signal(t.status.pid, SIGTERM).IgnoreError();
+      t.term_sent = true;
+    }
+    absl::Time at = now + grace;
+    if (!t.kill_at || at < *t.kill_at) t.kill_at = at;
+  }
+  return n;
+}
+
+int Supervisor::KillAll(absl::Duration grace) {
+  std::vector<std::string> jobs;
+  for (const auto& [key, t] : tasks_) {
+    if (t.status.state == TaskState::kRunning) jobs.push_back(key.job_id);
+  }
+  int n = 0;
+  for (const auto& j : jobs) n += Kill(j, 0, -1, grace);
+  return n;
+}
+
+std::vector<TaskStatusInfo> Supervisor::Poll() {
+  std::vector<TaskStatusInfo> changes;
+  for (const ProcessExit& e : launcher_.Reap()) {
+    auto pit = by_pid_.find(e.pid);
+    if (pit == by_pid_.end()) continue;
+    Task& t = tasks_[pit->second];
+    by_pid_.erase(pit);
+    if (e.signaled) {
+      t.status.state = TaskState::kKilled;
+      t.status.signal = e.signal;
+      t.status.message = absl::StrCat("killed by signal ", e.signal, " (",
+                                      sigabbrev_np(e.signal) ? sigabbrev_np(e.signal) : "?", ")");
+      if (t.sigkill_sent && e.signal == SIGKILL && t.term_sent) {
+        absl::StrAppend(&t.status.message, " after the grace period");
+      }
+    } else {
+      t.status.state = TaskState::kExited;
+      t.status.exit_code = e.exit_code;
+      t.status.message = absl::StrCat("exited with code ", e.exit_code);
+    }
+    t.kill_at.reset();
+    changes.push_back(t.status);
+  }
+  const absl::Time now = clock_.Now();
+  for (auto& [key, t] : tasks_) {
+    if (t.status.state == TaskState::kRunning && t.kill_at &&
+        *t.kill_at <= now && !t.sigkill_sent) {
+      launcher_.Signal(t.status.pid, SIGKILL).IgnoreError();
+      t.sigkill_sent = true;
+    }
+  }
+  return changes;
+}
+
+std::vector<TaskStatusInfo> Supervisor::Running() const {
+  std::vector<TaskStatusInfo> out;
+  for (const auto& [key, t] : tasks_) {
+    if (t.status.state == TaskState::kRunning) out.push_back(t.status);
+  }
+  return out;
+}
+
+int Supervisor::running_count() const {
+  int n = 0;
+  for (const auto& [key, t] : tasks_) n += t.status.state == TaskState::kRunning;
+  return n;
+}
+
+std::optional<TaskStatusInfo> Supervisor::Status(const TaskKey& key) const {
+  auto it = tasks_.find(key);
+  if (it == tasks_.end()) return std::nullopt;
+  return it->second.status;
+}
+
+void Supervisor::Forget(const TaskKey& key) {
+  auto it = tasks_.find(key);
+  if (it != tasks_.end() && it->second.status.final()) tasks_.erase(it);
+}
+
+std::optional<absl::Time> Supervisor::NextDeadline() const {
+  std::optional<absl::Time> best;
+  for (const auto& [key, t] : tasks_) {
+    if (t.status.state == TaskState::kRunning && t.kill_at && !t.sigkill_sent &&
+        (!best || *t.kill_at < *best)) {
+      best = t.kill_at;
+    }
+  }
+  return best;
+}
+
+}  // namespace frameworm

@@ -1,0 +1,119 @@
+// The worker's supervisor: which trainer processes run for which
+// (job_id, generation, rank), starting them, killing them (SIGTERM, then
+// SIGKILL after a grace period) and turning process exits into task status
+// changes. Plain C++ types only: the gRPC glue (worker_agent.h) translates.
+//
+// Thread safety: none; owned and driven by one thread (the agent's loop).
+// Time comes from the injected Clock, processes from the injected
+// ProcessLauncher; neither is owned and both must outlive the supervisor.
+#ifndef FRAMEWORM_WORKER_SUPERVISOR_H_
+#define FRAMEWORM_WORKER_SUPERVISOR_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "worker/process_launcher.h"
+
+namespace frameworm {
+
+struct TaskKey {
+  std::string job_id;
+  int64_t generation = 0;
+  int rank = 0;
+  auto operator<=>(const TaskKey&) const = default;
+};
+
+enum class TaskState { kRunning, kExited, kKilled, kStartFailed };
+
+struct TaskStatusInfo {
+  TaskKey key;
+  TaskState state = TaskState::kRunning;
+  int exit_code = 0;
+  int signal = 0;
+  int64_t pid = 0;
+  std::string message;
+  bool final() const { return state != TaskState::kRunning; }
+};
+
+// What the coordinator asks to run (mirrors frameworm.v1.TaskSpec).
+struct TaskLaunch {
+  TaskKey key;
+  int local_rank = 0;
+  int node_rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  std::string master_addr;
+  int master_port = 0;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;  // job env + FRAMEWORM_* variables
+  std::string resume_from;
+};
+
+class Supervisor {
+ public:
+  struct Options {
+    std::string work_dir;  // logs: <work_dir>/<job>/g<gen>/rank-<r>.std{out,err}
+    std::string coordinator;  // default FRAMEWORM_COORDINATOR for trainers
+    // The environment every trainer starts from (the worker's own, read in
+    // main); the task's env and the rank variables are laid over it.
+    std::map<std::string, std::string> base_env;
+  };
+
+  Supervisor(const Options& options, Clock& clock, ProcessLauncher& launcher);
+
+  // Starts a trainer. Returns its status: kRunning, or kStartFailed with the
+  // reason (bad spec, program not found, ...). Starting a key that is
+  // already known returns its current status and starts nothing.
+  TaskStatusInfo Start(const TaskLaunch& launch);
+
+  // SIGTERM to every running task of `job_id` with generation <= `generation`
+  // (0: any) and `rank` (-1: any); SIGKILL for those still running after
+  // `grace` (immediately when grace <= 0). Returns how many were signalled.
+  int Kill(const std::string& job_id, int64_t generation, int rank,
+           absl::Duration grace);
+  // Kill() for every running task (worker shutdown).
+  int KillAll(absl::Duration grace);
+
+  // Reaps exited processes and escalates overdue kills. Returns the status
+  // changes (final statuses) since the last call.
+  std::vector<TaskStatusInfo> Poll();
+
+  // Statuses of the running tasks (reported on (re-)registration).
+  std::vector<TaskStatusInfo> Running() const;
+  int running_count() const;
+  // The status of a known task.
+  std::optional<TaskStatusInfo> Status(const TaskKey& key) const;
+  // Forgets final tasks (their logs stay on disk).
+  void Forget(const TaskKey& key);
+  // The earliest pending SIGKILL escalation, if any.
+  std::optional<absl::Time> NextDeadline() const;
+
+  std::string StdoutPath(const TaskKey& key) const;
+  std::string StderrPath(const TaskKey& key) const;
+  // The complete environment a task starts with.
+  std::map<std::string, std::string> EnvFor(const TaskLaunch& launch) const;
+
+ private:
+  struct Task {
+    TaskStatusInfo status;
+    std::optional<absl::Time> kill_at;  // SIGKILL when still running then
+    bool sigkill_sent = false;
+    bool term_sent = false;
+  };
+
+  const Options options_;
+  Clock& clock_;
+  ProcessLauncher& launcher_;
+  std::map<TaskKey, Task> tasks_;
+  std::map<int64_t, TaskKey> by_pid_;
+};
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_WORKER_SUPERVISOR_H_

@@ -1,0 +1,216 @@
+// Supervisor logic with a simulated clock and a simulated launcher: no
+// processes, no sleeps.
+#include "worker/supervisor.h"
+
+#include <signal.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace frameworm {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Records launches and signals; processes "exit" when the test says so, or
+// on SIGKILL, or on SIGTERM unless told to ignore it.
+class SimLauncher final : public ProcessLauncher {
+ public:
+  absl::StatusOr<int64_t> Start(const LaunchSpec& spec) override {
+    if (spec.argv[0] == "missing") {
+      return absl::NotFoundError("program 'missing' not found on PATH");
+    }
+    int64_t pid = next_pid_++;
+    specs[pid] = spec;
+    alive.insert(pid);
+    return pid;
+  }
+  absl::Status Signal(int64_t pid, int sig) override {
+    signals.emplace_back(pid, sig);
+    if (!alive.count(pid)) return absl::NotFoundError("gone");
+    if (sig == SIGKILL || (sig == SIGTERM && !ignore_term.count(pid))) {
+      Exit(pid, {pid, true, 0, sig});
+    }
+    return absl::OkStatus();
+  }
+  std::vector<ProcessExit> Reap() override {
+    auto out = std::move(exited_);
+    exited_.clear();
+    return out;
+  }
+  void Exit(int64_t pid, ProcessExit e) {
+    alive.erase(pid);
+    exited_.push_back(e);
+  }
+
+  std::map<int64_t, LaunchSpec> specs;
+  std::set<int64_t> alive;
+  std::set<int64_t> ignore_term;
+  std::vector<std::pair<int64_t, int>> signals;
+
+ private:
+  int64_t next_pid_ = 100;
+  std::vector<ProcessExit> exited_;
+};
+
+class SupervisorTest : public ::testing::Test {
+ protected:
+  SupervisorTest()
+      : sup_({"/work", "10.0.0.1:7070", {{"PATH", "/bin"}, {"RANK", "junk"}}},
+             clock_, launcher_) {}
+
+  TaskLaunch Launch(const std::string& job, int64_t gen, int rank) {
+    TaskLaunch l;
+    l.key = {job, gen, rank};
+    l.local_rank = rank % 2;
+    l.node_rank = rank / 2;
+    l.world_size = 4;
+    l.local_world_size = 2;
+    l.master_addr = "10.0.0.2";
+    l.master_port = 29500;
+    l.argv = {"frameworm-train", "--max-steps=5"};
+    l.env = {{"OMP_NUM_THREADS", "1"}};
+    return l;
+  }
+
+  SimulatedClock clock_;
+  SimLauncher launcher_;
+  Supervisor sup_;
+};
+
+TEST_F(SupervisorTest, StartSetsEnvironmentAndLogPaths) {
+  TaskLaunch l = Launch("job-1", 2, 3);
+  l.resume_from = "/ckpt/step-10.pt";
+  TaskStatusInfo st = sup_.Start(l);
+  ASSERT_EQ(st.state, TaskState::kRunning) << st.message;
+  const LaunchSpec& spec = launcher_.specs.at(st.pid);
+  EXPECT_EQ(spec.argv, l.argv);
+  EXPECT_EQ(spec.stdout_path, "/work/job-1/g2/rank-3.stdout");
+  EXPECT_EQ(spec.stderr_path, "/work/job-1/g2/rank-3.stderr");
+  const auto& env = spec.env;
+  EXPECT_EQ(env.at("PATH"), "/bin");
+  EXPECT_EQ(env.at("OMP_NUM_THREADS"), "1");
+  EXPECT_EQ(env.at("RANK"), "3");
+  EXPECT_EQ(env.at("WORLD_SIZE"), "4");
+  EXPECT_EQ(env.at("LOCAL_RANK"), "1");
+  EXPECT_EQ(env.at("LOCAL_WORLD_SIZE"), "2");
+  EXPECT_EQ(env.at("NODE_RANK"), "1");
+  EXPECT_EQ(env.at("MASTER_ADDR"), "10.0.0.2");
+  EXPECT_EQ(env.at("MASTER_PORT"), "29500");
+  EXPECT_EQ(env.at("FRAMEWORM_JOB_ID"), "job-1");
+  EXPECT_EQ(env.at("FRAMEWORM_GENERATION"), "2");
+  EXPECT_EQ(env.at("FRAMEWORM_COORDINATOR"), "10.0.0.1:7070");
+  EXPECT_EQ(env.at("FRAMEWORM_RESUME_FROM"), "/ckpt/step-10.pt");
+  EXPECT_EQ(sup_.running_count(), 1);
+}
+
+TEST_F(SupervisorTest, StartIsIdempotentPerKey) {
+  TaskStatusInfo a = sup_.Start(Launch("j", 1, 0));
+  TaskStatusInfo b = sup_.Start(Launch("j", 1, 0));
+  EXPECT_EQ(a.pid, b.pid);
+  EXPECT_EQ(launcher_.specs.size(), 1u);
+}
+
+TEST_F(SupervisorTest, StartFailuresAreReportedNotThrown) {
+  TaskLaunch l = Launch("j", 1, 0);
+  l.argv = {"missing"};
+  TaskStatusInfo st = sup_.Start(l);
+  EXPECT_EQ(st.state, TaskState::kStartFailed);
+  EXPECT_THAT(st.message, HasSubstr("not found"));
+  EXPECT_EQ(sup_.running_count(), 0);
+
+  l = Launch("../etc", 1, 0);
+  EXPECT_EQ(sup_.Start(l).state, TaskState::kStartFailed);
+  l = Launch("j", 1, 9);  // rank >= world size
+  EXPECT_THAT(sup_.Start(l).message, HasSubstr("invalid rank 9"));
+  l = Launch("j", 1, 1);
+  l.argv.clear();
+  EXPECT_EQ(sup_.Start(l).message, "empty argv");
+}
+
+TEST_F(SupervisorTest, ExitBecomesFinalStatus) {
+  TaskStatusInfo st = sup_.Start(Launch("j", 1, 0));
+  EXPECT_TRUE(sup_.Poll().empty());
+  launcher_.Exit(st.pid, {st.pid, false, 3, 0});
+  auto changes = sup_.Poll();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].state, TaskState::kExited);
+  EXPECT_EQ(changes[0].exit_code, 3);
+  EXPECT_EQ(changes[0].message, "exited with code 3");
+  EXPECT_EQ(sup_.running_count(), 0);
+  EXPECT_TRUE(sup_.Poll().empty());
+  // The final status is kept until forgotten; a second Start is refused
+  // with it.
+  EXPECT_EQ(sup_.Start(Launch("j", 1, 0)).state, TaskState::kExited);
+  sup_.Forget({"j", 1, 0});
+  EXPECT_FALSE(sup_.Status({"j", 1, 0}).has_value());
+}
+
+TEST_F(SupervisorTest, KillSendsTermThenKillAfterGrace) {
+  TaskStatusInfo st = sup_.Start(Launch("j", 1, 0));
+  launcher_.ignore_term.insert(st.pid);
+  EXPECT_EQ(sup_.Kill("j", 1, -1, absl::Seconds(5)), 1);
+  ASSERT_EQ(launcher_.signals.size(), 1u);
+  EXPECT_EQ(launcher_.signals[0].second, SIGTERM);
+  EXPECT_EQ(sup_.NextDeadline(), clock_.Now() + absl::Seconds(5));
+
+  clock_.Advance(absl::Seconds(4));
+  EXPECT_TRUE(sup_.Poll().empty());
+  EXPECT_EQ(launcher_.signals.size(), 1u);  // still within grace
+
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_TRUE(sup_.Poll().empty());  // SIGKILL sent now, reaped next poll
+  ASSERT_EQ(launcher_.signals.size(), 2u);
+  EXPECT_EQ(launcher_.signals[1].second, SIGKILL);
+  auto changes = sup_.Poll();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].state, TaskState::kKilled);
+  EXPECT_EQ(changes[0].signal, SIGKILL);
+  EXPECT_THAT(changes[0].message, HasSubstr("after the grace period"));
+  EXPECT_FALSE(sup_.NextDeadline().has_value());
+}
+
+TEST_F(SupervisorTest, TermHonouredWithinGraceNeedsNoKill) {
+  TaskStatusInfo st = sup_.Start(Launch("j", 1, 0));
+  sup_.Kill("j", 1, 0, absl::Seconds(5));
+  auto changes = sup_.Poll();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].signal, SIGTERM);
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_TRUE(sup_.Poll().empty());
+  EXPECT_EQ(launcher_.signals.size(), 1u);
+  (void)st;
+}
+
+TEST_F(SupervisorTest, KillSelectsByJobGenerationAndRank) {
+  sup_.Start(Launch("a", 1, 0));
+  sup_.Start(Launch("a", 1, 1));
+  sup_.Start(Launch("a", 2, 2));
+  sup_.Start(Launch("b", 1, 0));
+  EXPECT_EQ(sup_.Kill("a", 1, 1, absl::Seconds(1)), 1);  // one rank
+  EXPECT_EQ(sup_.Poll().size(), 1u);
+  EXPECT_EQ(sup_.Kill("a", 1, -1, absl::Seconds(1)), 1);  // rank 0 left of g1
+  EXPECT_EQ(sup_.Poll().size(), 1u);
+  EXPECT_EQ(sup_.Kill("a", 0, -1, absl::ZeroDuration()), 1);  // g2 remains
+  EXPECT_EQ(sup_.Poll().size(), 1u);
+  ASSERT_EQ(sup_.Running().size(), 1u);
+  EXPECT_EQ(sup_.Running()[0].key.job_id, "b");
+  EXPECT_EQ(sup_.Kill("nope", 0, -1, absl::Seconds(1)), 0);
+  EXPECT_EQ(sup_.KillAll(absl::ZeroDuration()), 1);
+  EXPECT_EQ(sup_.Poll().size(), 1u);
+  EXPECT_EQ(sup_.running_count(), 0);
+}
+
+TEST_F(SupervisorTest, ZeroGraceKillsImmediately) {
+  TaskStatusInfo st = sup_.Start(Launch("j", 1, 0));
+  launcher_.ignore_term.insert(st.pid);
+  sup_.Kill("j", 1, -1, absl::ZeroDuration());
+  ASSERT_EQ(launcher_.signals.size(), 1u);
+  EXPECT_EQ(launcher_.signals[0].second, SIGKILL);
+  auto changes = sup_.Poll();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].state, TaskState::kKilled);
+}
+
+}  // namespace
+}  // namespace frameworm
