@@ -1,0 +1,630 @@
+#include "coordinator/coordinator.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() /
+            ("fw-coord-" + std::string(::testing::UnitTest::GetInstance()
+                                           ->current_test_info()
+                                           ->name()) +
+             "-" + std::to_string(::getpid())))
+               .string();
+    fs::remove_all(dir_);
+    Open();
+  }
+  void TearDown() override {
+    coord_.reset();
+    fs::remove_all(dir_);
+  }
+  void Open() {
+    CoordinatorOptions o;
+    o.state_dir = dir_;
+    o.advertise = "127.0.0.1:7070";
+    o.port_min = 29500;
+    o.port_max = 29509;
+    o.default_heartbeat_timeout = absl::Seconds(10);
+    o.reconnect_grace = absl::Seconds(2);
+    auto c = Coordinator::Create(o, clock_);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coord_ = std::move(c).value();
+  }
+
+  // Registers and attaches a worker; returns its session id.
+  std::string AddWorker(const std::string& name, int slots,
+                        std::vector<v1::TaskStatus> running = {}) {
+    v1::RegisterWorkerRequest req;
+    req.set_name(name);
+    req.set_address(name + ".host:9000");
+    req.set_slots(slots);
+    for (auto& t : running) *req.add_running() = t;
+    auto reg = coord_->RegisterWorker(req);
+    EXPECT_TRUE(reg.ok()) << reg.status();
+    EXPECT_TRUE(coord_->AttachSession(reg->session_id).ok());
+    sessions_[name] = reg->session_id;
+    return reg->session_id;
+  }
+  void Heartbeat(const std::string& name) {
+    v1::WorkerMessage m;
+    m.set_session_id(sessions_[name]);
+    m.mutable_heartbeat()->set_unix_ms(1);
+    ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
+  }
+  void TaskState(const std::string& worker, const std::string& job,
+                 int64_t gen, int rank, v1::TaskState state, int code = 0) {
+    v1::WorkerMessage m;
+    m.set_session_id(sessions_[worker]);
+    auto* t = m.mutable_task_status();
+    t->mutable_ref()->set_job_id(job);
+    t->mutable_ref()->set_generation(gen);
+    t->set_rank(rank);
+    t->set_state(state);
+    t->set_exit_code(code);
+    ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
+  }
+  std::vector<v1::CoordinatorMessage> Take(const std::string& worker) {
+    auto cmds = coord_->TakeCommands(sessions_[worker]);
+    EXPECT_TRUE(cmds.ok()) << cmds.status();
+    return cmds.ok() ? *cmds : std::vector<v1::CoordinatorMessage>{};
+  }
+  std::vector<v1::TaskSpec> Starts(const std::string& worker) {
+    std::vector<v1::TaskSpec> out;
+    for (auto& c : Take(worker))
+      if (c.has_start()) out.push_back(c.start().task());
+    return out;
+  }
+  absl::StatusOr<v1::ReportStepResponse> Step(const std::string& job,
+                                               int64_t gen, int rank,
+                                               int64_t step) {
+    v1::StepMetrics m;
+    m.mutable_ref()->set_job_id(job);
+    m.mutable_ref()->set_generation(gen);
+    m.set_rank(rank);
+    m.set_step(step);
+    m.set_samples(8);
+    m.set_step_seconds(0.1);
+    (*m.mutable_values())["loss"] = 1.0 / step;
+    return coord_->ReportStep(m);
+  }
+  absl::StatusOr<std::vector<std::string>> Checkpoint(const std::string& job,
+                                                      int64_t gen,
+                                                      int64_t step,
+                                                      const std::string& path) {
+    v1::CheckpointRecord r;
+    r.mutable_ref()->set_job_id(job);
+    r.mutable_ref()->set_generation(gen);
+    r.set_step(step);
+    r.set_path(path);
+    r.set_bytes(3);
+    r.set_checksum("abc");
+    return coord_->ReportCheckpoint(r);
+  }
+  static v1::JobSpec Spec(int nodes, int nproc, int priority = 0) {
+    v1::JobSpec s;
+    s.set_name("test");
+    s.set_nodes_min(nodes);
+    s.set_nodes_max(nodes);
+    s.set_nproc_per_node(nproc);
+    s.set_priority(priority);
+    return s;
+  }
+  std::string Submit(const v1::JobSpec& spec) {
+    auto id = coord_->SubmitJob(spec);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.ok() ? *id : "";
+  }
+  v1::JobStatus Job(const std::string& id) {
+    auto s = coord_->GetJob(id);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *s : v1::JobStatus{};
+  }
+
+  SimulatedClock clock_;
+  std::string dir_;
+  std::unique_ptr<Coordinator> coord_;
+  std::map<std::string, std::string> sessions_;
+};
+
+TEST_F(CoordinatorTest, LifecyclePendingRunningSucceeded) {
+  const std::string id = Submit(Spec(2, 1));
+  EXPECT_EQ(Job(id).state(), v1::PENDING);
+  AddWorker("w0", 1);
+  EXPECT_EQ(Job(id).state(), v1::PENDING);  // gang: needs both nodes
+  AddWorker("w1", 1);
+  v1::JobStatus st = Job(id);
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  EXPECT_EQ(st.generation(), 1);
+  ASSERT_EQ(st.workers_size(), 2);
+  EXPECT_EQ(Starts("w0").size(), 1u);
+  EXPECT_EQ(Starts("w1").size(), 1u);
+  TaskState("w0", id, 1, 0, v1::TASK_RUNNING);
+  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 0);
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  TaskState("w1", id, 1, 1, v1::TASK_EXITED, 0);
+  st = Job(id);
+  EXPECT_EQ(st.state(), v1::SUCCEEDED);
+  EXPECT_GT(st.finished_unix_ms(), 0);
+  // Slots are free again.
+  for (const auto& w : coord_->ListWorkers()) EXPECT_EQ(w.free_slots(), 1);
+}
+
+TEST_F(CoordinatorTest, InvalidSpecRefusedAndNothingStored) {
+  v1::JobSpec s = Spec(1, 1);
+  s.set_nproc_per_node(-2);
+  auto id = coord_->SubmitJob(s);
+  ASSERT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(id.status().message().find("nproc_per_node"), std::string::npos)
+      << id.status();
+  s = Spec(1, 1);
+  s.set_backend("tcp");
+  EXPECT_NE(coord_->SubmitJob(s).status().message().find("backend"),
+            std::string::npos);
+  s = Spec(2, 1);
+  s.set_nodes_max(1);
+  EXPECT_NE(coord_->SubmitJob(s).status().message().find("nodes.max"),
+            std::string::npos);
+  EXPECT_TRUE(coord_->ListJobs().empty());
+  coord_.reset();
+  Open();
+  EXPECT_TRUE(coord_->ListJobs().empty());
+}
+
+TEST_F(CoordinatorTest, PriorityFirstThenFifo) {
+  const std::string a = Submit(Spec(1, 1, 0));
+  const std::string b = Submit(Spec(1, 1, 0));
+  const std::string c = Submit(Spec(1, 1, 5));
+  AddWorker("w0", 1);
+  EXPECT_EQ(Job(c).state(), v1::RUNNING);
+  EXPECT_EQ(Job(a).state(), v1::PENDING);
+  EXPECT_EQ(Job(b).state(), v1::PENDING);
+  TaskState("w0", c, 1, 0, v1::TASK_EXITED, 0);
+  EXPECT_EQ(Job(a).state(), v1::RUNNING);  // FIFO within priority 0
+  EXPECT_EQ(Job(b).state(), v1::PENDING);
+  TaskState("w0", a, 1, 0, v1::TASK_EXITED, 0);
+  EXPECT_EQ(Job(b).state(), v1::RUNNING);
+}
+
+TEST_F(CoordinatorTest, JobTooBigForClusterDoesNotBlockQueue) {
+  const std::string big = Submit(Spec(3, 1, 9));
+  const std::string small = Submit(Spec(1, 1));
+  AddWorker("w0", 1);
+  EXPECT_EQ(Job(big).state(), v1::PENDING);
+  EXPECT_EQ(Job(small).state(), v1::RUNNING);
+}
+
+TEST_F(CoordinatorTest, TwoJobsOnDisjointSlotsGetDistinctPorts) {
+  AddWorker("w0", 2);
+  AddWorker("w1", 2);
+  const std::string a = Submit(Spec(2, 1));
+  const std::string b = Submit(Spec(2, 1));
+  const std::string c = Submit(Spec(2, 1));
+  EXPECT_EQ(Job(a).state(), v1::RUNNING);
+  EXPECT_EQ(Job(b).state(), v1::RUNNING);
+  EXPECT_EQ(Job(c).state(), v1::PENDING);  // all 4 slots taken
+  auto starts = Starts("w0");
+  ASSERT_EQ(starts.size(), 2u);
+  EXPECT_NE(starts[0].master_port(), starts[1].master_port());
+  EXPECT_NE(starts[0].ref().job_id(), starts[1].ref().job_id());
+  ASSERT_TRUE(coord_->CancelJob(a).ok());
+  EXPECT_EQ(Job(c).state(), v1::RUNNING);
+}
+
+TEST_F(CoordinatorTest, RankAssignmentArgvAndEnv) {
+  AddWorker("w0", 2);
+  AddWorker("w1", 2);
+  v1::JobSpec spec = Spec(2, 2);
+  (*spec.mutable_train_options())["model"] = "cnn";
+  (*spec.mutable_train_options())["epochs"] = "2";
+  (*spec.mutable_env())["FOO"] = "bar";
+  spec.set_backend("gloo");
+  spec.mutable_checkpoint()->set_every_n_steps(50);
+  const std::string id = Submit(spec);
+  std::vector<v1::TaskSpec> all = Starts("w0");
+  for (auto& t : Starts("w1")) all.push_back(t);
+  ASSERT_EQ(all.size(), 4u);
+  std::set<int> ranks;
+  for (const auto& t : all) {
+    EXPECT_EQ(t.rank(), t.node_rank() * 2 + t.local_rank());
+    ranks.insert(t.rank());
+    EXPECT_EQ(t.world_size(), 4);
+    EXPECT_EQ(t.local_world_size(), 2);
+    EXPECT_EQ(t.master_addr(), "w0.host");  // node rank 0's host
+    EXPECT_EQ(t.env().at("RANK"), std::to_string(t.rank()));
+    EXPECT_EQ(t.env().at("WORLD_SIZE"), "4");
+    EXPECT_EQ(t.env().at("LOCAL_RANK"), std::to_string(t.local_rank()));
+    EXPECT_EQ(t.env().at("LOCAL_WORLD_SIZE"), "2");
+    EXPECT_EQ(t.env().at("NODE_RANK"), std::to_string(t.node_rank()));
+    EXPECT_EQ(t.env().at("MASTER_ADDR"), "w0.host");
+    EXPECT_EQ(t.env().at("MASTER_PORT"), std::to_string(t.master_port()));
+    EXPECT_EQ(t.env().at("FRAMEWORM_COORDINATOR"), "127.0.0.1:7070");
+    EXPECT_EQ(t.env().at("FRAMEWORM_JOB_ID"), id);
+    EXPECT_EQ(t.env().at("FRAMEWORM_GENERATION"), "1");
+    EXPECT_EQ(t.env().at("FOO"), "bar");
+    EXPECT_EQ(t.env().count("FRAMEWORM_RESUME_FROM"), 0u);
+    const std::vector<std::string> argv(t.argv().begin(), t.argv().end());
+    const std::vector<std::string> want = {
+        "frameworm-train", "--epochs=2", "--model=cnn",
+        "--checkpoint-dir=" + dir_ + "/checkpoints/" + id,
+        "--checkpoint-every=50", "--backend=gloo"};
+    EXPECT_EQ(argv, want);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
+  // A custom entrypoint runs as given.
+  v1::JobSpec custom = Spec(1, 1);
+  custom.add_entrypoint("/usr/bin/python3");
+  custom.add_entrypoint("train.py");
+  custom.mutable_checkpoint()->set_dir("/ckpt");
+  EXPECT_EQ(TaskArgv(custom, "/ckpt/x"),
+            (std::vector<std::string>{"/usr/bin/python3", "train.py"}));
+}
+
+TEST_F(CoordinatorTest, FailedRankRestartsAndStaleGenerationIsAborted) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(2);
+  const std::string id = Submit(spec);
+  const int port1 = Starts("w0")[0].master_port();
+  Take("w1");
+  ASSERT_TRUE(Step(id, 1, 0, 1).ok());
+  TaskState("w1", id, 1, 1, v1::TASK_EXITED, 3);
+  // Every worker of the job is told to kill its trainers of generation 1...
+  for (const char* w : {"w0", "w1"}) {
+    auto cmds = Take(w);
+    ASSERT_GE(cmds.size(), 2u) << w;
+    ASSERT_TRUE(cmds[0].has_kill());
+    EXPECT_EQ(cmds[0].kill().ref().generation(), 1);
+    EXPECT_EQ(cmds[0].kill().rank(), -1);
+    // ...and then receives generation 2 with a fresh port.
+    ASSERT_TRUE(cmds[1].has_start());
+    EXPECT_EQ(cmds[1].start().task().ref().generation(), 2);
+    EXPECT_NE(cmds[1].start().task().master_port(), port1);
+  }
+  v1::JobStatus st = Job(id);
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  EXPECT_EQ(st.generation(), 2);
+  EXPECT_EQ(st.restarts(), 1);
+  EXPECT_NE(st.reason().find("rank 1 exited with code 3"), std::string::npos)
+      << st.reason();
+  // Generation 1 is dead: its reports are refused.
+  EXPECT_EQ(Step(id, 1, 0, 2).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(Checkpoint(id, 1, 2, dir_ + "/x").status().code(),
+            absl::StatusCode::kAborted);
+  EXPECT_TRUE(Step(id, 2, 0, 2).ok());
+  EXPECT_EQ(Step("job-nope", 1, 0, 1).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Step(id, 2, 5, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A late status of generation 1 changes nothing; a stale task that still
+  // runs is killed.
+  TaskState("w0", id, 1, 0, v1::TASK_RUNNING);
+  auto cmds = Take("w0");
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_TRUE(cmds[0].has_kill());
+  EXPECT_EQ(Job(id).generation(), 2);
+}
+
+TEST_F(CoordinatorTest, CheckpointRetentionDeletesOldFiles) {
+  AddWorker("w0", 1);
+  v1::JobSpec spec = Spec(1, 1);
+  spec.mutable_checkpoint()->set_keep_last(2);
+  const std::string id = Submit(spec);
+  std::vector<std::string> paths;
+  for (int step : {10, 20, 30}) {
+    const std::string p = dir_ + "/ckpt-" + std::to_string(step) + ".pt";
+    std::ofstream(p) << "data";
+    paths.push_back(p);
+    auto expired = Checkpoint(id, 1, step, p);
+    ASSERT_TRUE(expired.ok()) << expired.status();
+    if (step == 30) {
+      ASSERT_EQ(expired->size(), 1u);
+      EXPECT_EQ((*expired)[0], paths[0]);
+    } else {
+      EXPECT_TRUE(expired->empty());
+    }
+  }
+  EXPECT_FALSE(fs::exists(paths[0]));
+  EXPECT_TRUE(fs::exists(paths[1]));
+  EXPECT_TRUE(fs::exists(paths[2]));
+  auto list = coord_->ListCheckpoints(id);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[1].step(), 30);
+  EXPECT_EQ(Checkpoint(id, 1, 40, "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorTest, OnDemandAndTimedCheckpointsAreAheadOfProgress) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  v1::JobSpec spec = Spec(2, 1);
+  spec.mutable_checkpoint()->set_every_n_minutes(1);
+  const std::string id = Submit(spec);
+  EXPECT_EQ(coord_->RequestCheckpoint("job-x").status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(Step(id, 1, 0, 5).ok());
+  ASSERT_TRUE(Step(id, 1, 1, 4).ok());
+  auto at = coord_->RequestCheckpoint(id);
+  ASSERT_TRUE(at.ok());
+  EXPECT_EQ(*at, 7);
+  auto resp = Step(id, 1, 1, 5);
+  ASSERT_TRUE(resp.ok());
+  EXPECT_EQ(resp->checkpoint_at_step(), 7);
+  ASSERT_TRUE(Checkpoint(id, 1, 7, dir_ + "/c7").ok());
+  resp = Step(id, 1, 0, 8);
+  EXPECT_EQ(resp->checkpoint_at_step(), 0);
+  // every_n_minutes: a minute after the last checkpoint, Tick asks for one
+  // (ahead of every rank's progress).
+  int64_t step = 8;
+  int64_t asked_at = 0;
+  absl::Duration elapsed;
+  while (asked_at == 0 && elapsed < absl::Seconds(90)) {
+    clock_.Advance(absl::Seconds(5));
+    elapsed += absl::Seconds(5);
+    Heartbeat("w0");
+    Heartbeat("w1");
+    ++step;
+    ASSERT_TRUE(Step(id, 1, 1, step).ok());
+    coord_->Tick();
+    auto r = Step(id, 1, 0, step);
+    ASSERT_TRUE(r.ok()) << r.status();
+    asked_at = r->checkpoint_at_step();
+  }
+  EXPECT_EQ(elapsed, absl::Seconds(60));
+  EXPECT_EQ(asked_at, step + 2);  // max reported step (rank 1) + 2
+  // A job that is not running refuses.
+  const std::string pending = Submit(Spec(5, 1));
+  EXPECT_EQ(coord_->RequestCheckpoint(pending).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorTest, HeartbeatTimeoutRestartsFromNewestCheckpointThenFails) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_max_restarts(1);
+  spec.set_heartbeat_timeout_s(5);
+  const std::string id = Submit(spec);
+  ASSERT_EQ(Starts("w0").size(), 1u);  // w0 comes first by name
+  ASSERT_TRUE(Checkpoint(id, 1, 10, dir_ + "/c10").ok());
+  ASSERT_TRUE(Checkpoint(id, 1, 20, dir_ + "/c20").ok());
+  // w0 goes silent; w1 keeps heartbeating.
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("w1");
+    coord_->Tick();
+    EXPECT_EQ(Job(id).generation(), 1) << i;
+  }
+  clock_.Advance(absl::Seconds(1));
+  Heartbeat("w1");
+  coord_->Tick();
+  v1::JobStatus st = Job(id);
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  EXPECT_EQ(st.generation(), 2);
+  EXPECT_EQ(st.restarts(), 1);
+  EXPECT_NE(st.reason().find("worker w0 missed heartbeats"), std::string::npos)
+      << st.reason();
+  auto starts = Starts("w1");  // placed on the healthy worker
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].resume_from(), dir_ + "/c20");
+  EXPECT_EQ(starts[0].env().at("FRAMEWORM_RESUME_FROM"), dir_ + "/c20");
+  auto kills = Take("w0");
+  ASSERT_FALSE(kills.empty());
+  EXPECT_TRUE(kills.back().has_kill());
+  // Now w1 goes silent too: no restarts left -> FAILED.
+  clock_.Advance(absl::Seconds(6));
+  coord_->Tick();
+  st = Job(id);
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_NE(st.reason().find("worker w1 missed heartbeats"), std::string::npos);
+  EXPECT_NE(st.reason().find("no restarts left"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, HungRankAbortsGeneration) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_heartbeat_timeout_s(4);
+  spec.set_max_restarts(1);
+  const std::string id = Submit(spec);
+  ASSERT_TRUE(Step(id, 1, 0, 1).ok());
+  ASSERT_TRUE(Step(id, 1, 1, 1).ok());
+  // Rank 1 stops (SIGSTOP); rank 0 keeps reporting, workers keep beating.
+  for (int i = 2; i <= 4; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("w0");
+    Heartbeat("w1");
+    ASSERT_TRUE(Step(id, 1, 0, i).ok());
+    coord_->Tick();
+    EXPECT_EQ(Job(id).generation(), 1);
+  }
+  clock_.Advance(absl::Seconds(1.5));
+  Heartbeat("w0");
+  Heartbeat("w1");
+  coord_->Tick();
+  v1::JobStatus st = Job(id);
+  EXPECT_EQ(st.generation(), 2);
+  EXPECT_NE(st.reason().find("rank 1 hung"), std::string::npos) << st.reason();
+  // In generation 2, no rank progresses at all after the first report.
+  ASSERT_TRUE(Step(id, 2, 0, 1).ok());
+  clock_.Advance(absl::Seconds(3));
+  Heartbeat("w0");
+  Heartbeat("w1");
+  coord_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  clock_.Advance(absl::Seconds(2));
+  Heartbeat("w0");
+  Heartbeat("w1");
+  coord_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::FAILED);
+  EXPECT_NE(Job(id).reason().find("hung"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, CancelKillsEverything) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  const std::string id = Submit(Spec(2, 1));
+  Take("w0");
+  Take("w1");
+  auto st = coord_->CancelJob(id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state(), v1::CANCELLED);
+  for (const char* w : {"w0", "w1"}) {
+    auto cmds = Take(w);
+    ASSERT_EQ(cmds.size(), 1u);
+    ASSERT_TRUE(cmds[0].has_kill());
+    EXPECT_EQ(cmds[0].kill().ref().job_id(), id);
+    EXPECT_EQ(cmds[0].kill().rank(), -1);
+  }
+  EXPECT_EQ(coord_->CancelJob(id).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coord_->CancelJob("job-none").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Step(id, 1, 0, 1).status().code(), absl::StatusCode::kAborted);
+  // A pending job cancels without any kill.
+  const std::string p = Submit(Spec(9, 1));
+  EXPECT_EQ(coord_->CancelJob(p)->state(), v1::CANCELLED);
+}
+
+TEST_F(CoordinatorTest, WorkerReRegisteringWithoutItsTaskFailsGeneration) {
+  AddWorker("w0", 1);
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_max_restarts(1);
+  const std::string id = Submit(spec);
+  const std::string old_session = sessions_["w0"];
+  AddWorker("w0", 1);  // the worker restarted and lost its trainer
+  v1::JobStatus st = Job(id);
+  EXPECT_EQ(st.generation(), 2);
+  EXPECT_NE(st.reason().find("lost"), std::string::npos) << st.reason();
+  EXPECT_EQ(coord_->AttachSession(old_session).code(),
+            absl::StatusCode::kNotFound);
+  v1::RegisterWorkerRequest bad;
+  bad.set_name("w9");
+  bad.set_address("h");
+  bad.set_slots(0);
+  EXPECT_EQ(coord_->RegisterWorker(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorTest, StateSurvivesRestartAndWorkersReconcile) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_heartbeat_timeout_s(5);
+  const std::string id = Submit(spec);
+  const std::string other = Submit(Spec(1, 1));  // pending: no free slot
+  ASSERT_TRUE(Step(id, 1, 0, 1).ok());
+  ASSERT_TRUE(Step(id, 1, 1, 1).ok());
+  ASSERT_TRUE(Step(id, 1, 0, 2).ok());
+  ASSERT_TRUE(Checkpoint(id, 1, 2, dir_ + "/c2").ok());
+  TaskState("w1", id, 1, 1, v1::TASK_RUNNING);
+
+  coord_.reset();  // the coordinator dies
+  clock_.Advance(absl::Seconds(1));
+  Open();
+  v1::JobStatus st = Job(id);
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  EXPECT_EQ(st.generation(), 1);
+  EXPECT_EQ(st.step(), 2);
+  EXPECT_EQ(Job(other).state(), v1::PENDING);
+  auto metrics = coord_->GetMetrics(id, 0);
+  ASSERT_TRUE(metrics.ok());
+  ASSERT_EQ(metrics->size(), 2u);
+  EXPECT_EQ((*metrics)[0].ranks_reported(), 2);
+  EXPECT_EQ((*metrics)[1].ranks_reported(), 1);
+  ASSERT_EQ(coord_->ListCheckpoints(id)->size(), 1u);
+
+  // Both workers come back with the tasks they still run.
+  auto running = [&](int rank, int64_t gen) {
+    v1::TaskStatus t;
+    t.mutable_ref()->set_job_id(id);
+    t.mutable_ref()->set_generation(gen);
+    t.set_rank(rank);
+    t.set_state(v1::TASK_RUNNING);
+    return t;
+  };
+  AddWorker("w0", 1, {running(0, 1)});
+  // w1 also reports a stale task of an older generation: killed.
+  AddWorker("w1", 1, {running(1, 1), running(0, 0)});
+  auto cmds = Take("w1");
+  ASSERT_EQ(cmds.size(), 1u);
+  EXPECT_TRUE(cmds[0].has_kill());
+  EXPECT_EQ(cmds[0].kill().ref().generation(), 0);
+  EXPECT_TRUE(Take("w0").empty());  // nothing restarted
+  ASSERT_TRUE(Step(id, 1, 1, 2).ok());  // the late rank's report merges
+  EXPECT_EQ(coord_->GetMetrics(id, 1)->at(0).ranks_reported(), 2);
+  for (int i = 0; i < 8; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("w0");
+    Heartbeat("w1");
+    ASSERT_TRUE(Step(id, 1, 0, 3 + i).ok());
+    ASSERT_TRUE(Step(id, 1, 1, 3 + i).ok());
+    coord_->Tick();
+  }
+  st = Job(id);
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  EXPECT_EQ(st.generation(), 1);
+  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 0);
+  TaskState("w1", id, 1, 1, v1::TASK_EXITED, 0);
+  EXPECT_EQ(Job(id).state(), v1::SUCCEEDED);
+  EXPECT_EQ(Job(other).state(), v1::RUNNING);
+}
+
+TEST_F(CoordinatorTest, WorkersNotReturningAfterRestartFailTheGeneration) {
+  AddWorker("w0", 1);
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_heartbeat_timeout_s(3);
+  const std::string id = Submit(spec);
+  coord_.reset();
+  Open();
+  // Timeout (3 s) plus reconnect grace (2 s).
+  clock_.Advance(absl::Seconds(4.5));
+  coord_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  clock_.Advance(absl::Seconds(1));
+  coord_->Tick();
+  v1::JobStatus st = Job(id);
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_NE(st.reason().find("worker w0 missed heartbeats"), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, LogChunksAppendToRankFiles) {
+  const std::string session = AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  for (const char* part : {"hello ", "world\n"}) {
+    v1::WorkerMessage m;
+    m.set_session_id(session);
+    m.mutable_log()->mutable_ref()->set_job_id(id);
+    m.mutable_log()->set_rank(0);
+    m.mutable_log()->set_data(part);
+    ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
+  }
+  std::ifstream in(coord_->LogPath(id, 0));
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(text, "hello world\n");
+  v1::WorkerMessage bad;
+  bad.set_session_id(session);
+  bad.mutable_log()->mutable_ref()->set_job_id("../etc");
+  EXPECT_EQ(coord_->HandleWorkerMessage(bad).code(),
+            absl::StatusCode::kInvalidArgument);
+  bad.set_session_id("nope");
+  EXPECT_EQ(coord_->HandleWorkerMessage(bad).code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator

@@ -1,0 +1,90 @@
+#include "coordinator/metrics.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace frameworm::coordinator {
+
+const v1::AggregatedStep* MetricAggregator::Add(int64_t generation,
+                                                int world_size,
+                                                const v1::StepMetrics& m,
+                                                int64_t unix_ms) {
+  v1::AggregatedStep& s = steps_[m.step()];
+  double& weight = weights_[m.step()];
+  if (s.generation() != generation) {  // new step, or re-run by a newer gen
+    s.Clear();
+    weight = 0;
+    s.set_step(m.step());
+    s.set_generation(generation);
+  }
+  while (s.rank_step_seconds_size() < world_size) s.add_rank_step_seconds(0);
+  const int r = m.rank();
+  if (s.rank_step_seconds(r) > 0) {
+    return nullptr;  // duplicate report of this rank for this step
+  }
+  // Weight: samples when given, else 1 per rank.
+  const double w = m.samples() > 0 ? static_cast<double>(m.samples()) : 1.0;
+  for (const auto& [key, value] : m.values()) {
+    auto& mean = (*s.mutable_mean())[key];
+    mean = (mean * weight + value * w) / (weight + w);
+  }
+  weight += w;
+  s.set_epoch(std::max(s.epoch(), m.epoch()));
+  s.set_ranks_reported(s.ranks_reported() + 1);
+  s.set_samples(s.samples() + m.samples());
+  // A rank that reports a zero step time still counts as reported.
+  s.set_rank_step_seconds(r, m.step_seconds() > 0 ? m.step_seconds() : 1e-9);
+  s.set_unix_ms(unix_ms);
+
+  if (static_cast<int>(windows_.size()) < world_size) windows_.resize(world_size);
+  auto& win = windows_[r];
+  win.push_back(m.step_seconds());
+  while (static_cast<int>(win.size()) > options_.window) win.pop_front();
+  s.clear_stragglers();
+  for (int straggler : Stragglers()) s.add_stragglers(straggler);
+  return &s;
+}
+
+std::vector<int> MetricAggregator::Stragglers() const {
+  std::vector<double> means(windows_.size(), -1);
+  for (size_t r = 0; r < windows_.size(); ++r) {
+    const auto& w = windows_[r];
+    if (static_cast<int>(w.size()) < options_.window || w.empty()) continue;
+    means[r] = std::accumulate(w.begin(), w.end(), 0.0) / w.size();
+  }
+  std::vector<int> out;
+  for (size_t r = 0; r < means.size(); ++r) {
+    if (means[r] < 0) continue;
+    std::vector<double> others;
+    for (size_t o = 0; o < means.size(); ++o)
+      if (o != r && means[o] >= 0) others.push_back(means[o]);
+    if (others.empty()) continue;
+    std::sort(others.begin(), others.end());
+    const size_t n = others.size();
+    const double median = n % 2 ? others[n / 2]
+                                : (others[n / 2 - 1] + others[n / 2]) / 2;
+    if (median > 0 && means[r] > options_.straggler_factor * median)
+      out.push_back(static_cast<int>(r));
+  }
+  return out;
+}
+
+void MetricAggregator::Restore(const v1::AggregatedStep& s) {
+  steps_[s.step()] = s;
+  weights_[s.step()] = s.samples() > 0 ? static_cast<double>(s.samples())
+                                       : static_cast<double>(s.ranks_reported());
+}
+
+std::vector<v1::AggregatedStep> MetricAggregator::Since(
+    int64_t since_step) const {
+  std::vector<v1::AggregatedStep> out;
+  for (auto it = steps_.upper_bound(since_step); it != steps_.end(); ++it)
+    out.push_back(it->second);
+  return out;
+}
+
+const v1::AggregatedStep* MetricAggregator::Last() const {
+  return steps_.empty() ? nullptr : &steps_.rbegin()->second;
+}
+
+}  // namespace frameworm::coordinator

@@ -1,0 +1,56 @@
+// Cross-rank metric aggregation for one job: per step, the sample-weighted
+// mean of every value across ranks, each rank's step time, and straggler
+// flags (a rank whose mean step time over the last `window` steps exceeds
+// the median of the other ranks' means by `straggler_factor`).
+//
+// A step re-run by a newer generation (after a restart from a checkpoint)
+// replaces the older generation's aggregate of that step. A rank reporting
+// the same step twice in one generation (a retried RPC) counts once.
+//
+// Thread safety: not thread-safe; owned by the Coordinator under its mutex.
+#ifndef FRAMEWORM_COORDINATOR_METRICS_H_
+#define FRAMEWORM_COORDINATOR_METRICS_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <vector>
+
+#include "frameworm/v1/common.pb.h"
+
+namespace frameworm::coordinator {
+
+class MetricAggregator {
+ public:
+  struct Options {
+    double straggler_factor = 1.5;
+    int window = 5;
+  };
+  explicit MetricAggregator(const Options& options) : options_(options) {}
+
+  // Adds one rank's report (rank < world_size) made in `generation`.
+  // Returns the step's updated aggregate, or nullptr for a duplicate.
+  const v1::AggregatedStep* Add(int64_t generation, int world_size,
+                                const v1::StepMetrics& m, int64_t unix_ms);
+  // Restores a stored aggregate (after a coordinator restart).
+  void Restore(const v1::AggregatedStep& s);
+  // Forgets the per-rank step-time windows (a new generation starts).
+  void ResetWindows() { windows_.clear(); }
+
+  // Steps with step > since_step, in order.
+  std::vector<v1::AggregatedStep> Since(int64_t since_step) const;
+  // The newest step, or nullptr when none.
+  const v1::AggregatedStep* Last() const;
+
+ private:
+  std::vector<int> Stragglers() const;
+
+  Options options_;
+  std::map<int64_t, v1::AggregatedStep> steps_;
+  std::map<int64_t, double> weights_;  // sum of weights per step
+  std::vector<std::deque<double>> windows_;  // per rank, newest last
+};
+
+}  // namespace frameworm::coordinator
+
+#endif  // FRAMEWORM_COORDINATOR_METRICS_H_

@@ -1,0 +1,79 @@
+#include "coordinator/metrics.h"
+
+#include "gtest/gtest.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+v1::StepMetrics Report(int rank, int64_t step, int64_t samples, double secs,
+                       double loss) {
+  v1::StepMetrics m;
+  m.set_rank(rank);
+  m.set_step(step);
+  m.set_samples(samples);
+  m.set_step_seconds(secs);
+  (*m.mutable_values())["loss"] = loss;
+  return m;
+}
+
+TEST(MetricAggregatorTest, SampleWeightedMeanAndPerRankTimes) {
+  MetricAggregator agg({1.5, 3});
+  ASSERT_NE(agg.Add(1, 2, Report(0, 1, 30, 0.1, 1.0), 5), nullptr);
+  const v1::AggregatedStep* s = agg.Add(1, 2, Report(1, 1, 10, 0.2, 3.0), 6);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->ranks_reported(), 2);
+  EXPECT_EQ(s->samples(), 40);
+  EXPECT_DOUBLE_EQ(s->mean().at("loss"), (30 * 1.0 + 10 * 3.0) / 40);
+  ASSERT_EQ(s->rank_step_seconds_size(), 2);
+  EXPECT_DOUBLE_EQ(s->rank_step_seconds(1), 0.2);
+  EXPECT_EQ(s->generation(), 1);
+  // A retried report of the same rank and step counts once.
+  EXPECT_EQ(agg.Add(1, 2, Report(1, 1, 10, 0.2, 3.0), 7), nullptr);
+  EXPECT_EQ(agg.Last()->samples(), 40);
+}
+
+TEST(MetricAggregatorTest, NewerGenerationReplacesStep) {
+  MetricAggregator agg({1.5, 3});
+  agg.Add(1, 1, Report(0, 5, 10, 0.1, 9.0), 1);
+  const v1::AggregatedStep* s = agg.Add(2, 1, Report(0, 5, 10, 0.1, 2.0), 2);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->generation(), 2);
+  EXPECT_EQ(s->ranks_reported(), 1);
+  EXPECT_DOUBLE_EQ(s->mean().at("loss"), 2.0);
+}
+
+TEST(MetricAggregatorTest, FlagsSlowRankOnlyAfterAFullWindow) {
+  MetricAggregator agg({1.5, 3});
+  const v1::AggregatedStep* s = nullptr;
+  for (int step = 1; step <= 3; ++step) {
+    for (int r = 0; r < 3; ++r) {
+      s = agg.Add(1, 3, Report(r, step, 8, r == 2 ? 0.4 : 0.1, 1), step);
+    }
+    if (step < 3) EXPECT_EQ(s->stragglers_size(), 0) << "step " << step;
+  }
+  ASSERT_EQ(s->stragglers_size(), 1);
+  EXPECT_EQ(s->stragglers(0), 2);
+  // Within the margin (1.4x < 1.5x): not flagged.
+  MetricAggregator ok({1.5, 2});
+  for (int step = 1; step <= 4; ++step)
+    for (int r = 0; r < 2; ++r)
+      s = ok.Add(1, 2, Report(r, step, 8, r == 1 ? 0.14 : 0.1, 1), step);
+  EXPECT_EQ(s->stragglers_size(), 0);
+}
+
+TEST(MetricAggregatorTest, SinceAndRestore) {
+  MetricAggregator agg({1.5, 3});
+  for (int step = 1; step <= 4; ++step) agg.Add(1, 1, Report(0, step, 4, 0.1, step), step);
+  auto since = agg.Since(2);
+  ASSERT_EQ(since.size(), 2u);
+  EXPECT_EQ(since[0].step(), 3);
+  MetricAggregator restored({1.5, 3});
+  for (const auto& s : agg.Since(0)) restored.Restore(s);
+  // A late rank's report for a restored step keeps the weighting.
+  const v1::AggregatedStep* s = restored.Add(1, 2, Report(1, 4, 4, 0.1, 0.0), 9);
+  ASSERT_NE(s, nullptr);
+  EXPECT_DOUBLE_EQ(s->mean().at("loss"), 2.0);
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator

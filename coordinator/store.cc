@@ -1,0 +1,342 @@
+#include "coordinator/store.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+// A prepared statement with positional binding; finalized on destruction.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db), sql_(sql) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Stmt& Bind(int64_t v) {
+    if (ok()) rc_ = sqlite3_bind_int64(stmt_, ++idx_, v);
+    return *this;
+  }
+  Stmt& Bind(const std::string& v) {
+    if (ok())
+      rc_ = sqlite3_bind_blob(stmt_, ++idx_, v.data(),
+                              static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  // Runs a statement without results.
+  absl::Status Run() {
+    if (!ok()) return Error();
+    rc_ = sqlite3_step(stmt_);
+    if (rc_ != SQLITE_DONE) return Error();
+    return absl::OkStatus();
+  }
+  // Steps to the next row: true with a row, false at the end (check status()).
+  bool Next() {
+    if (!ok()) return false;
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc != SQLITE_DONE) rc_ = rc;
+    return false;
+  }
+  absl::Status status() { return ok() ? absl::OkStatus() : Error(); }
+  int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
+  std::string Str(int col) {
+    const void* p = sqlite3_column_blob(stmt_, col);
+    int n = sqlite3_column_bytes(stmt_, col);
+    return p ? std::string(static_cast<const char*>(p), n) : std::string();
+  }
+
+ private:
+  bool ok() const {
+    return rc_ == SQLITE_OK || rc_ == SQLITE_DONE || rc_ == SQLITE_ROW;
+  }
+  absl::Status Error() {
+    return absl::InternalError(
+        absl::StrCat("sqlite: ", sqlite3_errmsg(db_), " in: ", sql_));
+  }
+  sqlite3* db_;
+  const char* sql_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_ = SQLITE_OK;
+  int idx_ = 0;
+};
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs(
+  job_id TEXT PRIMARY KEY, seq INTEGER, spec BLOB, state INTEGER,
+  generation INTEGER, restarts INTEGER, reason TEXT, submitted_ms INTEGER,
+  started_ms INTEGER, finished_ms INTEGER);
+CREATE TABLE IF NOT EXISTS generations(
+  job_id TEXT, generation INTEGER, started_ms INTEGER, ended_ms INTEGER,
+  end_reason TEXT, master_addr TEXT, master_port INTEGER, resume_from TEXT,
+  PRIMARY KEY(job_id, generation));
+CREATE TABLE IF NOT EXISTS assignments(
+  job_id TEXT, generation INTEGER, rank INTEGER, worker TEXT,
+  node_rank INTEGER, local_rank INTEGER, task BLOB, state INTEGER,
+  PRIMARY KEY(job_id, generation, rank));
+CREATE TABLE IF NOT EXISTS checkpoints(
+  job_id TEXT, generation INTEGER, step INTEGER, path TEXT, bytes INTEGER,
+  checksum TEXT, created_ms INTEGER, PRIMARY KEY(job_id, path));
+CREATE TABLE IF NOT EXISTS metrics(
+  job_id TEXT, step INTEGER, aggregate BLOB, PRIMARY KEY(job_id, step));
+)sql";
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
+  if (dir.empty()) return absl::InvalidArgumentError("state dir is empty");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return absl::UnavailableError(
+        absl::StrCat("cannot create state dir '", dir, "': ", ec.message()));
+  std::string path = (std::filesystem::path(dir) / "coordinator.db").string();
+  sqlite3* db = nullptr;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::UnavailableError(
+        absl::StrCat("cannot open '", path, "': ", msg));
+  }
+  sqlite3_busy_timeout(db, 2000);
+  std::unique_ptr<Store> store(new Store(db));
+  absl::MutexLock l(&store->mu_);
+  // WAL with synchronous=NORMAL: a commit survives a crash of this process
+  // (the WAL is in the OS cache); only power loss can drop the newest ones.
+  for (const char* sql :
+       {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;", kSchema}) {
+    absl::Status s = store->ExecLocked(sql);
+    if (!s.ok()) return s;
+  }
+  return store;
+}
+
+Store::~Store() {
+  absl::MutexLock l(&mu_);
+  sqlite3_close(db_);
+}
+
+absl::Status Store::ExecLocked(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::InternalError(absl::StrCat("sqlite: ", msg, " in: ", sql));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::PutJobLocked(const JobRow& j) {
+  return Stmt(db_,
+              "INSERT OR REPLACE INTO jobs VALUES(?,?,?,?,?,?,?,?,?,?)")
+      .Bind(j.job_id).Bind(j.seq).Bind(j.spec).Bind(int64_t{j.state})
+      .Bind(j.generation).Bind(int64_t{j.restarts}).Bind(j.reason)
+      .Bind(j.submitted_ms).Bind(j.started_ms).Bind(j.finished_ms)
+      .Run();
+}
+
+absl::Status Store::PutJob(const JobRow& job) {
+  absl::MutexLock l(&mu_);
+  return PutJobLocked(job);
+}
+
+absl::Status Store::StartGeneration(
+    const JobRow& job, const GenerationRow& g,
+    const std::vector<AssignmentRow>& assignments) {
+  absl::MutexLock l(&mu_);
+  absl::Status s = ExecLocked("BEGIN");
+  if (!s.ok()) return s;
+  s = PutJobLocked(job);
+  if (s.ok())
+    s = Stmt(db_,
+             "INSERT OR REPLACE INTO generations VALUES(?,?,?,?,?,?,?,?)")
+            .Bind(g.job_id).Bind(g.generation).Bind(g.started_ms)
+            .Bind(g.ended_ms).Bind(g.end_reason).Bind(g.master_addr)
+            .Bind(int64_t{g.master_port}).Bind(g.resume_from)
+            .Run();
+  for (const AssignmentRow& a : assignments) {
+    if (!s.ok()) break;
+    s = Stmt(db_,
+             "INSERT OR REPLACE INTO assignments VALUES(?,?,?,?,?,?,?,?)")
+            .Bind(a.job_id).Bind(a.generation).Bind(int64_t{a.rank})
+            .Bind(a.worker).Bind(int64_t{a.node_rank})
+            .Bind(int64_t{a.local_rank}).Bind(a.task).Bind(int64_t{a.state})
+            .Run();
+  }
+  if (!s.ok()) {
+    ExecLocked("ROLLBACK").IgnoreError();
+    return s;
+  }
+  return ExecLocked("COMMIT");
+}
+
+absl::Status Store::EndGeneration(const JobRow& job, int64_t generation,
+                                  int64_t ended_ms, const std::string& reason) {
+  absl::MutexLock l(&mu_);
+  absl::Status s = ExecLocked("BEGIN");
+  if (!s.ok()) return s;
+  s = PutJobLocked(job);
+  if (s.ok())
+    s = Stmt(db_,
+             "UPDATE generations SET ended_ms=?, end_reason=? "
+             "WHERE job_id=? AND generation=?")
+            .Bind(ended_ms).Bind(reason).Bind(job.job_id).Bind(generation)
+            .Run();
+  if (!s.ok()) {
+    ExecLocked("ROLLBACK").IgnoreError();
+    return s;
+  }
+  return ExecLocked("COMMIT");
+}
+
+absl::Status Store::SetAssignmentState(const std::string& job_id,
+                                       int64_t generation, int rank,
+                                       int state) {
+  absl::MutexLock l(&mu_);
+  return Stmt(db_,
+              "UPDATE assignments SET state=? "
+              "WHERE job_id=? AND generation=? AND rank=?")
+      .Bind(int64_t{state}).Bind(job_id).Bind(generation).Bind(int64_t{rank})
+      .Run();
+}
+
+absl::Status Store::AddCheckpoint(const CheckpointRow& c) {
+  absl::MutexLock l(&mu_);
+  return Stmt(db_,
+              "INSERT OR REPLACE INTO checkpoints VALUES(?,?,?,?,?,?,?)")
+      .Bind(c.job_id).Bind(c.generation).Bind(c.step).Bind(c.path)
+      .Bind(c.bytes).Bind(c.checksum).Bind(c.created_ms)
+      .Run();
+}
+
+absl::Status Store::DeleteCheckpoint(const std::string& job_id,
+                                     const std::string& path) {
+  absl::MutexLock l(&mu_);
+  return Stmt(db_, "DELETE FROM checkpoints WHERE job_id=? AND path=?")
+      .Bind(job_id).Bind(path).Run();
+}
+
+absl::Status Store::PutMetric(const MetricRow& m) {
+  absl::MutexLock l(&mu_);
+  return Stmt(db_, "INSERT OR REPLACE INTO metrics VALUES(?,?,?)")
+      .Bind(m.job_id).Bind(m.step).Bind(m.aggregate).Run();
+}
+
+absl::StatusOr<std::vector<JobRow>> Store::LoadJobs() {
+  absl::MutexLock l(&mu_);
+  Stmt st(db_,
+          "SELECT job_id, seq, spec, state, generation, restarts, reason, "
+          "submitted_ms, started_ms, finished_ms FROM jobs ORDER BY seq");
+  std::vector<JobRow> out;
+  while (st.Next()) {
+    JobRow j;
+    j.job_id = st.Str(0);
+    j.seq = st.Int(1);
+    j.spec = st.Str(2);
+    j.state = static_cast<int>(st.Int(3));
+    j.generation = st.Int(4);
+    j.restarts = static_cast<int>(st.Int(5));
+    j.reason = st.Str(6);
+    j.submitted_ms = st.Int(7);
+    j.started_ms = st.Int(8);
+    j.finished_ms = st.Int(9);
+    out.push_back(std::move(j));
+  }
+  if (absl::Status s = st.status(); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<GenerationRow> Store::LoadGeneration(const std::string& job_id,
+                                                    int64_t generation) {
+  absl::MutexLock l(&mu_);
+  Stmt st(db_,
+          "SELECT started_ms, ended_ms, end_reason, master_addr, master_port, "
+          "resume_from FROM generations WHERE job_id=? AND generation=?");
+  st.Bind(job_id).Bind(generation);
+  if (!st.Next()) {
+    if (absl::Status s = st.status(); !s.ok()) return s;
+    return absl::NotFoundError(
+        absl::StrCat("no generation ", generation, " of job ", job_id));
+  }
+  GenerationRow g;
+  g.job_id = job_id;
+  g.generation = generation;
+  g.started_ms = st.Int(0);
+  g.ended_ms = st.Int(1);
+  g.end_reason = st.Str(2);
+  g.master_addr = st.Str(3);
+  g.master_port = static_cast<int>(st.Int(4));
+  g.resume_from = st.Str(5);
+  return g;
+}
+
+absl::StatusOr<std::vector<AssignmentRow>> Store::LoadAssignments(
+    const std::string& job_id, int64_t generation) {
+  absl::MutexLock l(&mu_);
+  Stmt st(db_,
+          "SELECT rank, worker, node_rank, local_rank, task, state FROM "
+          "assignments WHERE job_id=? AND generation=? ORDER BY rank");
+  st.Bind(job_id).Bind(generation);
+  std::vector<AssignmentRow> out;
+  while (st.Next()) {
+    AssignmentRow a;
+    a.job_id = job_id;
+    a.generation = generation;
+    a.rank = static_cast<int>(st.Int(0));
+    a.worker = st.Str(1);
+    a.node_rank = static_cast<int>(st.Int(2));
+    a.local_rank = static_cast<int>(st.Int(3));
+    a.task = st.Str(4);
+    a.state = static_cast<int>(st.Int(5));
+    out.push_back(std::move(a));
+  }
+  if (absl::Status s = st.status(); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<CheckpointRow>> Store::LoadCheckpoints(
+    const std::string& job_id) {
+  absl::MutexLock l(&mu_);
+  Stmt st(db_,
+          "SELECT generation, step, path, bytes, checksum, created_ms FROM "
+          "checkpoints WHERE job_id=? ORDER BY step, created_ms");
+  st.Bind(job_id);
+  std::vector<CheckpointRow> out;
+  while (st.Next()) {
+    CheckpointRow c;
+    c.job_id = job_id;
+    c.generation = st.Int(0);
+    c.step = st.Int(1);
+    c.path = st.Str(2);
+    c.bytes = st.Int(3);
+    c.checksum = st.Str(4);
+    c.created_ms = st.Int(5);
+    out.push_back(std::move(c));
+  }
+  if (absl::Status s = st.status(); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<MetricRow>> Store::LoadMetrics(
+    const std::string& job_id) {
+  absl::MutexLock l(&mu_);
+  Stmt st(db_,
+          "SELECT step, aggregate FROM metrics WHERE job_id=? ORDER BY step");
+  st.Bind(job_id);
+  std::vector<MetricRow> out;
+  while (st.Next()) {
+    MetricRow m;
+    m.job_id = job_id;
+    m.step = st.Int(0);
+    m.aggregate = st.Str(1);
+    out.push_back(std::move(m));
+  }
+  if (absl::Status s = st.status(); !s.ok()) return s;
+  return out;
+}
+
+}  // namespace frameworm::coordinator

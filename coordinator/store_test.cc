@@ -1,0 +1,102 @@
+#include "coordinator/store.h"
+
+#include <filesystem>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+std::string TempDir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("fw-store-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+TEST(StoreTest, WriteReopenReadBack) {
+  const std::string dir = TempDir("reopen");
+  {
+    auto store = Store::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobRow job{"job-1", 1, std::string("spec\0bytes", 10), 2, 3, 1, "why",
+               100, 200, 0};
+    GenerationRow gen{"job-1", 3, 200, 0, "", "10.0.0.1", 29501, "/c/7"};
+    AssignmentRow a0{"job-1", 3, 0, "w0", 0, 0, "task0", 0};
+    AssignmentRow a1{"job-1", 3, 1, "w1", 1, 0, "task1", 0};
+    ASSERT_TRUE((*store)->StartGeneration(job, gen, {a0, a1}).ok());
+    ASSERT_TRUE((*store)->SetAssignmentState("job-1", 3, 1, 1).ok());
+    ASSERT_TRUE((*store)->AddCheckpoint({"job-1", 3, 7, "/c/7", 10, "ab", 5}).ok());
+    ASSERT_TRUE((*store)->AddCheckpoint({"job-1", 3, 9, "/c/9", 11, "cd", 6}).ok());
+    ASSERT_TRUE((*store)->DeleteCheckpoint("job-1", "/c/7").ok());
+    ASSERT_TRUE((*store)->PutMetric({"job-1", 4, "agg4"}).ok());
+    ASSERT_TRUE((*store)->PutMetric({"job-1", 4, "agg4b"}).ok());
+    ASSERT_TRUE((*store)->PutMetric({"job-1", 2, "agg2"}).ok());
+    ASSERT_TRUE((*store)->PutJob({"job-2", 2, "s2", 1, 0, 0, "", 300, 0, 0}).ok());
+  }
+  auto store = Store::Open(dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].job_id, "job-1");
+  EXPECT_EQ((*jobs)[0].spec, std::string("spec\0bytes", 10));
+  EXPECT_EQ((*jobs)[0].generation, 3);
+  EXPECT_EQ((*jobs)[0].reason, "why");
+  EXPECT_EQ((*jobs)[1].job_id, "job-2");
+  auto gen = (*store)->LoadGeneration("job-1", 3);
+  ASSERT_TRUE(gen.ok());
+  EXPECT_EQ(gen->master_port, 29501);
+  EXPECT_EQ(gen->resume_from, "/c/7");
+  auto as = (*store)->LoadAssignments("job-1", 3);
+  ASSERT_TRUE(as.ok());
+  ASSERT_EQ(as->size(), 2u);
+  EXPECT_EQ((*as)[1].worker, "w1");
+  EXPECT_EQ((*as)[1].state, 1);
+  EXPECT_EQ((*as)[0].task, "task0");
+  auto ck = (*store)->LoadCheckpoints("job-1");
+  ASSERT_TRUE(ck.ok());
+  ASSERT_EQ(ck->size(), 1u);
+  EXPECT_EQ((*ck)[0].step, 9);
+  EXPECT_EQ((*ck)[0].checksum, "cd");
+  auto m = (*store)->LoadMetrics("job-1");
+  ASSERT_TRUE(m.ok());
+  ASSERT_EQ(m->size(), 2u);
+  EXPECT_EQ((*m)[0].step, 2);
+  EXPECT_EQ((*m)[1].aggregate, "agg4b");
+  EXPECT_EQ((*store)->LoadGeneration("job-1", 99).status().code(),
+            absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StoreTest, EndGenerationUpdatesJobAndGeneration) {
+  const std::string dir = TempDir("end");
+  auto store = Store::Open(dir);
+  ASSERT_TRUE(store.ok());
+  JobRow job{"j", 1, "s", 2, 1, 0, "", 1, 2, 0};
+  ASSERT_TRUE((*store)->StartGeneration(job, {"j", 1, 2, 0, "", "h", 1, ""}, {}).ok());
+  job.state = 5;
+  job.finished_ms = 9;
+  ASSERT_TRUE((*store)->EndGeneration(job, 1, 9, "rank 0 exited").ok());
+  auto gen = (*store)->LoadGeneration("j", 1);
+  ASSERT_TRUE(gen.ok());
+  EXPECT_EQ(gen->ended_ms, 9);
+  EXPECT_EQ(gen->end_reason, "rank 0 exited");
+  EXPECT_EQ((*(*store)->LoadJobs())[0].state, 5);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StoreTest, OpenFailsOnUnusableDir) {
+  // A regular file where the directory should be.
+  const std::string file = TempDir("file");
+  { std::FILE* f = std::fopen(file.c_str(), "w"); std::fclose(f); }
+  auto store = Store::Open(file + "/sub");
+  EXPECT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find("sub"), std::string::npos);
+  std::filesystem::remove(file);
+  EXPECT_EQ(Store::Open("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator
