@@ -88,7 +88,13 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
       clock_(clock),
       store_(std::move(store)),
       boot_id_(absl::StrCat(absl::ToUnixMicros(absl::Now()) % 1000000007)),
-      next_port_(options.port_min) {}
+      next_port_(options.port_min),
+      advertise_(options.advertise) {}
+
+void Coordinator::SetAdvertise(const std::string& address) {
+  absl::MutexLock l(&mu_);
+  advertise_ = address;
+}
 
 void Coordinator::SetListener(Listener* listener) {
   absl::MutexLock l(&mu_);
@@ -364,7 +370,7 @@ v1::TaskSpec Coordinator::MakeTaskLocked(
   env["NODE_RANK"] = absl::StrCat(node_rank);
   env["MASTER_ADDR"] = master_addr;
   env["MASTER_PORT"] = absl::StrCat(master_port);
-  env["FRAMEWORM_COORDINATOR"] = options_.advertise;
+  env["FRAMEWORM_COORDINATOR"] = advertise_;
   env["FRAMEWORM_JOB_ID"] = job.id;
   env["FRAMEWORM_GENERATION"] = absl::StrCat(generation);
   env["FRAMEWORM_CHECKPOINT_DIR"] = ckpt_dir;

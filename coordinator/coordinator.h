@@ -91,6 +91,9 @@ class Coordinator {
 
   // Not owned; must outlive the Coordinator or be reset to nullptr first.
   void SetListener(Listener* listener);
+  // Replaces options.advertise (once the server's port is known); affects
+  // generations started afterwards.
+  void SetAdvertise(const std::string& address);
 
   // ---- Jobs (JobService) ----
   // INVALID_ARGUMENT (naming the field) for a bad spec; nothing is stored.
@@ -248,6 +251,7 @@ class Coordinator {
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
   int next_port_ ABSL_GUARDED_BY(mu_) = 0;
   Listener* listener_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::string advertise_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> notify_sessions_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> notify_jobs_ ABSL_GUARDED_BY(mu_);
 };

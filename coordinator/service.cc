@@ -1,0 +1,543 @@
+#include "coordinator/service.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "frameworm/v1/job_service.grpc.pb.h"
+#include "frameworm/v1/trainer_service.grpc.pb.h"
+#include "frameworm/v1/worker_service.grpc.pb.h"
+#include "rpc/status_util.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr size_t kLogChunkBytes = 64 << 10;
+
+bool IsFinalState(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+// Something a notification can wake: a reactor that writes.
+class Pokeable {
+ public:
+  virtual ~Pokeable() = default;
+  virtual void Poke() = 0;
+};
+
+}  // namespace
+
+// Shared state of the three services; reactors hold a pointer to it.
+struct CoordinatorService::Impl {
+  explicit Impl(Coordinator* c) : core(c) {}
+  Coordinator* const core;
+
+  absl::Mutex mu;
+  std::map<std::string, Pokeable*> sessions ABSL_GUARDED_BY(mu);
+  std::multimap<std::string, Pokeable*> job_watchers ABSL_GUARDED_BY(mu);
+
+  void AddSession(const std::string& id, Pokeable* p) {
+    absl::MutexLock l(&mu);
+    sessions[id] = p;
+  }
+  void RemoveSession(const std::string& id, Pokeable* p) {
+    absl::MutexLock l(&mu);
+    auto it = sessions.find(id);
+    if (it != sessions.end() && it->second == p) sessions.erase(it);
+  }
+  void AddWatcher(const std::string& job, Pokeable* p) {
+    absl::MutexLock l(&mu);
+    job_watchers.emplace(job, p);
+  }
+  void RemoveWatcher(const std::string& job, Pokeable* p) {
+    absl::MutexLock l(&mu);
+    auto [b, e] = job_watchers.equal_range(job);
+    for (auto it = b; it != e; ++it)
+      if (it->second == p) {
+        job_watchers.erase(it);
+        return;
+      }
+  }
+  // Pokes under `mu`, so a reactor cannot be deleted meanwhile (reactors
+  // unregister in OnDone before deleting themselves).
+  void PokeSession(const std::string& id) {
+    absl::MutexLock l(&mu);
+    auto it = sessions.find(id);
+    if (it != sessions.end()) it->second->Poke();
+  }
+  void PokeJob(const std::string& job) {
+    absl::MutexLock l(&mu);
+    auto [b, e] = job_watchers.equal_range(job);
+    for (auto it = b; it != e; ++it) it->second->Poke();
+  }
+};
+
+namespace {
+
+using Impl = CoordinatorService::Impl;
+
+// ------------------------------------------------------- worker session
+
+class SessionReactor final
+    : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
+      public Pokeable {
+ public:
+  explicit SessionReactor(Impl* impl) : impl_(impl) { StartRead(&in_); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the worker closed its side or the stream broke
+      RequestFinish(grpc::Status::OK);
+      return;
+    }
+    if (session_.empty()) {
+      absl::Status s = impl_->core->AttachSession(in_.session_id());
+      if (!s.ok()) {
+        RequestFinish(ToGrpcStatus(s));
+        return;
+      }
+      {
+        absl::MutexLock l(&mu_);
+        session_ = in_.session_id();
+      }
+      impl_->AddSession(session_, this);
+    } else if (in_.session_id() != session_) {
+      RequestFinish(grpc::Status(
+          grpc::FAILED_PRECONDITION,
+          absl::StrCat("message for session '", in_.session_id(),
+                       "' on the stream of session '", session_, "'")));
+      return;
+    }
+    absl::Status s = impl_->core->HandleWorkerMessage(in_);
+    if (absl::IsNotFound(s)) {  // the session was replaced by a new one
+      RequestFinish(ToGrpcStatus(s));
+      return;
+    }
+    if (!s.ok())
+      std::fprintf(stderr, "coordinator: worker message: %s\n",
+                   s.ToString().c_str());
+    if (in_.has_log()) impl_->PokeJob(in_.log().ref().job_id());
+    Poke();
+    StartRead(&in_);
+  }
+
+  void Poke() override {
+    absl::MutexLock l(&mu_);
+    PumpLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock l(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status::OK);
+      return;
+    }
+    if (pending_finish_) {
+      FinishLocked(*pending_finish_);
+      return;
+    }
+    PumpLocked();
+  }
+
+  void OnCancel() override { RequestFinish(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    std::string session;
+    {
+      absl::MutexLock l(&mu_);
+      session = session_;
+    }
+    if (!session.empty()) {
+      impl_->RemoveSession(session, this);
+      impl_->core->DetachSession(session);
+    }
+    delete this;
+  }
+
+ private:
+  void RequestFinish(grpc::Status s) {
+    absl::MutexLock l(&mu_);
+    if (writing_) {
+      if (!pending_finish_) pending_finish_ = std::move(s);
+      return;
+    }
+    FinishLocked(std::move(s));
+  }
+  void FinishLocked(grpc::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(s));
+  }
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_ || pending_finish_ || session_.empty()) return;
+    if (queue_.empty()) {
+      auto cmds = impl_->core->TakeCommands(session_);
+      if (!cmds.ok()) {
+        FinishLocked(ToGrpcStatus(cmds.status()));
+        return;
+      }
+      for (auto& c : *cmds) queue_.push_back(std::move(c));
+    }
+    if (queue_.empty()) return;
+    out_ = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    StartWrite(&out_);
+  }
+
+  Impl* const impl_;
+  v1::WorkerMessage in_;  // only touched by the read chain
+  absl::Mutex mu_;
+  std::string session_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::CoordinatorMessage> queue_ ABSL_GUARDED_BY(mu_);
+  v1::CoordinatorMessage out_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
+};
+
+// ------------------------------------------------------------- watch job
+
+class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus>,
+                           public Pokeable {
+ public:
+  WatchReactor(Impl* impl, std::string job) : impl_(impl), job_(std::move(job)) {
+    impl_->AddWatcher(job_, this);
+    Poke();
+  }
+
+  void Poke() override {
+    absl::MutexLock l(&mu_);
+    PumpLocked();
+  }
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock l(&mu_);
+    writing_ = false;
+    if (!ok || IsFinalState(out_.state())) {
+      FinishLocked(grpc::Status::OK);
+      return;
+    }
+    if (dirty_) PumpLocked();
+  }
+  void OnCancel() override {
+    absl::MutexLock l(&mu_);
+    if (!writing_) FinishLocked(grpc::Status::CANCELLED);
+    cancelled_ = true;
+  }
+  void OnDone() override {
+    impl_->RemoveWatcher(job_, this);
+    delete this;
+  }
+
+ private:
+  void FinishLocked(grpc::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(s));
+  }
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    if (writing_) {
+      dirty_ = true;
+      return;
+    }
+    dirty_ = false;
+    if (cancelled_) {
+      FinishLocked(grpc::Status::CANCELLED);
+      return;
+    }
+    absl::StatusOr<v1::JobStatus> st = impl_->core->GetJob(job_);
+    if (!st.ok()) {
+      FinishLocked(ToGrpcStatus(st.status()));
+      return;
+    }
+    std::string bytes = st->SerializeAsString();
+    if (bytes == last_) return;  // nothing new
+    last_ = std::move(bytes);
+    out_ = std::move(*st);
+    writing_ = true;
+    StartWrite(&out_);
+  }
+
+  Impl* const impl_;
+  const std::string job_;
+  absl::Mutex mu_;
+  v1::JobStatus out_ ABSL_GUARDED_BY(mu_);
+  std::string last_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool dirty_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// -------------------------------------------------------------- get logs
+
+class LogsReactor final : public grpc::ServerWriteReactor<v1::LogChunk>,
+                          public Pokeable {
+ public:
+  LogsReactor(Impl* impl, const v1::GetLogsRequest& req)
+      : impl_(impl), req_(req) {
+    if (req_.rank() >= 0) offsets_[req_.rank()] = std::max<int64_t>(0, req_.offset());
+    impl_->AddWatcher(req_.job_id(), this);
+    Poke();
+  }
+
+  void Poke() override {
+    absl::MutexLock l(&mu_);
+    PumpLocked();
+  }
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock l(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status::OK);
+      return;
+    }
+    PumpLocked();
+  }
+  void OnCancel() override {
+    absl::MutexLock l(&mu_);
+    cancelled_ = true;
+    if (!writing_) FinishLocked(grpc::Status::CANCELLED);
+  }
+  void OnDone() override {
+    impl_->RemoveWatcher(req_.job_id(), this);
+    delete this;
+  }
+
+ private:
+  void FinishLocked(grpc::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(s));
+  }
+  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || writing_) return;
+    if (cancelled_) {
+      FinishLocked(grpc::Status::CANCELLED);
+      return;
+    }
+    // Read the job's finality first: data appended before it ended is sent.
+    const bool final = impl_->core->JobFinal(req_.job_id());
+    if (req_.rank() < 0) {  // every rank's file, as they appear
+      std::error_code ec;
+      for (const auto& e :
+           fs::directory_iterator(impl_->core->LogDir(req_.job_id()), ec)) {
+        std::string name = e.path().filename().string();
+        int rank;
+        if (absl::StartsWith(name, "rank-") && absl::EndsWith(name, ".log") &&
+            absl::SimpleAtoi(name.substr(5, name.size() - 9), &rank) &&
+            !offsets_.count(rank))
+          offsets_[rank] = std::max<int64_t>(0, req_.offset());
+      }
+    }
+    for (auto& [rank, offset] : offsets_) {
+      std::ifstream in(impl_->core->LogPath(req_.job_id(), rank),
+                       std::ios::binary);
+      if (!in) continue;
+      in.seekg(offset);
+      std::string buf(kLogChunkBytes, '\0');
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      const std::streamsize n = in.gcount();
+      if (n <= 0) continue;
+      buf.resize(n);
+      offset += n;
+      out_.Clear();
+      out_.set_rank(rank);
+      out_.set_data(std::move(buf));
+      writing_ = true;
+      StartWrite(&out_);
+      return;
+    }
+    if (!req_.follow() || final) FinishLocked(grpc::Status::OK);
+  }
+
+  Impl* const impl_;
+  const v1::GetLogsRequest req_;
+  absl::Mutex mu_;
+  std::map<int, int64_t> offsets_ ABSL_GUARDED_BY(mu_);
+  v1::LogChunk out_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A unary reactor finished with `status`.
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
+                               const absl::Status& status) {
+  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  r->Finish(ToGrpcStatus(status));
+  return r;
+}
+
+// ------------------------------------------------------------- services
+
+class JobServiceImpl final : public v1::JobService::CallbackService {
+ public:
+  explicit JobServiceImpl(Impl* impl) : impl_(impl) {}
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
+                                      const v1::SubmitJobRequest* req,
+                                      v1::SubmitJobResponse* resp) override {
+    absl::StatusOr<std::string> id = impl_->core->SubmitJob(req->spec());
+    if (id.ok()) resp->set_job_id(*id);
+    return Done(ctx, id.status());
+  }
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
+                                   const v1::GetJobRequest* req,
+                                   v1::JobStatus* resp) override {
+    absl::StatusOr<v1::JobStatus> st = impl_->core->GetJob(req->job_id());
+    if (st.ok()) *resp = std::move(*st);
+    return Done(ctx, st.status());
+  }
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const v1::ListJobsRequest*,
+                                     v1::ListJobsResponse* resp) override {
+    for (auto& j : impl_->core->ListJobs()) *resp->add_jobs() = std::move(j);
+    return Done(ctx, absl::OkStatus());
+  }
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
+                                      const v1::CancelJobRequest* req,
+                                      v1::CancelJobResponse* resp) override {
+    absl::StatusOr<v1::JobStatus> st = impl_->core->CancelJob(req->job_id());
+    if (st.ok()) *resp->mutable_job() = std::move(*st);
+    return Done(ctx, st.status());
+  }
+  grpc::ServerWriteReactor<v1::JobStatus>* WatchJob(
+      grpc::CallbackServerContext*, const v1::WatchJobRequest* req) override {
+    return new WatchReactor(impl_, req->job_id());
+  }
+  grpc::ServerUnaryReactor* RequestCheckpoint(
+      grpc::CallbackServerContext* ctx, const v1::RequestCheckpointRequest* req,
+      v1::RequestCheckpointResponse* resp) override {
+    absl::StatusOr<int64_t> at = impl_->core->RequestCheckpoint(req->job_id());
+    if (at.ok()) resp->set_at_step(*at);
+    return Done(ctx, at.status());
+  }
+  grpc::ServerUnaryReactor* ListCheckpoints(
+      grpc::CallbackServerContext* ctx, const v1::ListCheckpointsRequest* req,
+      v1::ListCheckpointsResponse* resp) override {
+    auto list = impl_->core->ListCheckpoints(req->job_id());
+    if (list.ok())
+      for (auto& c : *list) *resp->add_checkpoints() = std::move(c);
+    return Done(ctx, list.status());
+  }
+  grpc::ServerUnaryReactor* GetMetrics(grpc::CallbackServerContext* ctx,
+                                       const v1::GetMetricsRequest* req,
+                                       v1::GetMetricsResponse* resp) override {
+    auto steps = impl_->core->GetMetrics(req->job_id(), req->since_step());
+    if (steps.ok())
+      for (auto& s : *steps) *resp->add_steps() = std::move(s);
+    return Done(ctx, steps.status());
+  }
+  grpc::ServerUnaryReactor* ListWorkers(
+      grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest*,
+      v1::ListWorkersResponse* resp) override {
+    for (auto& w : impl_->core->ListWorkers()) *resp->add_workers() = std::move(w);
+    return Done(ctx, absl::OkStatus());
+  }
+  grpc::ServerWriteReactor<v1::LogChunk>* GetLogs(
+      grpc::CallbackServerContext*, const v1::GetLogsRequest* req) override {
+    if (!impl_->core->JobExists(req->job_id())) {
+      class Refused final : public grpc::ServerWriteReactor<v1::LogChunk> {
+       public:
+        explicit Refused(grpc::Status s) { Finish(std::move(s)); }
+        void OnDone() override { delete this; }
+      };
+      return new Refused(grpc::Status(
+          grpc::NOT_FOUND, absl::StrCat("no job '", req->job_id(), "'")));
+    }
+    return new LogsReactor(impl_, *req);
+  }
+
+ private:
+  Impl* const impl_;
+};
+
+class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
+ public:
+  explicit WorkerServiceImpl(Impl* impl) : impl_(impl) {}
+  grpc::ServerUnaryReactor* RegisterWorker(
+      grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest* req,
+      v1::RegisterWorkerResponse* resp) override {
+    auto reg = impl_->core->RegisterWorker(*req);
+    if (reg.ok()) {
+      resp->set_session_id(reg->session_id);
+      resp->set_heartbeat_interval_s(reg->heartbeat_interval_s);
+    }
+    return Done(ctx, reg.status());
+  }
+  grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Session(
+      grpc::CallbackServerContext*) override {
+    return new SessionReactor(impl_);
+  }
+
+ private:
+  Impl* const impl_;
+};
+
+class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
+ public:
+  explicit TrainerServiceImpl(Impl* impl) : impl_(impl) {}
+  grpc::ServerUnaryReactor* ReportStep(grpc::CallbackServerContext* ctx,
+                                       const v1::StepMetrics* req,
+                                       v1::ReportStepResponse* resp) override {
+    auto r = impl_->core->ReportStep(*req);
+    if (r.ok()) *resp = std::move(*r);
+    return Done(ctx, r.status());
+  }
+  grpc::ServerUnaryReactor* ReportCheckpoint(
+      grpc::CallbackServerContext* ctx, const v1::CheckpointRecord* req,
+      v1::ReportCheckpointResponse* resp) override {
+    auto expired = impl_->core->ReportCheckpoint(*req);
+    if (expired.ok())
+      for (auto& p : *expired) resp->add_expired(p);
+    return Done(ctx, expired.status());
+  }
+
+ private:
+  Impl* const impl_;
+};
+
+}  // namespace
+
+struct CoordinatorService::Services {
+  explicit Services(Impl* impl) : job(impl), worker(impl), trainer(impl) {}
+  JobServiceImpl job;
+  WorkerServiceImpl worker;
+  TrainerServiceImpl trainer;
+};
+
+CoordinatorService::CoordinatorService(Coordinator* core)
+    : impl_(std::make_unique<Impl>(core)),
+      services_(std::make_unique<Services>(impl_.get())) {
+  core->SetListener(this);
+}
+
+CoordinatorService::~CoordinatorService() {
+  impl_->core->SetListener(nullptr);
+}
+
+std::vector<grpc::Service*> CoordinatorService::services() {
+  return {&services_->job, &services_->worker, &services_->trainer};
+}
+
+void CoordinatorService::SessionHasCommands(const std::string& session_id) {
+  impl_->PokeSession(session_id);
+}
+
+void CoordinatorService::JobChanged(const std::string& job_id) {
+  impl_->PokeJob(job_id);
+}
+
+}  // namespace frameworm::coordinator
