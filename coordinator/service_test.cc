@@ -1,1 +1,398 @@
+// The gRPC glue against an in-process server on 127.0.0.1 with the real
+// generated stubs.
+#include "coordinator/service.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "frameworm/v1/job_service.grpc.pb.h"
+#include "frameworm/v1/trainer_service.grpc.pb.h"
+#include "frameworm/v1/worker_service.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "rpc/rpc.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+namespace fs = std::filesystem;
+using Stream =
+    grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() /
+            ("fw-svc-" +
+             std::string(::testing::UnitTest::GetInstance()
+                             ->current_test_info()
+                             ->name()) +
+             "-" + std::to_string(::getpid())))
+               .string();
+    fs::remove_all(dir_);
+    CoordinatorOptions o;
+    o.state_dir = dir_;
+    o.advertise = "127.0.0.1:1";
+    auto c = Coordinator::Create(o, RealClock::Real());
+    ASSERT_TRUE(c.ok()) << c.status();
+    core_ = std::move(c).value();
+    service_ = std::make_unique<CoordinatorService>(core_.get());
+    auto server = StartServer(ServerOptions{}, service_->services());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server->server);
+    auto channel = MakeChannel("127.0.0.1:" + std::to_string(server->port));
+    jobs_ = v1::JobService::NewStub(channel);
+    workers_ = v1::WorkerService::NewStub(channel);
+    trainers_ = v1::TrainerService::NewStub(channel);
+  }
+  void TearDown() override {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(200));
+    server_->Wait();
+    service_.reset();
+    core_.reset();
+    fs::remove_all(dir_);
+  }
+
+  static void Deadline(grpc::ClientContext* ctx, int seconds = 10) {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(seconds));
+  }
+  static v1::JobSpec Spec(int nodes) {
+    v1::JobSpec s;
+    s.set_name("svc");
+    s.set_nodes_min(nodes);
+    s.set_nodes_max(nodes);
+    s.set_nproc_per_node(1);
+    return s;
+  }
+  std::string Submit(const v1::JobSpec& spec) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = spec;
+    v1::SubmitJobResponse resp;
+    grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.job_id();
+  }
+  v1::JobStatus Get(const std::string& id) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::JobStatus st;
+    EXPECT_TRUE(jobs_->GetJob(&ctx, req, &st).ok());
+    return st;
+  }
+  // Registers a worker and opens its session (first message: heartbeat).
+  std::string Connect(const std::string& name, grpc::ClientContext* ctx,
+                      std::unique_ptr<Stream>* stream) {
+    grpc::ClientContext rctx;
+    Deadline(&rctx);
+    v1::RegisterWorkerRequest req;
+    req.set_name(name);
+    req.set_address("127.0.0.1");
+    req.set_slots(1);
+    v1::RegisterWorkerResponse resp;
+    EXPECT_TRUE(workers_->RegisterWorker(&rctx, req, &resp).ok());
+    EXPECT_GT(resp.heartbeat_interval_s(), 0);
+    Deadline(ctx);
+    *stream = workers_->Session(ctx);
+    v1::WorkerMessage hb;
+    hb.set_session_id(resp.session_id());
+    hb.mutable_heartbeat()->set_unix_ms(1);
+    EXPECT_TRUE((*stream)->Write(hb));
+    return resp.session_id();
+  }
+  // Polls until `pred` holds for the job (the server handles stream
+  // messages asynchronously).
+  template <typename Pred>
+  v1::JobStatus WaitFor(const std::string& id, Pred pred) {
+    v1::JobStatus st;
+    for (int i = 0; i < 500; ++i) {
+      st = Get(id);
+      if (pred(st)) break;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return st;
+  }
+  grpc::Status Step(const std::string& id, int64_t gen, int rank,
+                    int64_t step, double loss, int64_t samples,
+                    v1::ReportStepResponse* resp) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::StepMetrics m;
+    m.mutable_ref()->set_job_id(id);
+    m.mutable_ref()->set_generation(gen);
+    m.set_rank(rank);
+    m.set_step(step);
+    m.set_samples(samples);
+    m.set_step_seconds(0.5);
+    (*m.mutable_values())["loss"] = loss;
+    return trainers_->ReportStep(&ctx, m, resp);
+  }
+
+  std::string dir_;
+  std::unique_ptr<Coordinator> core_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::WorkerService::Stub> workers_;
+  std::unique_ptr<v1::TrainerService::Stub> trainers_;
+};
+
+TEST_F(ServiceTest, SubmitGetListCancel) {
+  const std::string id = Submit(Spec(1));
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(Get(id).state(), v1::PENDING);
+  EXPECT_EQ(Get(id).spec().name(), "svc");
+  {
+    grpc::ClientContext ctx;
+    v1::ListJobsResponse resp;
+    ASSERT_TRUE(jobs_->ListJobs(&ctx, v1::ListJobsRequest(), &resp).ok());
+    ASSERT_EQ(resp.jobs_size(), 1);
+    EXPECT_EQ(resp.jobs(0).job_id(), id);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(id);
+    v1::CancelJobResponse resp;
+    ASSERT_TRUE(jobs_->CancelJob(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.job().state(), v1::CANCELLED);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(id);
+    v1::CancelJobResponse resp;
+    EXPECT_EQ(jobs_->CancelJob(&ctx, req, &resp).error_code(),
+              grpc::FAILED_PRECONDITION);
+  }
+  grpc::ClientContext ctx;
+  v1::GetJobRequest req;
+  req.set_job_id("job-missing");
+  v1::JobStatus st;
+  EXPECT_EQ(jobs_->GetJob(&ctx, req, &st).error_code(), grpc::NOT_FOUND);
+}
+
+TEST_F(ServiceTest, InvalidSpecNamesFieldAndStoresNothing) {
+  v1::JobSpec spec = Spec(1);
+  spec.set_nproc_per_node(-1);
+  grpc::ClientContext ctx;
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  v1::SubmitJobResponse resp;
+  grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("nproc_per_node"), std::string::npos)
+      << s.error_message();
+  grpc::ClientContext lctx;
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(jobs_->ListJobs(&lctx, v1::ListJobsRequest(), &list).ok());
+  EXPECT_EQ(list.jobs_size(), 0);
+}
+
+TEST_F(ServiceTest, SessionGetsStartTaskThenKillTaskAfterCancel) {
+  grpc::ClientContext sctx;
+  std::unique_ptr<Stream> stream;
+  Connect("w0", &sctx, &stream);
+  const std::string id = Submit(Spec(1));
+  v1::CoordinatorMessage msg;
+  ASSERT_TRUE(stream->Read(&msg));
+  ASSERT_TRUE(msg.has_start());
+  const v1::TaskSpec& t = msg.start().task();
+  EXPECT_EQ(t.ref().job_id(), id);
+  EXPECT_EQ(t.ref().generation(), 1);
+  EXPECT_EQ(t.env().at("MASTER_ADDR"), "127.0.0.1");
+  EXPECT_EQ(t.env().at("FRAMEWORM_COORDINATOR"), "127.0.0.1:1");
+  EXPECT_EQ(t.argv(0), "frameworm-train");
+  EXPECT_EQ(Get(id).state(), v1::RUNNING);
+
+  grpc::ClientContext cctx;
+  v1::CancelJobRequest req;
+  req.set_job_id(id);
+  v1::CancelJobResponse resp;
+  ASSERT_TRUE(jobs_->CancelJob(&cctx, req, &resp).ok());
+  ASSERT_TRUE(stream->Read(&msg));
+  ASSERT_TRUE(msg.has_kill());
+  EXPECT_EQ(msg.kill().ref().job_id(), id);
+  EXPECT_EQ(msg.kill().rank(), -1);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(ServiceTest, UnknownSessionIsRefused) {
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  auto stream = workers_->Session(&ctx);
+  v1::WorkerMessage hb;
+  hb.set_session_id("not-a-session");
+  hb.mutable_heartbeat();
+  stream->Write(hb);
+  v1::CoordinatorMessage msg;
+  EXPECT_FALSE(stream->Read(&msg));
+  grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), grpc::NOT_FOUND);
+  EXPECT_NE(s.error_message().find("register"), std::string::npos);
+}
+
+TEST_F(ServiceTest, StaleGenerationIsAbortedAndMetricsAggregate) {
+  grpc::ClientContext c0, c1;
+  std::unique_ptr<Stream> s0, s1;
+  const std::string sess0 = Connect("w0", &c0, &s0);
+  Connect("w1", &c1, &s1);
+  v1::JobSpec spec = Spec(2);
+  spec.set_max_restarts(1);
+  const std::string id = Submit(spec);
+  v1::CoordinatorMessage msg;
+  ASSERT_TRUE(s0->Read(&msg));
+  ASSERT_TRUE(msg.has_start());
+  ASSERT_TRUE(s1->Read(&msg));
+
+  v1::ReportStepResponse resp;
+  ASSERT_TRUE(Step(id, 1, 0, 1, 1.0, 30, &resp).ok());
+  ASSERT_TRUE(Step(id, 1, 1, 1, 2.0, 10, &resp).ok());
+  {
+    grpc::ClientContext ctx;
+    v1::GetMetricsRequest req;
+    req.set_job_id(id);
+    v1::GetMetricsResponse m;
+    ASSERT_TRUE(jobs_->GetMetrics(&ctx, req, &m).ok());
+    ASSERT_EQ(m.steps_size(), 1);
+    EXPECT_EQ(m.steps(0).ranks_reported(), 2);
+    EXPECT_DOUBLE_EQ(m.steps(0).mean().at("loss"), (30 * 1.0 + 10 * 2.0) / 40);
+    EXPECT_EQ(m.steps(0).rank_step_seconds_size(), 2);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::RequestCheckpointRequest req;
+    req.set_job_id(id);
+    v1::RequestCheckpointResponse r;
+    ASSERT_TRUE(jobs_->RequestCheckpoint(&ctx, req, &r).ok());
+    EXPECT_EQ(r.at_step(), 3);
+    ASSERT_TRUE(Step(id, 1, 0, 2, 1.0, 30, &resp).ok());
+    EXPECT_EQ(resp.checkpoint_at_step(), 3);
+  }
+  // Rank 0 crashes: the worker reports it on its session.
+  v1::WorkerMessage exit;
+  exit.set_session_id(sess0);
+  auto* ts = exit.mutable_task_status();
+  ts->mutable_ref()->set_job_id(id);
+  ts->mutable_ref()->set_generation(1);
+  ts->set_rank(0);
+  ts->set_state(v1::TASK_EXITED);
+  ts->set_exit_code(1);
+  ASSERT_TRUE(s0->Write(exit));
+  v1::JobStatus st =
+      WaitFor(id, [](const v1::JobStatus& s) { return s.generation() == 2; });
+  ASSERT_EQ(st.generation(), 2);
+  EXPECT_EQ(st.restarts(), 1);
+  grpc::Status s = Step(id, 1, 1, 2, 1.0, 10, &resp);
+  EXPECT_EQ(s.error_code(), grpc::ABORTED) << s.error_message();
+  {
+    grpc::ClientContext ctx;
+    v1::CheckpointRecord rec;
+    rec.mutable_ref()->set_job_id(id);
+    rec.mutable_ref()->set_generation(1);
+    rec.set_path(dir_ + "/c");
+    v1::ReportCheckpointResponse r;
+    EXPECT_EQ(trainers_->ReportCheckpoint(&ctx, rec, &r).error_code(),
+              grpc::ABORTED);
+  }
+  // Both workers get the kill of generation 1, then generation 2.
+  ASSERT_TRUE(s1->Read(&msg));
+  ASSERT_TRUE(msg.has_kill());
+  EXPECT_EQ(msg.kill().ref().generation(), 1);
+  ASSERT_TRUE(s1->Read(&msg));
+  ASSERT_TRUE(msg.has_start());
+  EXPECT_EQ(msg.start().task().ref().generation(), 2);
+  EXPECT_TRUE(Step(id, 2, 1, 1, 1.0, 10, &resp).ok());
+  {
+    grpc::ClientContext ctx;
+    v1::GetMetricsRequest req;
+    req.set_job_id("job-unknown");
+    v1::GetMetricsResponse m;
+    EXPECT_EQ(jobs_->GetMetrics(&ctx, req, &m).error_code(), grpc::NOT_FOUND);
+  }
+  for (Stream* s : {s0.get(), s1.get()}) {
+    s->WritesDone();
+    while (s->Read(&msg)) {
+    }
+    EXPECT_TRUE(s->Finish().ok());
+  }
+}
+
+TEST_F(ServiceTest, WatchStreamsUntilFinalAndLogsAreServed) {
+  grpc::ClientContext sctx;
+  std::unique_ptr<Stream> stream;
+  const std::string session = Connect("w0", &sctx, &stream);
+  const std::string id = Submit(Spec(1));
+  v1::CoordinatorMessage msg;
+  ASSERT_TRUE(stream->Read(&msg));
+
+  v1::WorkerMessage log;
+  log.set_session_id(session);
+  log.mutable_log()->mutable_ref()->set_job_id(id);
+  log.mutable_log()->set_rank(0);
+  log.mutable_log()->set_data("epoch 1 loss 0.5\n");
+  ASSERT_TRUE(stream->Write(log));
+
+  grpc::ClientContext wctx;
+  Deadline(&wctx);
+  v1::WatchJobRequest wreq;
+  wreq.set_job_id(id);
+  auto watch = jobs_->WatchJob(&wctx, wreq);
+  v1::JobStatus st;
+  ASSERT_TRUE(watch->Read(&st));
+  EXPECT_EQ(st.state(), v1::RUNNING);
+
+  // Follow the logs while the job runs.
+  grpc::ClientContext lctx;
+  Deadline(&lctx);
+  v1::GetLogsRequest lreq;
+  lreq.set_job_id(id);
+  lreq.set_rank(-1);
+  lreq.set_follow(true);
+  auto logs = jobs_->GetLogs(&lctx, lreq);
+  v1::LogChunk chunk;
+  ASSERT_TRUE(logs->Read(&chunk));
+  EXPECT_EQ(chunk.rank(), 0);
+  EXPECT_EQ(chunk.data(), "epoch 1 loss 0.5\n");
+  log.mutable_log()->set_data("done\n");
+  ASSERT_TRUE(stream->Write(log));
+  ASSERT_TRUE(logs->Read(&chunk));
+  EXPECT_EQ(chunk.data(), "done\n");
+
+  v1::WorkerMessage exit;
+  exit.set_session_id(session);
+  auto* ts = exit.mutable_task_status();
+  ts->mutable_ref()->set_job_id(id);
+  ts->mutable_ref()->set_generation(1);
+  ts->set_rank(0);
+  ts->set_state(v1::TASK_EXITED);
+  ASSERT_TRUE(stream->Write(exit));
+  v1::JobState last = v1::RUNNING;
+  while (watch->Read(&st)) last = st.state();
+  EXPECT_EQ(last, v1::SUCCEEDED);
+  EXPECT_TRUE(watch->Finish().ok());
+  // The follow stream ends with the job.
+  while (logs->Read(&chunk)) {
+  }
+  EXPECT_TRUE(logs->Finish().ok());
+
+  grpc::ClientContext nctx;
+  Deadline(&nctx);
+  lreq.set_job_id("job-none");
+  auto none = jobs_->GetLogs(&nctx, lreq);
+  EXPECT_FALSE(none->Read(&chunk));
+  EXPECT_EQ(none->Finish().error_code(), grpc::NOT_FOUND);
+  stream->WritesDone();
+  stream->Finish().IgnoreError();
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator
