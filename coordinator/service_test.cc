@@ -394,5 +394,29 @@ TEST_F(ServiceTest, WatchStreamsUntilFinalAndLogsAreServed) {
   stream->Finish().IgnoreError();
 }
 
+TEST_F(ServiceTest, ShutdownEndsOpenStreams) {
+  grpc::ClientContext sctx;
+  std::unique_ptr<Stream> stream;
+  Connect("w0", &sctx, &stream);
+  const std::string id = Submit(Spec(1));
+  v1::CoordinatorMessage msg;
+  ASSERT_TRUE(stream->Read(&msg));  // the session is attached and serving
+  grpc::ClientContext wctx;
+  Deadline(&wctx);
+  v1::WatchJobRequest wreq;
+  wreq.set_job_id(id);
+  auto watch = jobs_->WatchJob(&wctx, wreq);
+  v1::JobStatus st;
+  ASSERT_TRUE(watch->Read(&st));
+  // Streams that never end by themselves are cancelled by the shutdown.
+  server_->Shutdown(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(100));
+  EXPECT_FALSE(stream->Read(&msg));
+  EXPECT_FALSE(stream->Finish().ok());
+  while (watch->Read(&st)) {
+  }
+  EXPECT_FALSE(watch->Finish().ok());
+}
+
 }  // namespace
 }  // namespace frameworm::coordinator
