@@ -1,0 +1,293 @@
+// Formatting without a network; commands against a small real JobService
+// (callback API) on 127.0.0.1 for exit codes and error lines.
+#include "client/cli.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "frameworm/v1/job_service.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rpc/rpc.h"
+
+namespace frameworm {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::JobStatus Job(const std::string& id, v1::JobState state, int64_t step) {
+  v1::JobStatus j;
+  j.set_job_id(id);
+  j.mutable_spec()->set_name("mnist");
+  j.mutable_spec()->set_total_steps(300);
+  j.mutable_spec()->set_nodes_max(2);
+  j.mutable_spec()->set_nproc_per_node(1);
+  j.set_state(state);
+  j.set_generation(1);
+  j.set_step(step);
+  (*j.mutable_last()->mutable_mean())["loss"] = 0.5;
+  j.mutable_last()->set_samples(128);  // per step, all ranks
+  j.set_samples_per_second(256);       // => 2 steps/s
+  j.add_workers("w1");
+  j.add_workers("w2");
+  return j;
+}
+
+TEST(CliFormat, ProgressLine) {
+  EXPECT_EQ(FormatProgress(Job("j1", v1::RUNNING, 100)),
+            "j1 RUNNING gen 1 step 100/300 (33%) loss 0.5000 256.0 samples/s "
+            "ETA 1m40s");
+  v1::JobStatus f = Job("j1", v1::FAILED, 120);
+  f.set_reason("rank 1 exited with code 3");
+  f.set_restarts(1);
+  EXPECT_EQ(FormatProgress(f),
+            "j1 FAILED gen 1 step 120/300 (40%) loss 0.5000 256.0 samples/s "
+            "restarts 1: rank 1 exited with code 3");
+  v1::JobStatus p;
+  p.set_job_id("j2");
+  p.set_state(v1::PENDING);
+  EXPECT_EQ(FormatProgress(p), "j2 PENDING step 0");
+  v1::JobStatus r = Job("j3", v1::RUNNING, 5);
+  r.set_samples_per_second(0);
+  EXPECT_THAT(FormatProgress(r), HasSubstr("ETA --"));
+}
+
+TEST(CliFormat, Durations) {
+  EXPECT_EQ(HumanDuration(absl::Seconds(42)), "42s");
+  EXPECT_EQ(HumanDuration(absl::Seconds(185)), "3m05s");
+  EXPECT_EQ(HumanDuration(absl::Seconds(3720)), "1h02m");
+}
+
+TEST(CliFormat, TablesAndCsv) {
+  v1::ListJobsResponse jobs;
+  *jobs.add_jobs() = Job("job-1", v1::RUNNING, 10);
+  EXPECT_EQ(FormatJobTable(jobs),
+            "ID     NAME   STATE    GEN  RESTARTS  STEP    WORKERS\n"
+            "job-1  mnist  RUNNING  1    0         10/300  w1,w2\n");
+
+  v1::GetMetricsResponse m;
+  for (int i = 1; i <= 2; ++i) {
+    v1::AggregatedStep* s = m.add_steps();
+    s->set_step(i);
+    s->set_ranks_reported(2);
+    s->set_samples(128);
+    (*s->mutable_mean())["loss"] = 1.0 / i;
+    (*s->mutable_mean())["accuracy"] = 0.25 * i;
+  }
+  m.mutable_steps(1)->add_stragglers(1);
+  EXPECT_EQ(FormatMetricsCsv(m),
+            "step,epoch,ranks_reported,samples,accuracy,loss,stragglers\n"
+            "1,0,2,128,0.25,1,\n"
+            "2,0,2,128,0.5,0.5,1\n");
+  EXPECT_EQ(FormatMetricsTable(m),
+            "STEP  EPOCH  RANKS  SAMPLES  accuracy  loss  STRAGGLERS\n"
+            "1     0      2      128      0.25      1     -\n"
+            "2     0      2      128      0.5       0.5   1\n");
+
+  v1::ListWorkersResponse w;
+  v1::WorkerInfo* wi = w.add_workers();
+  wi->set_name("w1");
+  wi->set_address("127.0.0.1");
+  wi->set_slots(2);
+  wi->set_free_slots(1);
+  wi->set_alive(true);
+  wi->add_running_tasks("job-1/g1/r0");
+  EXPECT_EQ(FormatWorkers(w),
+            "NAME  ADDRESS    SLOTS  FREE  ALIVE  LAST_HEARTBEAT  TASKS\n"
+            "w1    127.0.0.1  2      1     yes    -               job-1/g1/r0\n");
+
+  v1::ListCheckpointsResponse c;
+  v1::CheckpointRecord* cr = c.add_checkpoints();
+  cr->set_step(100);
+  cr->set_path("/c/step-100.pt");
+  cr->set_bytes(4096);
+  cr->set_checksum("ab12");
+  EXPECT_EQ(FormatCheckpoints(c),
+            "STEP  PATH            BYTES  CHECKSUM  CREATED\n"
+            "100   /c/step-100.pt  4096   ab12      -\n");
+  std::string status = FormatJobStatus(Job("job-1", v1::RUNNING, 10));
+  EXPECT_THAT(status, HasSubstr("state: RUNNING\n"));
+  EXPECT_THAT(status, HasSubstr("step: 10/300\n"));
+  EXPECT_THAT(status, HasSubstr("loss: 0.5\n"));
+  EXPECT_THAT(ToJson(jobs), HasSubstr("\"job_id\":\"job-1\""));
+}
+
+// A JobService stand-in: job "good" succeeds, "bad" fails, others NOT_FOUND.
+class TestJobService final : public v1::JobService::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
+                                      const v1::SubmitJobRequest* req,
+                                      v1::SubmitJobResponse* resp) override {
+    {
+      absl::MutexLock l(&mu_);
+      submitted_.push_back(req->spec());
+    }
+    resp->set_job_id("job-42");
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
+                                   const v1::GetJobRequest* req,
+                                   v1::JobStatus* resp) override {
+    auto* r = ctx->DefaultReactor();
+    if (req->job_id() == "good") {
+      *resp = Job("good", v1::RUNNING, 3);
+      r->Finish(grpc::Status::OK);
+    } else {
+      r->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                             "no job '" + req->job_id() + "'"));
+    }
+    return r;
+  }
+  grpc::ServerWriteReactor<v1::JobStatus>* WatchJob(
+      grpc::CallbackServerContext*, const v1::WatchJobRequest* req) override {
+    class Writer : public grpc::ServerWriteReactor<v1::JobStatus> {
+     public:
+      explicit Writer(const std::string& id) {
+        if (id != "good" && id != "bad") {
+          Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + id + "'"));
+          return;
+        }
+        updates_ = {Job(id, v1::RUNNING, 100), Job(id, v1::RUNNING, 200),
+                    Job(id, id == "good" ? v1::SUCCEEDED : v1::FAILED, 300)};
+        if (id == "bad") updates_.back().set_reason("rank 0 exited with code 3");
+        Next();
+      }
+      void OnWriteDone(bool ok) override {
+        if (!ok) {
+          Finish(grpc::Status::CANCELLED);
+          return;
+        }
+        Next();
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      void Next() {
+        if (i_ == updates_.size()) {
+          Finish(grpc::Status::OK);
+          return;
+        }
+        StartWrite(&updates_[i_++]);
+      }
+      std::vector<v1::JobStatus> updates_;
+      size_t i_ = 0;
+    };
+    return new Writer(req->job_id());
+  }
+  std::vector<v1::JobSpec> submitted() {
+    absl::MutexLock l(&mu_);
+    return submitted_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::JobSpec> submitted_ ABSL_GUARDED_BY(mu_);
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = StartServer({}, {&svc_});
+    ASSERT_TRUE(s.ok());
+    server_ = std::move(s->server);
+    opts_.default_coordinator = absl::StrCat("127.0.0.1:", s->port);
+    opts_.call_timeout = absl::Seconds(5);
+  }
+  void TearDown() override { server_->Shutdown(); }
+  int Run(std::vector<std::string> args) {
+    out_.str("");
+    err_.str("");
+    return RunCli(args, opts_, out_, err_);
+  }
+  std::string WriteFile(const std::string& name, const std::string& text) {
+    std::string p = ::testing::TempDir() + "/cli_test_" +
+                    std::to_string(::getpid()) + "_" + name;
+    std::ofstream(p) << text;
+    return p;
+  }
+  TestJobService svc_;
+  std::unique_ptr<grpc::Server> server_;
+  CliOptions opts_;
+  std::ostringstream out_, err_;
+};
+
+TEST_F(CliTest, SubmitPrintsJobId) {
+  std::string p = WriteFile("ok.yaml", "name: t\nnproc_per_node: 2\n");
+  EXPECT_EQ(Run({"submit", p}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "job-42\n");
+  ASSERT_EQ(svc_.submitted().size(), 1u);
+  EXPECT_EQ(svc_.submitted()[0].nproc_per_node(), 2);
+}
+
+TEST_F(CliTest, BadSpecIsRefusedBeforeSending) {
+  std::string p = WriteFile("bad.yaml", "name: t\nnprocs_per_node: 2\n");
+  EXPECT_EQ(Run({"submit", p}), 1);
+  EXPECT_EQ(err_.str(), "frameworm-cli: submit: INVALID_ARGUMENT: " + p +
+                            ":2: unknown field 'nprocs_per_node' (did you mean "
+                            "'nproc_per_node'?)\n");
+  EXPECT_TRUE(svc_.submitted().empty());
+  EXPECT_EQ(Run({"submit", "/nonexistent/job.yaml"}), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("cannot read /nonexistent/job.yaml"));
+}
+
+TEST_F(CliTest, ServerErrorIsOneLine) {
+  EXPECT_EQ(Run({"status", "nope"}), 1);
+  EXPECT_EQ(err_.str(), "frameworm-cli: status: NOT_FOUND: no job 'nope'\n");
+  EXPECT_EQ(Run({"status", "good", "--json"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("\"job_id\":\"good\""));
+  EXPECT_EQ(Run({"status", "good"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("state: RUNNING"));
+}
+
+TEST_F(CliTest, UnimplementedCommandIsAServerError) {
+  EXPECT_EQ(Run({"workers"}), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("frameworm-cli: workers: UNIMPLEMENTED"));
+}
+
+TEST_F(CliTest, WatchExitsWithJobOutcome) {
+  EXPECT_EQ(Run({"watch", "good"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(),
+            "good RUNNING gen 1 step 100/300 (33%) loss 0.5000 256.0 samples/s "
+            "ETA 1m40s\n"
+            "good RUNNING gen 1 step 200/300 (66%) loss 0.5000 256.0 samples/s "
+            "ETA 50s\n"
+            "good SUCCEEDED gen 1 step 300/300 (100%) loss 0.5000 256.0 "
+            "samples/s\n");
+  EXPECT_EQ(Run({"watch", "bad"}), 1);
+  EXPECT_EQ(err_.str(),
+            "frameworm-cli: watch: job bad FAILED: rank 0 exited with code 3\n");
+  EXPECT_EQ(Run({"watch", "nope"}), 1);
+  EXPECT_EQ(err_.str(), "frameworm-cli: watch: NOT_FOUND: no job 'nope'\n");
+}
+
+TEST_F(CliTest, UsageErrorsExit2) {
+  EXPECT_EQ(Run({}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("no command given"));
+  EXPECT_EQ(Run({"frobnicate"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("unknown command 'frobnicate'"));
+  EXPECT_EQ(Run({"status"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("status takes one job id, got 0"));
+  EXPECT_EQ(Run({"list", "--bogus"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("unknown flag --bogus"));
+  EXPECT_EQ(Run({"logs", "x", "--rank", "-3"}), 2);
+  EXPECT_EQ(Run({"status", "x", "--csv"}), 2);
+  EXPECT_EQ(Run({"--help"}), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("usage: frameworm-cli"));
+}
+
+TEST_F(CliTest, UnreachableCoordinatorIsUnavailable) {
+  EXPECT_EQ(Run({"--coordinator", "127.0.0.1:1", "list"}), 1);
+  const std::string err = err_.str();
+  EXPECT_THAT(err, HasSubstr("frameworm-cli: list: UNAVAILABLE: "));
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+}  // namespace
+}  // namespace frameworm

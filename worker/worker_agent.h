@@ -1,0 +1,75 @@
+// The worker daemon's gRPC glue: registers with the coordinator, keeps one
+// WorkerService.Session stream open, applies StartTask/KillTask to the
+// Supervisor it owns, and reports heartbeats, task statuses and log tails.
+//
+// Session behaviour:
+//  - RegisterWorker(name, address, slots, running tasks), then Session: the
+//    first message is a Heartbeat (binds the stream to session_id), then
+//    the final statuses not yet delivered, then every --heartbeat-interval a
+//    Heartbeat; a TaskStatus on every change (RUNNING on start,
+//    EXITED/KILLED/START_FAILED at the end); LogUpload chunks (at most
+//    log_chunk_bytes each, with file offsets) of new stdout/stderr data.
+//  - When the stream breaks or registration fails: trainers keep running,
+//    reconnect after an exponential backoff (initial_backoff doubling up to
+//    max_backoff), re-register with the running tasks, resend final
+//    statuses. A final status counts as delivered once the session that
+//    carried it has stayed up for two more heartbeat intervals; until then it
+//    is resent on every new session (the coordinator must treat a repeated
+//    final status as a no-op).
+//  - Shutdown(): every trainer gets SIGTERM, then SIGKILL after
+//    shutdown_grace; their final statuses are sent when connected; Run()
+//    returns once no trainer is left.
+//
+// Thread safety: Run() is called once, on the thread that then owns the
+// supervisor and the stream's write side; a reader thread per session feeds
+// commands to it through a queue guarded by mu_. Shutdown() and Wake() are
+// thread-safe.
+#ifndef FRAMEWORM_WORKER_WORKER_AGENT_H_
+#define FRAMEWORM_WORKER_WORKER_AGENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "worker/process_launcher.h"
+#include "worker/supervisor.h"
+
+namespace frameworm {
+
+class WorkerAgent {
+ public:
+  struct Options {
+    std::string coordinator = "127.0.0.1:7070";
+    std::string name;
+    std::string advertise = "127.0.0.1";
+    int slots = 1;
+    std::string work_dir;
+    std::map<std::string, std::string> base_env;  // trainers' starting env
+    absl::Duration heartbeat_interval = absl::Seconds(1);
+    absl::Duration register_timeout = absl::Seconds(2);
+    absl::Duration initial_backoff = absl::Milliseconds(100);
+    absl::Duration max_backoff = absl::Seconds(2);
+    absl::Duration shutdown_grace = absl::Seconds(5);
+    absl::Duration log_poll_interval = absl::Milliseconds(200);
+    size_t log_chunk_bytes = 64 << 10;
+    // Called with one human-readable line on registration, re-registration
+    // and loss of the coordinator (main prints them).
+    std::function<void(const std::string&)> on_event;
+  };
+
+  // `launcher` is not owned and must outlive the agent.
+  static std::unique_ptr<WorkerAgent> Create(const Options& options,
+                                             ProcessLauncher& launcher);
+  virtual ~WorkerAgent() = default;
+
+  // Runs until Shutdown() and every trainer is gone.
+  virtual void Run() = 0;
+  virtual void Shutdown() = 0;
+  // Makes the loop look at its processes now (e.g. on SIGCHLD).
+  virtual void Wake() = 0;
+};
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_WORKER_WORKER_AGENT_H_
