@@ -1,0 +1,294 @@
+// DDP semantics over real Gloo process groups on 127.0.0.1: ranks are real
+// processes started by launch_distributed (re-executing this test binary
+// with a --gtest_filter for the current test).
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "train/launch.h"
+#include "train/process_group.h"
+#include "train/test_util.h"
+#include "train/trainer.h"
+
+namespace frameworm {
+namespace {
+
+namespace nn = torch::nn;
+
+std::vector<std::string> SelfArgs() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return {"/proc/self/exe",
+          std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name()};
+}
+
+std::string OutDir() {
+  const char* d = std::getenv("FRAMEWORM_TEST_OUT");
+  return d ? d : "";
+}
+
+std::string MakeOutDir(const std::string& name) {
+  std::string dir = testutil::MakeTempDir(name);
+  ::setenv("FRAMEWORM_TEST_OUT", dir.c_str(), 1);
+  return dir;
+}
+
+nn::Sequential SmallNet() {
+  return nn::Sequential(nn::Flatten(), nn::Linear(16, 32), nn::ReLU(),
+                        nn::Linear(32, 32), nn::ReLU(), nn::Linear(32, 4));
+}
+
+Batch GlobalBatch(int64_t n, int step) {
+  torch::manual_seed(1000 + step);
+  Batch b{torch::randn({n, 16}), torch::randint(0, 4, {n}, torch::kLong)};
+  return b;
+}
+
+constexpr int kSteps = 5;
+constexpr int64_t kPerRank = 8;
+
+absl::StatusOr<c10::intrusive_ptr<c10d::Backend>> OneRankGroup() {
+  auto port = PickFreePort();
+  if (!port.ok()) return port.status();
+  ProcessGroupOptions o;
+  o.master_port = *port;
+  return CreateProcessGroup(o);
+}
+
+TEST(DdpTest, TwoRanksMatchSingleProcessOnGlobalBatch) {
+  const std::string out = IsLaunchedChild() ? OutDir() : MakeOutDir("ddp");
+  auto fn = [](int rank, int world) -> int {
+    torch::set_num_threads(1);
+    torch::manual_seed(100 + rank);  // different weights: broadcast must fix
+    auto model = SmallNet();
+    auto opt = std::make_shared<torch::optim::SGD>(
+        model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    DistributedOptions o;
+    o.backend = "gloo";
+    o.bucket_cap_mb = 0.002;  // ~2 KB: several buckets
+    auto t = DistributedTrainer::Create(model, opt, o);
+    if (!t.ok()) {
+      std::cerr << t.status() << std::endl;
+      return 10;
+    }
+    if ((*t)->reducer().bucket_params().size() < 3) return 11;
+    for (int s = 0; s < kSteps; ++s) {
+      Batch g = GlobalBatch(kPerRank * world, s);
+      Batch mine{g.data.narrow(0, rank * kPerRank, kPerRank),
+                 g.target.narrow(0, rank * kPerRank, kPerRank)};
+      auto info = (*t)->train_step({mine});
+      if (!info.ok()) {
+        std::cerr << info.status() << std::endl;
+        return 12;
+      }
+      auto order = (*t)->reducer().last_launch_order();
+      for (size_t i = 0; i < order.size(); ++i) {
+        if (order[i] != static_cast<int>(i)) return 13;
+      }
+      if (order.size() != (*t)->reducer().bucket_params().size()) return 14;
+      // Communication overlapped backward: buckets launched from the hooks.
+      if ((*t)->reducer().last_launched_during_backward() < 1) return 15;
+    }
+    std::vector<torch::Tensor> params;
+    for (auto& p : model->parameters()) params.push_back(p.detach().clone());
+    torch::save(params, OutDir() + "/rank" + std::to_string(rank) + ".pt");
+    return 0;
+  };
+  LaunchOptions lo;
+  lo.nprocs = 2;
+  lo.argv = SelfArgs();
+  absl::Status s = launch_distributed(fn, lo);
+  ASSERT_TRUE(s.ok()) << s;
+
+  std::vector<torch::Tensor> r0, r1;
+  torch::load(r0, out + "/rank0.pt");
+  torch::load(r1, out + "/rank1.pt");
+  // Reference: one process, the concatenated global batch, rank 0's init.
+  torch::manual_seed(100);
+  auto model = SmallNet();
+  auto opt = std::make_shared<torch::optim::SGD>(
+      model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  Trainer ref(model, opt);
+  for (int s2 = 0; s2 < kSteps; ++s2) {
+    auto info = ref.train_step({GlobalBatch(kPerRank * 2, s2)});
+    ASSERT_TRUE(info.ok()) << info.status();
+  }
+  auto rp = model->parameters();
+  ASSERT_EQ(r0.size(), rp.size());
+  for (size_t i = 0; i < rp.size(); ++i) {
+    EXPECT_TRUE(torch::equal(r0[i], r1[i])) << "ranks differ in parameter " << i;
+    const double rel = ((r0[i] - rp[i]).abs().max() /
+                        rp[i].abs().max().clamp_min(1e-12)).item<double>();
+    EXPECT_LE(rel, 1e-5) << "parameter " << i;
+  }
+  testutil::RemoveTree(out);
+}
+
+// A model whose "branch" is used only on rank 0 and whose "never" module is
+// used nowhere.
+struct BranchNetImpl : nn::Module {
+  BranchNetImpl()
+      : fc1(register_module("fc1", nn::Linear(16, 8))),
+        branch(register_module("branch", nn::Linear(16, 8))),
+        never(register_module("never", nn::Linear(16, 8))),
+        fc2(register_module("fc2", nn::Linear(8, 4))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor h = fc1->forward(x);
+    if (use_branch) h = h + branch->forward(x);
+    return fc2->forward(torch::relu(h));
+  }
+  nn::Linear fc1, branch, never, fc2;
+  bool use_branch = true;
+};
+TORCH_MODULE(BranchNet);
+
+TEST(DdpTest, FindUnusedParametersAveragesWithZerosAndFinishes) {
+  const std::string out = IsLaunchedChild() ? OutDir() : MakeOutDir("unused");
+  auto fn = [](int rank, int world) -> int {
+    torch::set_num_threads(1);
+    torch::manual_seed(7);
+    BranchNet model;
+    model->use_branch = rank == 0;
+    auto opt = std::make_shared<torch::optim::SGD>(model->parameters(),
+                                                   torch::optim::SGDOptions(0.0));
+    DistributedOptions o;
+    o.backend = "gloo";
+    o.find_unused_parameters = true;
+    o.bucket_cap_mb = 0.0005;
+    auto t = DistributedTrainer::Create(model, opt, o);
+    if (!t.ok()) return 10;
+    Batch g = GlobalBatch(kPerRank * world, 0);
+    Batch mine{g.data.narrow(0, rank * kPerRank, kPerRank),
+               g.target.narrow(0, rank * kPerRank, kPerRank)};
+    for (int i = 0; i < 2; ++i) {  // twice: the hooks re-arm cleanly
+      auto info = (*t)->train_step({mine});
+      if (!info.ok()) {
+        std::cerr << info.status() << std::endl;
+        return 12;
+      }
+    }
+    if (model->never->weight.grad().defined()) return 13;
+    std::vector<torch::Tensor> grads = {model->fc1->weight.grad(),
+                                        model->branch->weight.grad(),
+                                        model->branch->bias.grad(),
+                                        model->fc2->weight.grad()};
+    torch::save(grads, OutDir() + "/grads" + std::to_string(rank) + ".pt");
+    return 0;
+  };
+  LaunchOptions lo;
+  lo.nprocs = 2;
+  lo.argv = SelfArgs();
+  absl::Status s = launch_distributed(fn, lo);
+  ASSERT_TRUE(s.ok()) << s;
+  std::vector<torch::Tensor> g0, g1;
+  torch::load(g0, out + "/grads0.pt");
+  torch::load(g1, out + "/grads1.pt");
+  // Reference: each rank's local gradients, averaged by hand.
+  std::vector<torch::Tensor> expect(4);
+  Batch g = GlobalBatch(kPerRank * 2, 0);
+  for (int r = 0; r < 2; ++r) {
+    torch::manual_seed(7);
+    BranchNet m;
+    m->use_branch = r == 0;
+    auto loss = torch::nn::functional::cross_entropy(
+        m->forward(g.data.narrow(0, r * kPerRank, kPerRank)),
+        g.target.narrow(0, r * kPerRank, kPerRank));
+    loss.backward();
+    std::vector<torch::Tensor> local = {
+        m->fc1->weight.grad(),
+        m->branch->weight.grad().defined() ? m->branch->weight.grad()
+                                           : torch::zeros_like(m->branch->weight),
+        m->branch->bias.grad().defined() ? m->branch->bias.grad()
+                                         : torch::zeros_like(m->branch->bias),
+        m->fc2->weight.grad()};
+    for (int i = 0; i < 4; ++i) expect[i] = expect[i].defined() ? expect[i] + local[i] / 2 : local[i] / 2;
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(torch::allclose(g0[i], expect[i], 1e-5, 1e-7))
+        << "grad " << i << "\n" << g0[i].sum() << "\n" << g1[i].sum() << "\n" << expect[i].sum();
+    EXPECT_TRUE(torch::equal(g0[i], g1[i])) << "grad " << i;
+  }
+  EXPECT_GT(expect[1].abs().sum().item<double>(), 0);
+  testutil::RemoveTree(out);
+}
+
+TEST(DdpTest, UnusedParameterWithoutOptionIsNamedError) {
+  auto pg = OneRankGroup();
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  torch::manual_seed(7);
+  BranchNet model;
+  model->use_branch = false;
+  auto opt = std::make_shared<torch::optim::SGD>(model->parameters(),
+                                                 torch::optim::SGDOptions(0.1));
+  DistributedOptions o;
+  o.process_group = *pg;
+  auto t = DistributedTrainer::Create(model, opt, o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto info = (*t)->train_step({GlobalBatch(4, 0)});
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(info.status().message().find("branch.weight"), std::string::npos) << info.status();
+  EXPECT_NE(info.status().message().find("never.bias"), std::string::npos) << info.status();
+  EXPECT_NE(info.status().message().find("find_unused_parameters"), std::string::npos);
+}
+
+TEST(DdpTest, GradientAccumulationSyncsOnlyOnLastMicroBatch) {
+  auto pg = OneRankGroup();
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  torch::manual_seed(3);
+  auto model = SmallNet();
+  auto opt = std::make_shared<torch::optim::SGD>(model->parameters(),
+                                                 torch::optim::SGDOptions(0.1));
+  DistributedOptions o;
+  o.process_group = *pg;
+  o.gradient_accumulation_steps = 2;
+  auto t = DistributedTrainer::Create(model, opt, o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  Batch g = GlobalBatch(8, 0);
+  auto info = (*t)->train_step({Batch{g.data.narrow(0, 0, 4), g.target.narrow(0, 0, 4)},
+                                Batch{g.data.narrow(0, 4, 4), g.target.narrow(0, 4, 4)}});
+  ASSERT_TRUE(info.ok()) << info.status();
+  // One synchronisation: every bucket launched exactly once.
+  EXPECT_EQ((*t)->reducer().last_launch_order().size(),
+            (*t)->reducer().bucket_params().size());
+  // Equals one step on the whole batch.
+  torch::manual_seed(3);
+  auto ref_model = SmallNet();
+  auto ref_opt = std::make_shared<torch::optim::SGD>(ref_model->parameters(),
+                                                     torch::optim::SGDOptions(0.1));
+  Trainer ref(ref_model, ref_opt);
+  ASSERT_TRUE(ref.train_step({g}).ok());
+  auto a = model->parameters(), b = ref_model->parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-5, 1e-6));
+}
+
+TEST(DdpTest, MpiBackendIsAClearError) {
+  auto model = SmallNet();
+  auto opt = std::make_shared<torch::optim::SGD>(model->parameters(),
+                                                 torch::optim::SGDOptions(0.1));
+  DistributedOptions o;
+  o.backend = "mpi";
+  auto t = DistributedTrainer::Create(model, opt, o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(t.status().message().find("\"mpi\""), std::string::npos);
+  EXPECT_NE(t.status().message().find("gloo"), std::string::npos) << t.status();
+  o.backend = "bogus";
+  t = DistributedTrainer::Create(model, opt, o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("bogus"), std::string::npos);
+}
+
+TEST(DdpTest, NcclWithoutCudaIsAClearError) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "CUDA present";
+  ProcessGroupOptions o;
+  o.backend = "nccl";
+  auto pg = CreateProcessGroup(o);
+  ASSERT_FALSE(pg.ok());
+  EXPECT_NE(pg.status().message().find("nccl"), std::string::npos) << pg.status();
+}
+
+}  // namespace
+}  // namespace frameworm

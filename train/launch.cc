@@ -1,0 +1,281 @@
+#include "train/launch.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+extern char** environ;
+
+namespace frameworm {
+namespace {
+
+constexpr char kChildMarker[] = "FRAMEWORM_LAUNCH_CHILD";
+
+absl::StatusOr<int> ParseInt(const EnvLookup& lookup, const std::string& name,
+                             int min, int max) {
+  std::optional<std::string> v = lookup(name);
+  if (!v.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", name, " is not set"));
+  }
+  int out = 0;
+  if (!absl::SimpleAtoi(*v, &out)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "environment variable ", name, "=\"", *v, "\" is not an integer"));
+  }
+  if (out < min || out > max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "environment variable ", name, "=", out, " is outside [", min, ", ",
+        max, "]"));
+  }
+  return out;
+}
+
+std::vector<std::string> SelfCmdline() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(f)),
+                  std::istreambuf_iterator<char>());
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : all) {
+    if (c == '\0') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+bool IsOurVar(const char* kv) {
+  static const char* kNames[] = {"RANK=",       "WORLD_SIZE=",
+                                 "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
+                                 "NODE_RANK=",  "MASTER_ADDR=",
+                                 "MASTER_PORT=", "FRAMEWORM_LAUNCH_CHILD="};
+  for (const char* n : kNames) {
+    if (std::strncmp(kv, n, std::strlen(n)) == 0) return true;
+  }
+  return false;
+}
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status));
+  return absl::StrCat("ended with status ", status);
+}
+
+}  // namespace
+
+absl::StatusOr<DistributedEnv> ParseDistributedEnv(const EnvLookup& lookup) {
+  DistributedEnv env;
+  std::optional<std::string> addr = lookup("MASTER_ADDR");
+  if (!addr.has_value()) {
+    return absl::InvalidArgumentError(
+        "environment variable MASTER_ADDR is not set");
+  }
+  if (addr->empty()) {
+    return absl::InvalidArgumentError(
+        "environment variable MASTER_ADDR is empty");
+  }
+  env.master_addr = *addr;
+  auto port = ParseInt(lookup, "MASTER_PORT", 1, 65535);
+  if (!port.ok()) return port.status();
+  env.master_port = *port;
+  auto world = ParseInt(lookup, "WORLD_SIZE", 1, 1 << 20);
+  if (!world.ok()) return world.status();
+  env.world_size = *world;
+  auto rank = ParseInt(lookup, "RANK", 0, 1 << 20);
+  if (!rank.ok()) return rank.status();
+  if (*rank >= env.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "environment variable RANK=", *rank, " must be < WORLD_SIZE=",
+        env.world_size));
+  }
+  env.rank = *rank;
+  auto local = ParseInt(lookup, "LOCAL_RANK", 0, 1 << 20);
+  if (!local.ok()) return local.status();
+  env.local_rank = *local;
+  return env;
+}
+
+EnvLookup ProcessEnvLookup() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+absl::StatusOr<DistributedEnv> ReadDistributedEnv() {
+  return ParseDistributedEnv(ProcessEnvLookup());
+}
+
+bool IsLaunchedChild() {
+  const char* v = std::getenv(kChildMarker);
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+absl::StatusOr<int> PickFreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return absl::UnavailableError(absl::StrCat("bind: ", std::strerror(errno)));
+  }
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return static_cast<int>(ntohs(a.sin_port));
+}
+
+absl::Status launch_distributed(const std::function<int(int, int)>& fn,
+                                int nprocs) {
+  LaunchOptions o;
+  o.nprocs = nprocs;
+  return launch_distributed(fn, o);
+}
+
+absl::Status launch_distributed(const std::function<int(int, int)>& fn,
+                                const LaunchOptions& options) {
+  if (IsLaunchedChild()) {
+    int code = 1;
+    auto env = ReadDistributedEnv();
+    if (!env.ok()) {
+      std::cerr << "launch_distributed child: " << env.status().message()
+                << std::endl;
+    } else {
+      try {
+        code = fn(env->rank, env->world_size);
+      } catch (const std::exception& e) {
+        std::cerr << "rank " << env->rank << ": " << e.what() << std::endl;
+        code = 1;
+      }
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::cout.flush();
+    ::_exit(code);
+  }
+  if (options.nprocs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nprocs must be >= 1, got ", options.nprocs));
+  }
+  int port = options.master_port;
+  if (port == 0) {
+    auto p = PickFreePort();
+    if (!p.ok()) return p.status();
+    port = *p;
+  }
+  std::vector<std::string> args =
+      options.argv.empty() ? SelfCmdline() : options.argv;
+  if (args.empty()) return absl::InternalError("cannot read /proc/self/cmdline");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  // Everything the children need is prepared before fork(): between fork
+  // and exec the child only calls async-signal-safe functions.
+  std::vector<std::vector<std::string>> envs(options.nprocs);
+  std::vector<std::vector<char*>> envps(options.nprocs);
+  for (int r = 0; r < options.nprocs; ++r) {
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!IsOurVar(*e)) envs[r].push_back(*e);
+    }
+    envs[r].push_back(absl::StrCat("RANK=", r));
+    envs[r].push_back(absl::StrCat("WORLD_SIZE=", options.nprocs));
+    envs[r].push_back(absl::StrCat("LOCAL_RANK=", r));
+    envs[r].push_back(absl::StrCat("LOCAL_WORLD_SIZE=", options.nprocs));
+    envs[r].push_back("NODE_RANK=0");
+    envs[r].push_back(absl::StrCat("MASTER_ADDR=", options.master_addr));
+    envs[r].push_back(absl::StrCat("MASTER_PORT=", port));
+    envs[r].push_back(absl::StrCat(kChildMarker, "=1"));
+    for (auto& s : envs[r]) envps[r].push_back(s.data());
+    envps[r].push_back(nullptr);
+  }
+  std::cout.flush();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t parent = ::getpid();
+  std::vector<pid_t> pids;
+  std::vector<bool> done(options.nprocs, false);
+  auto kill_all = [&] {
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (!done[r]) ::kill(pids[r], SIGKILL);
+    }
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (done[r]) continue;
+      int st = 0;
+      while (::waitpid(pids[r], &st, 0) < 0 && errno == EINTR) {
+      }
+      done[r] = true;
+    }
+  };
+  for (int r = 0; r < options.nprocs; ++r) {
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      const int err = errno;
+      kill_all();
+      return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(err)));
+    }
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      ::execve("/proc/self/exe", argv.data(), envps[r].data());
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  if (options.child_pids != nullptr) *options.child_pids = pids;
+  int remaining = options.nprocs;
+  while (remaining > 0) {
+    bool progressed = false;
+    for (int r = 0; r < options.nprocs; ++r) {
+      if (done[r]) continue;
+      int st = 0;
+      pid_t got = ::waitpid(pids[r], &st, WNOHANG);
+      if (got == 0) continue;
+      if (got < 0 && errno == EINTR) continue;
+      done[r] = true;
+      --remaining;
+      progressed = true;
+      const bool ok = got == pids[r] && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+      if (!ok) {
+        const std::string what =
+            got < 0 ? std::string("could not be waited for")
+                    : DescribeExit(st);
+        kill_all();
+        return absl::InternalError(absl::StrCat(
+            "rank ", r, " (pid ", pids[r], ") ", what,
+            "; the other ranks were killed"));
+      }
+    }
+    if (!progressed) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace frameworm

@@ -1,0 +1,230 @@
+#include "train/reducer.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace frameworm {
+
+absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
+    std::vector<std::pair<std::string, torch::Tensor>> params,
+    c10::intrusive_ptr<c10d::Backend> process_group,
+    const ReducerOptions& options) {
+  if (!process_group) {
+    return absl::InvalidArgumentError("reducer: null process group");
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> trainable;
+  for (auto& p : params) {
+    if (p.second.requires_grad()) trainable.push_back(std::move(p));
+  }
+  if (trainable.empty()) {
+    return absl::InvalidArgumentError(
+        "reducer: the model has no parameter that requires grad");
+  }
+  return std::unique_ptr<Reducer>(
+      new Reducer(std::move(trainable), std::move(process_group), options));
+}
+
+Reducer::Reducer(std::vector<std::pair<std::string, torch::Tensor>> params,
+                 c10::intrusive_ptr<c10d::Backend> pg, const ReducerOptions& o)
+    : params_(std::move(params)), pg_(std::move(pg)), options_(o) {
+  BuildBuckets();
+  ready_.assign(params_.size(), false);
+  used_.assign(params_.size(), false);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    // Holding the accumulator keeps the same node (and our hook) for every
+    // future graph: the variable itself only keeps a weak pointer.
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i].second);
+    hook_keys_.push_back(acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& outputs,
+                  const torch::autograd::variable_list& /*inputs*/) {
+          OnGradReady(i);
+          return outputs;
+        })));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+Reducer::~Reducer() {
+  std::lock_guard<std::mutex> l(mu_);
+  armed_ = false;
+  // The hooks capture `this`: remove them (the accumulators may outlive us
+  // through the parameters).
+  for (size_t i = 0; i < accumulators_.size(); ++i) {
+    accumulators_[i]->del_post_hook(hook_keys_[i]);
+  }
+}
+
+void Reducer::BuildBuckets() {
+  const int64_t n = static_cast<int64_t>(params_.size());
+  param_bucket_.assign(params_.size(), 0);
+  param_slot_.assign(params_.size(), 0);
+  std::vector<size_t> current;
+  int64_t bytes = 0;
+  c10::ScalarType dtype = params_.back().second.scalar_type();
+  c10::Device device = params_.back().second.device();
+  auto flush = [&] {
+    if (current.empty()) return;
+    bucket_params_.push_back(current);
+    current.clear();
+    bytes = 0;
+  };
+  for (int64_t i = n - 1; i >= 0; --i) {
+    const torch::Tensor& p = params_[i].second;
+    const int64_t sz = p.numel() * p.element_size();
+    if (!current.empty() &&
+        (p.scalar_type() != dtype || p.device() != device ||
+         bytes + sz > options_.bucket_cap_bytes)) {
+      flush();
+    }
+    dtype = p.scalar_type();
+    device = p.device();
+    current.push_back(static_cast<size_t>(i));
+    bytes += sz;
+  }
+  flush();
+  for (size_t b = 0; b < bucket_params_.size(); ++b) {
+    Bucket bucket;
+    bucket.params = bucket_params_[b];
+    int64_t off = 0;
+    for (size_t s = 0; s < bucket.params.size(); ++s) {
+      const size_t pi = bucket.params[s];
+      param_bucket_[pi] = b;
+      param_slot_[pi] = s;
+      bucket.offsets.push_back(off);
+      off += params_[pi].second.numel();
+    }
+    const torch::Tensor& first = params_[bucket.params[0]].second;
+    bucket.flat = torch::zeros({off}, first.options().requires_grad(false));
+    buckets_.push_back(std::move(bucket));
+  }
+}
+
+void Reducer::PrepareForBackward(bool sync) {
+  std::lock_guard<std::mutex> l(mu_);
+  armed_ = sync;
+  in_backward_ = sync;
+  next_launch_ = 0;
+  launch_order_.clear();
+  launched_in_backward_ = 0;
+  std::fill(ready_.begin(), ready_.end(), false);
+  std::fill(used_.begin(), used_.end(), false);
+  for (auto& b : buckets_) {
+    b.pending = b.params.size();
+    b.work.reset();
+  }
+}
+
+void Reducer::OnGradReady(size_t index) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!armed_ || ready_[index]) return;
+  used_[index] = true;
+  MarkReadyLocked(index, /*zero=*/false);
+  LaunchReadyLocked();
+}
+
+void Reducer::MarkReadyLocked(size_t index, bool zero) {
+  Bucket& b = buckets_[param_bucket_[index]];
+  const torch::Tensor& p = params_[index].second;
+  torch::NoGradGuard ng;
+  auto slot = b.flat.narrow(0, b.offsets[param_slot_[index]], p.numel());
+  const torch::Tensor& g = p.grad();
+  if (zero || !g.defined()) {
+    slot.zero_();
+  } else {
+    slot.copy_(g.reshape({-1}));
+  }
+  ready_[index] = true;
+  --b.pending;
+}
+
+void Reducer::LaunchReadyLocked() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    Bucket& b = buckets_[next_launch_];
+    b.io = {b.flat};
+    b.work = pg_->allreduce(b.io);
+    launch_order_.push_back(static_cast<int>(next_launch_));
+    if (in_backward_) ++launched_in_backward_;
+    ++next_launch_;
+  }
+}
+
+absl::Status Reducer::Finalize() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!armed_) return absl::OkStatus();
+  in_backward_ = false;
+  armed_ = false;
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!ready_[i]) missing.push_back(params_[i].first);
+  }
+  if (!missing.empty() && !options_.find_unused_parameters) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "parameter(s) [", absl::StrJoin(missing, ", "),
+        "] received no gradient in this backward pass; their gradients "
+        "cannot be averaged across ranks. Pass find_unused_parameters=true "
+        "if parts of the model are legitimately unused, or make every "
+        "parameter take part in the loss"));
+  }
+  try {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!ready_[i]) MarkReadyLocked(i, /*zero=*/true);
+    }
+    LaunchReadyLocked();
+    c10::intrusive_ptr<c10d::Work> used_work;
+    torch::Tensor used_count;
+    std::vector<torch::Tensor> used_io;
+    if (options_.find_unused_parameters) {
+      // Which parameters were used on any rank (as DDP's local_used_map):
+      // launched after every bucket, so the order matches on all ranks.
+      std::vector<int32_t> u(params_.size());
+      for (size_t i = 0; i < params_.size(); ++i) u[i] = used_[i] ? 1 : 0;
+      used_count = torch::tensor(u, torch::kInt32)
+                       .to(params_[0].second.device());
+      used_io = {used_count};
+      used_work = pg_->allreduce(used_io);
+    }
+    const double world = static_cast<double>(pg_->getSize());
+    for (auto& b : buckets_) {
+      b.work->wait();
+      b.flat.div_(world);
+    }
+    torch::Tensor used_cpu;
+    if (used_work) {
+      used_work->wait();
+      used_cpu = used_count.to(torch::kCPU);
+    }
+    torch::NoGradGuard ng;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Bucket& b = buckets_[param_bucket_[i]];
+      torch::Tensor& p = params_[i].second;
+      auto slot = b.flat.narrow(0, b.offsets[param_slot_[i]], p.numel())
+                      .view(p.sizes());
+      torch::Tensor g = p.grad();
+      if (g.defined()) {
+        g.copy_(slot);
+      } else if (!used_cpu.defined() || used_cpu[i].item<int32_t>() > 0) {
+        p.mutable_grad() = slot.clone();
+      }
+    }
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("gradient allreduce failed: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> Reducer::last_launch_order() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return launch_order_;
+}
+
+int Reducer::last_launched_during_backward() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return launched_in_backward_;
+}
+
+}  // namespace frameworm

@@ -1,0 +1,114 @@
+// Gradient bucketing and averaging for DistributedDataParallel semantics.
+//
+// The reducer puts the trainable parameters into buckets of about
+// bucket_cap_bytes, in reverse parameter order (as PyTorch's DDP does,
+// since backward produces gradients roughly in that order). A post hook on
+// each parameter's gradient accumulator fires after the gradient has been
+// accumulated into .grad; it copies the gradient into its bucket and, once
+// a bucket and every bucket before it are complete, launches their
+// asynchronous allreduces strictly in bucket-index order, so every rank
+// issues the same collectives in the same order while backward is still
+// running. Finalize() (after backward returns) completes the rest: with
+// find_unused_parameters a parameter that received no gradient contributes
+// zeros (and a parameter unused on every rank keeps an undefined grad);
+// without it such a parameter is an error naming it. It then waits for all
+// works and writes the averaged gradients back into .grad.
+//
+// Thread safety: the hooks may run on autograd engine threads; the
+// reducer's state is guarded by one mutex (mu_). PrepareForBackward and
+// Finalize are called from the training thread only.
+#ifndef FRAMEWORM_TRAIN_REDUCER_H_
+#define FRAMEWORM_TRAIN_REDUCER_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace frameworm {
+
+struct ReducerOptions {
+  int64_t bucket_cap_bytes = 25 * 1024 * 1024;
+  bool find_unused_parameters = false;
+};
+
+class Reducer {
+ public:
+  // `params` are (name, parameter) pairs in module order; parameters that do
+  // not require grad are ignored. Errors: INVALID_ARGUMENT when no parameter
+  // requires grad or the process group is null.
+  static absl::StatusOr<std::unique_ptr<Reducer>> Create(
+      std::vector<std::pair<std::string, torch::Tensor>> params,
+      c10::intrusive_ptr<c10d::Backend> process_group,
+      const ReducerOptions& options);
+  ~Reducer();
+
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Arms the hooks for the next backward. sync=false (a non-final
+  // micro-batch of gradient accumulation) leaves gradients local.
+  void PrepareForBackward(bool sync);
+
+  // After backward: launch what is left, wait, average, write back.
+  // Errors: FAILED_PRECONDITION naming parameters that got no gradient
+  // (without find_unused_parameters); UNAVAILABLE when a collective fails.
+  absl::Status Finalize();
+
+  // Bucket i holds these parameter indices (into the trainable list).
+  const std::vector<std::vector<size_t>>& bucket_params() const {
+    return bucket_params_;
+  }
+  // Order in which buckets were launched during the last synced backward
+  // (always 0, 1, 2, ...); the count launched during backward itself.
+  std::vector<int> last_launch_order() const;
+  int last_launched_during_backward() const;
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;   // indices into params_
+    std::vector<int64_t> offsets; // element offset of each param in flat
+    torch::Tensor flat;
+    std::vector<torch::Tensor> io;  // {flat}, kept alive for the work
+    c10::intrusive_ptr<c10d::Work> work;
+    size_t pending = 0;
+  };
+
+  Reducer(std::vector<std::pair<std::string, torch::Tensor>> params,
+          c10::intrusive_ptr<c10d::Backend> pg, const ReducerOptions& o);
+  void BuildBuckets();
+  void OnGradReady(size_t index);
+  void MarkReadyLocked(size_t index, bool zero);
+  void LaunchReadyLocked();
+
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> hook_keys_;
+  c10::intrusive_ptr<c10d::Backend> pg_;
+  ReducerOptions options_;
+  std::vector<std::vector<size_t>> bucket_params_;
+  std::vector<size_t> param_bucket_;   // param index -> bucket
+  std::vector<size_t> param_slot_;     // param index -> position in bucket
+
+  mutable std::mutex mu_;
+  std::vector<Bucket> buckets_;        // guarded by mu_
+  std::vector<bool> ready_;            // guarded by mu_
+  std::vector<bool> used_;             // guarded by mu_
+  size_t next_launch_ = 0;             // guarded by mu_
+  bool armed_ = false;                 // guarded by mu_
+  bool in_backward_ = false;           // guarded by mu_
+  std::vector<int> launch_order_;      // guarded by mu_
+  int launched_in_backward_ = 0;       // guarded by mu_
+};
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_TRAIN_REDUCER_H_

@@ -1,0 +1,346 @@
+// Sampler, data, models, Trainer and checkpoints in one process.
+#include <zlib.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "train/data.h"
+#include "train/models.h"
+#include "train/test_util.h"
+#include "train/trainer.h"
+
+namespace frameworm {
+namespace {
+
+
+TEST(SamplerTest, DisjointCoveringPaddedDeterministicReshuffled) {
+  for (int64_t n : {1, 7, 10, 23, 64, 100}) {
+    for (int w : {1, 2, 3, 4, 8}) {
+      for (bool shuffle : {true, false}) {
+        std::vector<int64_t> all;
+        std::multiset<int64_t> seen;
+        for (int r = 0; r < w; ++r) {
+          DistributedSampler s(n, r, w, shuffle, 42);
+          s.set_epoch(3);
+          auto idx = s.indices();
+          EXPECT_EQ(static_cast<int64_t>(idx.size()), (n + w - 1) / w);
+          EXPECT_EQ(idx, s.indices()) << "not deterministic";
+          DistributedSampler again(n, r, w, shuffle, 42);
+          again.set_epoch(3);
+          EXPECT_EQ(idx, again.indices());
+          for (auto i : idx) {
+            ASSERT_GE(i, 0);
+            ASSERT_LT(i, n);
+            seen.insert(i);
+          }
+        }
+        // Covering; padding repeats only total_size - n indices.
+        std::set<int64_t> distinct(seen.begin(), seen.end());
+        EXPECT_EQ(static_cast<int64_t>(distinct.size()), n) << n << "/" << w;
+        const int64_t total = ((n + w - 1) / w) * w;
+        EXPECT_EQ(static_cast<int64_t>(seen.size()), total);
+        if (total == n) EXPECT_EQ(seen.size(), distinct.size()) << "not disjoint";
+        // drop_last: disjoint, equal shares, nothing repeated.
+        std::set<int64_t> dl;
+        int64_t dl_count = 0;
+        for (int r = 0; r < w; ++r) {
+          DistributedSampler s(n, r, w, shuffle, 42, /*drop_last=*/true);
+          for (auto i : s.indices()) {
+            dl.insert(i);
+            ++dl_count;
+          }
+        }
+        EXPECT_EQ(static_cast<int64_t>(dl.size()), dl_count);
+        EXPECT_EQ(dl_count, (n / w) * w);
+      }
+    }
+  }
+  DistributedSampler a(100, 0, 2, true, 1);
+  auto e0 = a.indices();
+  a.set_epoch(1);
+  EXPECT_NE(e0, a.indices()) << "no reshuffle per epoch";
+  DistributedSampler b(100, 0, 2, true, 2);
+  EXPECT_NE(e0, b.indices()) << "seed ignored";
+}
+
+TEST(SamplerTest, MatchesPyTorchSequence) {
+  // torch.utils.data.DistributedSampler(range(23), num_replicas=3, rank=r,
+  // shuffle=True, seed=42) after set_epoch(5), computed with torch 2.11.
+  const std::vector<std::vector<int64_t>> expect = {
+      {7, 0, 15, 11, 3, 17, 13, 4},
+      {5, 10, 14, 16, 22, 9, 20, 19},
+      {1, 18, 21, 2, 8, 12, 6, 7}};
+  for (int r = 0; r < 3; ++r) {
+    DistributedSampler s(23, r, 3, true, 42);
+    s.set_epoch(5);
+    EXPECT_EQ(s.indices(), expect[r]) << "rank " << r;
+  }
+  DistributedSampler d(23, 2, 3, true, 42, /*drop_last=*/true);
+  EXPECT_EQ(d.indices(), (std::vector<int64_t>{6, 0, 18, 21, 10, 4, 12}));
+}
+
+TEST(ModelsTest, InitialWeightsMatchPyTorch) {
+  // Sums of each parameter after torch.manual_seed(42) in PyTorch.
+  torch::manual_seed(42);
+  auto cnn = MakeCnn();
+  const std::vector<double> cnn_sums = {-4.843146, -0.268203, -2.045101, -0.561594,
+                                        -1.187695, 0.02773,   -3.900804, 0.153121};
+  auto ps = cnn->parameters();
+  ASSERT_EQ(ps.size(), cnn_sums.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    EXPECT_NEAR(ps[i].to(torch::kDouble).sum().item<double>(), cnn_sums[i], 1e-4) << i;
+  }
+  torch::manual_seed(42);
+  auto mlp = MakeMlp();
+  const std::vector<double> mlp_sums = {9.196452, 0.231581, -11.350232,
+                                        -0.739163, -2.512005, 0.077587};
+  ps = mlp->parameters();
+  ASSERT_EQ(ps.size(), mlp_sums.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    EXPECT_NEAR(ps[i].to(torch::kDouble).sum().item<double>(), mlp_sums[i], 1e-4) << i;
+  }
+  EXPECT_EQ(cnn->forward(torch::zeros({2, 1, 28, 28})).sizes(), (std::vector<int64_t>{2, 10}));
+  EXPECT_FALSE(MakeModel("resnet").ok());
+}
+
+TEST(DataTest, FashionMnistTestSplit) {
+  auto d = LoadFashionMnist("/usr/share/datasets/fashion-mnist", "test");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->size(), 10000);
+  EXPECT_EQ(d->images.sizes(), (std::vector<int64_t>{10000, 1, 28, 28}));
+  EXPECT_EQ(d->labels.min().item<int64_t>(), 0);
+  EXPECT_EQ(d->labels.max().item<int64_t>(), 9);
+  EXPECT_NEAR(d->images.mean().item<double>(), 0.0, 0.05);
+  EXPECT_NEAR(d->images.std().item<double>(), 1.0, 0.05);
+}
+
+TEST(DataTest, MissingAndCorruptFilesAreNamed) {
+  auto missing = LoadFashionMnist("/nonexistent-dir", "train");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("/nonexistent-dir/train-images-idx3-ubyte.gz"),
+            std::string::npos);
+  const std::string dir = testutil::MakeTempDir("fm-corrupt");
+  {
+    // A valid gzip stream with a wrong IDX header.
+    gzFile f = gzopen((dir + "/t10k-images-idx3-ubyte.gz").c_str(), "wb");
+    gzwrite(f, "garbage-garbage-garbage", 23);
+    gzclose(f);
+    std::ofstream l(dir + "/t10k-labels-idx1-ubyte.gz");
+    l << "not gzip at all";
+  }
+  auto bad = LoadFashionMnist(dir, "test");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("t10k-images-idx3-ubyte.gz"), std::string::npos)
+      << bad.status();
+  EXPECT_FALSE(LoadFashionMnist(dir, "validation").ok());
+  testutil::RemoveTree(dir);
+}
+
+TEST(DataTest, LoaderBatchesFollowTheSampler) {
+  Dataset d = MakeSyntheticDataset(100, 5);
+  Dataset d2 = MakeSyntheticDataset(100, 5);
+  EXPECT_TRUE(torch::equal(d.images, d2.images));
+  DataLoader l(d, DataLoaderOptions{32, true, 9, false});
+  l.set_distributed(1, 2);
+  l.set_epoch(2);
+  EXPECT_EQ(l.num_batches(), 2);  // 50 samples: 32 + 18
+  DistributedSampler s(100, 1, 2, true, 9);
+  s.set_epoch(2);
+  auto idx = s.indices();
+  Batch b = l.batch(1);
+  EXPECT_EQ(b.size(), 18);
+  EXPECT_EQ(b.target[0].item<int64_t>(), d.labels[idx[32]].item<int64_t>());
+}
+
+struct Setup {
+  torch::nn::Sequential model;
+  std::shared_ptr<torch::optim::SGD> opt;
+  std::unique_ptr<Trainer> trainer;
+};
+
+Setup MakeSetup(uint64_t seed, TrainerOptions o) {
+  torch::manual_seed(seed);
+  Setup s;
+  s.model = MakeMlp();
+  s.opt = std::make_shared<torch::optim::SGD>(s.model->parameters(),
+                                              torch::optim::SGDOptions(0.05).momentum(0.9));
+  o.verbose = false;
+  s.trainer = std::make_unique<Trainer>(s.model, s.opt, torch::kCPU, o);
+  return s;
+}
+
+DataLoader TrainLoader() { return DataLoader(MakeSyntheticDataset(256, 1), {32, true, 3, false}); }
+DataLoader ValLoader() { return DataLoader(MakeSyntheticDataset(64, 2), {32, false, 0, false}); }
+
+TEST(TrainerTest, LearnsSyntheticData) {
+  TrainerOptions o;
+  o.epochs = 3;
+  auto s = MakeSetup(1, o);
+  auto tl = TrainLoader();
+  auto vl = ValLoader();
+  ASSERT_TRUE(s.trainer->train(tl, vl).ok());
+  EXPECT_EQ(s.trainer->state().epoch, 3);
+  EXPECT_EQ(s.trainer->state().step, 24);
+  EXPECT_GT(s.trainer->state().val_metrics.at("accuracy"), 0.9);
+  EXPECT_LT(s.trainer->state().train_metrics.at("loss"), 0.5);
+}
+
+TEST(TrainerTest, WarmupAndAccumulation) {
+  TrainerOptions o;
+  o.epochs = 5;
+  o.warmup_steps = 4;
+  o.gradient_accumulation_steps = 3;
+  o.max_steps = 5;
+  auto s = MakeSetup(1, o);
+  EXPECT_DOUBLE_EQ(s.trainer->lr_at(0), 0.05 / 4);
+  EXPECT_DOUBLE_EQ(s.trainer->lr_at(3), 0.05);
+  EXPECT_DOUBLE_EQ(s.trainer->lr_at(10), 0.05);
+  auto tl = TrainLoader();
+  auto vl = ValLoader();
+  ASSERT_TRUE(s.trainer->train(tl, vl).ok());
+  EXPECT_EQ(s.trainer->state().step, 5);
+  // 8 micro-batches per epoch in groups of 3: 3 steps in epoch 0 (3+3+2).
+  EXPECT_EQ(s.trainer->state().epoch, 1);
+  EXPECT_EQ(s.trainer->state().batch_in_epoch, 6);
+}
+
+std::string TempPath(const std::string& name) { return testutil::MakeTempDir(name); }
+
+TEST(CheckpointTest, ResumeThenContinueEqualsUninterrupted) {
+  TrainerOptions o;
+  o.epochs = 2;
+  auto full = MakeSetup(1, o);
+  {
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    ASSERT_TRUE(full.trainer->train(tl, vl).ok());
+  }
+  // Interrupted mid-epoch at step 5, checkpointed, resumed by a fresh
+  // trainer with different initial weights.
+  o.max_steps = 5;
+  auto first = MakeSetup(1, o);
+  const std::string rdir = TempPath("resume");
+  const std::string path = rdir + "/ckpt-5.pt";
+  {
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    ASSERT_TRUE(first.trainer->train(tl, vl).ok());
+    auto info = first.trainer->save_checkpoint(path);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_GT(info->bytes, 0);
+    EXPECT_EQ(info->checksum.rfind("crc32:", 0), 0u);
+  }
+  o.max_steps = 0;
+  auto second = MakeSetup(99, o);
+  ASSERT_TRUE(second.trainer->load_checkpoint(path).ok());
+  EXPECT_EQ(second.trainer->state().step, 5);
+  EXPECT_EQ(second.trainer->state().batch_in_epoch, 5);
+  // Optimizer state (momentum buffers) restored.
+  auto pa = first.model->parameters(), pb = second.model->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    auto& sa = static_cast<torch::optim::SGDParamState&>(
+        *first.opt->state().at(pa[i].unsafeGetTensorImpl()));
+    auto& sb = static_cast<torch::optim::SGDParamState&>(
+        *second.opt->state().at(pb[i].unsafeGetTensorImpl()));
+    EXPECT_TRUE(torch::equal(sa.momentum_buffer(), sb.momentum_buffer())) << i;
+    EXPECT_TRUE(torch::equal(pa[i], pb[i]));
+  }
+  {
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    ASSERT_TRUE(second.trainer->train(tl, vl).ok());
+  }
+  EXPECT_EQ(second.trainer->state().step, full.trainer->state().step);
+  auto pf = full.model->parameters();
+  pb = second.model->parameters();
+  for (size_t i = 0; i < pf.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(pf[i], pb[i], 1e-6, 1e-7)) << "parameter " << i;
+  }
+  EXPECT_NEAR(full.trainer->state().val_metrics.at("loss"),
+              second.trainer->state().val_metrics.at("loss"), 1e-6);
+  testutil::RemoveTree(rdir);
+}
+
+TEST(CheckpointTest, TruncatedAndBitFlippedFilesAreRejectedAndChangeNothing) {
+  TrainerOptions o;
+  o.max_steps = 3;
+  auto s = MakeSetup(1, o);
+  auto tl = TrainLoader();
+  auto vl = ValLoader();
+  ASSERT_TRUE(s.trainer->train(tl, vl).ok());
+  const std::string dir = TempPath("corrupt");
+  const std::string good = dir + "/ckpt-3.pt";
+  ASSERT_TRUE(s.trainer->save_checkpoint(good).ok());
+  std::string bytes;
+  {
+    std::ifstream f(good, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const std::string truncated = dir + "/truncated.pt";
+  const std::string flipped = dir + "/flipped.pt";
+  std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  std::string f2 = bytes;
+  f2[f2.size() / 2] ^= 0x10;
+  std::ofstream(flipped, std::ios::binary) << f2;
+  std::ofstream(dir + "/tiny.pt", std::ios::binary) << "FWC";
+
+  auto other = MakeSetup(7, TrainerOptions{});
+  std::vector<torch::Tensor> before;
+  for (auto& p : other.model->parameters()) before.push_back(p.detach().clone());
+  struct Case { std::string path, what; absl::StatusCode code; };
+  for (const Case& c : {Case{truncated, "truncated", absl::StatusCode::kDataLoss},
+                        Case{flipped, "checksum mismatch", absl::StatusCode::kDataLoss},
+                        Case{dir + "/tiny.pt", "truncated", absl::StatusCode::kDataLoss},
+                        Case{dir + "/absent.pt", "does not exist", absl::StatusCode::kNotFound}}) {
+    absl::Status st = other.trainer->load_checkpoint(c.path);
+    ASSERT_FALSE(st.ok()) << c.path;
+    EXPECT_EQ(st.code(), c.code) << st;
+    EXPECT_NE(st.message().find(c.path), std::string::npos) << st;
+    EXPECT_NE(st.message().find(c.what), std::string::npos) << st;
+    auto now = other.model->parameters();
+    for (size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(torch::equal(now[i], before[i]));
+    EXPECT_EQ(other.trainer->state().step, 0);
+    EXPECT_TRUE(other.opt->state().empty());
+  }
+  // A checkpoint of another architecture is refused without changes too.
+  torch::manual_seed(3);
+  auto cnn = MakeCnn();
+  auto copt = std::make_shared<torch::optim::SGD>(cnn->parameters(), torch::optim::SGDOptions(0.1));
+  Trainer ct(cnn, copt);
+  absl::Status st = ct.load_checkpoint(good);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  ASSERT_TRUE(other.trainer->load_checkpoint(good).ok());
+  EXPECT_EQ(other.trainer->state().step, 3);
+  testutil::RemoveTree(dir);
+}
+
+TEST(DataParallelTest, OneDeviceTrainsAndSaysSo) {
+  torch::manual_seed(1);
+  auto model = MakeMlp();
+  testing::internal::CaptureStdout();
+  auto wrapped = DataParallelTrainer::wrap(model);
+  const std::string log = testing::internal::GetCapturedStdout();
+  if (torch::cuda::device_count() < 2) {
+    EXPECT_NE(log.find("without data parallelism"), std::string::npos) << log;
+  }
+  auto opt = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.05));
+  TrainerOptions o;
+  o.verbose = false;
+  o.epochs = 2;
+  Trainer t(wrapped, opt, torch::kCPU, o);
+  auto tl = TrainLoader();
+  auto vl = ValLoader();
+  ASSERT_TRUE(t.train(tl, vl).ok());
+  EXPECT_GT(t.state().val_metrics.at("accuracy"), 0.5);
+}
+
+}  // namespace
+}  // namespace frameworm

@@ -1,0 +1,254 @@
+// Trainer, DistributedTrainer and DataParallelTrainer: the seed's API in C++.
+//
+//   frameworm::Trainer trainer(model, optimizer, torch::kCPU);
+//   absl::Status s = trainer.train(train_loader, val_loader);
+//   trainer.state().val_metrics["accuracy"];
+//
+//   frameworm::setup_distributed();               // reads torchrun's env
+//   auto t = frameworm::DistributedTrainer::Create(model, optimizer, {});
+//   (*t)->train(train_loader, val_loader);       // DDP over c10d
+//   (*t)->save_checkpoint("ckpt.pt");            // rank 0 writes, all wait
+//   frameworm::cleanup_distributed();
+//
+// The loss is cross-entropy over class logits. One "step" is one optimizer
+// step (gradient_accumulation_steps micro-batches). Metrics: train_metrics
+// holds the last epoch's sample-weighted mean "loss" and "accuracy",
+// val_metrics the last evaluation's; in a DistributedTrainer both are
+// averaged across ranks weighted by sample count, so they are global on
+// every rank.
+//
+// Thread safety: a trainer is used from one thread. setup_distributed /
+// cleanup_distributed / default_process_group guard the process-wide group
+// with a mutex.
+#ifndef FRAMEWORM_TRAIN_TRAINER_H_
+#define FRAMEWORM_TRAIN_TRAINER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "train/checkpoint_file.h"
+#include "train/data.h"
+#include "train/launch.h"
+#include "train/process_group.h"
+#include "train/reducer.h"
+
+namespace frameworm {
+
+// Any module with `Tensor forward(Tensor)`: a ModuleHolder such as
+// torch::nn::Sequential or a TORCH_MODULE, or an AnyModule.
+class Model {
+ public:
+  template <typename M>
+  Model(torch::nn::ModuleHolder<M> m)  // NOLINT: implicit by design
+      : module_(m.ptr()),
+        forward_([p = m.ptr()](const torch::Tensor& x) -> torch::Tensor {
+          return p->forward(x);
+        }) {}
+  Model(torch::nn::AnyModule m)  // NOLINT
+      : module_(m.ptr()),
+        forward_([m](const torch::Tensor& x) mutable -> torch::Tensor {
+          return m.forward(x);
+        }) {}
+  std::shared_ptr<torch::nn::Module> ptr() const { return module_; }
+  torch::Tensor forward(const torch::Tensor& x) const { return forward_(x); }
+
+ private:
+  std::shared_ptr<torch::nn::Module> module_;
+  std::function<torch::Tensor(const torch::Tensor&)> forward_;
+};
+
+struct TrainerState {
+  int64_t epoch = 0;           // current epoch (completed epochs at the end)
+  int64_t step = 0;            // optimizer steps completed
+  int64_t batch_in_epoch = 0;  // micro-batches of `epoch` already consumed
+  std::map<std::string, double> train_metrics;
+  std::map<std::string, double> val_metrics;
+};
+
+struct StepInfo {
+  int64_t step = 0;   // 1-based, after the step
+  int64_t epoch = 0;
+  int64_t samples = 0;  // this rank's samples in the step
+  double loss = 0;      // this rank's mean loss
+  double accuracy = 0;  // this rank's accuracy
+  double seconds = 0;   // wall time of the step
+  double lr = 0;
+};
+
+struct StepAction {
+  bool checkpoint = false;
+  bool stop = false;
+};
+
+struct TrainerOptions {
+  int64_t epochs = 1;
+  int64_t max_steps = 0;  // 0: no limit
+  int gradient_accumulation_steps = 1;
+  int64_t warmup_steps = 0;  // linear warmup from lr/warmup to lr
+  int64_t log_every = 0;     // rank 0 prints a step line every N steps
+  bool verbose = true;       // rank 0 prints per-epoch lines
+  std::string checkpoint_dir;    // <dir>/ckpt-<step>.pt
+  int64_t checkpoint_every = 0;  // steps; 0: never (except on request)
+  // Called on every rank after every step. Only rank 0's answer counts in a
+  // DistributedTrainer when sync_step_actions is set: it is broadcast (one
+  // tiny collective per step) so all ranks act at the same step. An error
+  // ends train() with that error.
+  std::function<absl::StatusOr<StepAction>(const StepInfo&)> on_step;
+  bool sync_step_actions = false;
+  // Called on rank 0 after each checkpoint is complete.
+  std::function<void(int64_t step, const std::string& path,
+                     const CheckpointFileInfo& info)>
+      on_checkpoint;
+};
+
+class Trainer {
+ public:
+  Trainer(Model model,
+          std::shared_ptr<torch::optim::Optimizer> optimizer,
+          torch::Device device = torch::kCPU, TrainerOptions options = {});
+  virtual ~Trainer() = default;
+
+  // Trains from state() (epoch/batch position, so a loaded checkpoint
+  // resumes mid-epoch) until options.epochs or max_steps, evaluating on
+  // val_loader after each epoch and at the end. Errors: from the step hook,
+  // checkpoints or collectives; c10::Error is converted to INTERNAL.
+  absl::Status train(DataLoader& train_loader, DataLoader& val_loader);
+
+  // One optimizer step over the given micro-batches (gradients accumulated,
+  // synchronised only after the last one in a DistributedTrainer).
+  absl::StatusOr<StepInfo> train_step(const std::vector<Batch>& micro_batches);
+
+  // Sample-weighted (global in a DistributedTrainer) loss and accuracy.
+  absl::StatusOr<std::map<std::string, double>> evaluate(DataLoader& loader);
+
+  // Rank 0 writes model parameters and buffers, optimizer state and trainer
+  // state (epoch, step, position in the epoch, RNG) atomically with a
+  // checksum; other ranks wait at a barrier. Returns the file's size and
+  // checksum (on every rank, as broadcast is not needed: others get bytes 0).
+  absl::StatusOr<CheckpointFileInfo> save_checkpoint(const std::string& path);
+  // Every rank loads. Errors: NOT_FOUND, DATA_LOSS (truncated, corrupt),
+  // INVALID_ARGUMENT (does not fit this model/optimizer). On error nothing
+  // is changed.
+  absl::Status load_checkpoint(const std::string& path);
+
+  const TrainerState& state() const { return state_; }
+  TrainerState& mutable_state() { return state_; }
+  TrainerOptions& options() { return options_; }
+  Model& model() { return model_; }
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  torch::Device device() const { return device_; }
+  virtual int rank() const { return 0; }
+  virtual int world_size() const { return 1; }
+  // Learning rate at step s (0-based) after scaling and warmup.
+  double lr_at(int64_t step) const;
+
+ protected:
+  virtual void PrepareBackward(bool /*sync*/) {}
+  virtual absl::Status FinishBackward(bool /*sync*/) { return absl::OkStatus(); }
+  virtual absl::StatusOr<std::vector<double>> AllreduceSum(
+      std::vector<double> v) {
+    return v;
+  }
+  // Rank 0's value, on every rank (identity in a single process).
+  virtual absl::StatusOr<std::vector<int64_t>> BroadcastFromRank0(
+      std::vector<int64_t> v) {
+    return v;
+  }
+  virtual void PrepareLoaders(DataLoader& /*train*/, DataLoader& /*val*/) {}
+  void ScaleBaseLr(double factor);
+
+  Model model_;
+  std::shared_ptr<torch::optim::Optimizer> optimizer_;
+  torch::Device device_;
+  TrainerOptions options_;
+  TrainerState state_;
+  std::vector<double> base_lr_;  // per param group
+
+ private:
+  absl::Status TrainImpl(DataLoader& train_loader, DataLoader& val_loader);
+  absl::StatusOr<bool> AfterStep(const StepInfo& info);
+  std::string CheckpointPath(int64_t step) const;
+};
+
+struct DistributedOptions {
+  std::string backend;  // "nccl" | "gloo" | "mpi"; empty: DefaultBackend()
+  bool find_unused_parameters = false;
+  double bucket_cap_mb = 25;
+  int gradient_accumulation_steps = 1;
+  std::chrono::milliseconds timeout{std::chrono::minutes(30)};
+  bool scale_lr = false;  // lr x world_size (opt-in)
+  // Process group to use; null: the default group of setup_distributed(),
+  // created from the environment if there is none yet.
+  c10::intrusive_ptr<c10d::Backend> process_group;
+  TrainerOptions trainer;
+};
+
+class DistributedTrainer : public Trainer {
+ public:
+  // Broadcasts rank 0's parameters and buffers and builds the reducer.
+  // Errors: UNIMPLEMENTED for "mpi" (lists the available backends),
+  // INVALID_ARGUMENT/FAILED_PRECONDITION for a bad backend or environment,
+  // UNAVAILABLE when the process group cannot be formed.
+  static absl::StatusOr<std::unique_ptr<DistributedTrainer>> Create(
+      Model model,
+      std::shared_ptr<torch::optim::Optimizer> optimizer,
+      DistributedOptions options);
+
+  int rank() const override { return pg_->getRank(); }
+  int world_size() const override { return pg_->getSize(); }
+  const c10::intrusive_ptr<c10d::Backend>& process_group() const { return pg_; }
+  Reducer& reducer() { return *reducer_; }
+
+ protected:
+  void PrepareBackward(bool sync) override;
+  absl::Status FinishBackward(bool sync) override;
+  absl::StatusOr<std::vector<double>> AllreduceSum(std::vector<double> v) override;
+  absl::StatusOr<std::vector<int64_t>> BroadcastFromRank0(
+      std::vector<int64_t> v) override;
+  void PrepareLoaders(DataLoader& train, DataLoader& val) override;
+
+ private:
+  DistributedTrainer(Model model,
+                     std::shared_ptr<torch::optim::Optimizer> optimizer,
+                     torch::Device device, DistributedOptions options,
+                     c10::intrusive_ptr<c10d::Backend> pg);
+  absl::Status BroadcastInitialState();
+
+  DistributedOptions doptions_;
+  c10::intrusive_ptr<c10d::Backend> pg_;
+  std::unique_ptr<Reducer> reducer_;
+};
+
+// One process, several GPUs: the returned module splits each batch across
+// `devices` (default: all CUDA devices) with torch::nn::parallel::
+// data_parallel. With fewer than two devices it runs the model as is and
+// prints one log line saying so.
+class DataParallelTrainer {
+ public:
+  static torch::nn::AnyModule wrap(torch::nn::Sequential model,
+                                   std::vector<torch::Device> devices = {});
+};
+
+// setup_distributed: reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+// LOCAL_RANK and creates the process-wide default process group.
+// Errors: as ParseDistributedEnv and CreateProcessGroup.
+absl::Status setup_distributed(const std::string& backend = "");
+absl::Status setup_distributed(const std::string& backend,
+                               const EnvLookup& lookup);
+void cleanup_distributed();
+// The group created by setup_distributed (null if none).
+c10::intrusive_ptr<c10d::Backend> default_process_group();
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_TRAIN_TRAINER_H_
