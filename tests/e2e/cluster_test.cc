@@ -1,0 +1,292 @@
+// End-to-end: real frameworm-coordinator, frameworm-worker and
+// frameworm-train processes on 127.0.0.1, training the MLP/CNN on
+// Fashion-MNIST, and the failures of DESIGN.md's contract.
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/cluster.h"
+
+namespace frameworm::e2e {
+namespace {
+
+// A 2-node x 1-process job of the built-in trainer. `steps` sets the run's
+// length; checkpoints every `every` steps.
+std::string TrainJob(const std::string& name, int steps, int every,
+                     const std::string& model = "cnn", int nodes = 2,
+                     int nproc = 1, double heartbeat_timeout = 4) {
+  return absl::StrCat(R"(name: )", name, R"(
+nodes: )", nodes, R"(
+nproc_per_node: )", nproc, R"(
+backend: gloo
+max_restarts: 1
+heartbeat_timeout: )", heartbeat_timeout, R"(
+train:
+  model: )", model, R"(
+  dataset: fashion-mnist
+  max_steps: )", steps, R"(
+  batch_size: 32
+  log_every: 10
+checkpoint:
+  every_n_steps: )", every, R"(
+  keep_last: 2
+)");
+}
+
+std::vector<v1::CheckpointRecord> Checkpoints(Cluster& c, const std::string& id) {
+  grpc::ClientContext ctx;
+  v1::ListCheckpointsRequest req;
+  req.set_job_id(id);
+  v1::ListCheckpointsResponse resp;
+  EXPECT_TRUE(c.jobs().ListCheckpoints(&ctx, req, &resp).ok());
+  return {resp.checkpoints().begin(), resp.checkpoints().end()};
+}
+
+std::vector<v1::AggregatedStep> Metrics(Cluster& c, const std::string& id) {
+  grpc::ClientContext ctx;
+  v1::GetMetricsRequest req;
+  req.set_job_id(id);
+  v1::GetMetricsResponse resp;
+  EXPECT_TRUE(c.jobs().GetMetrics(&ctx, req, &resp).ok());
+  return {resp.steps().begin(), resp.steps().end()};
+}
+
+// Waits until the job has a checkpoint at or after `step`.
+void WaitForCheckpoint(Cluster& c, const std::string& id, int64_t step) {
+  auto st = c.WaitFor(
+      id,
+      [&](const v1::JobStatus& s) {
+        for (const auto& ck : Checkpoints(c, id)) {
+          if (ck.step() >= step) return true;
+        }
+        return IsFinal(s.state());
+      },
+      absl::Seconds(90));
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_FALSE(IsFinal(st->state())) << "job ended before checkpoint " << step
+                                     << ": " << st->ShortDebugString();
+}
+
+TEST(ClusterE2E, SubmitRunsTwoRanksToSuccessWithAggregatedMetrics) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto id = (*c)->Submit(TrainJob("two-ranks", 40, 20, "mlp"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  RunResult watch = (*c)->Cli({"watch", *id}, absl::Seconds(120));
+  EXPECT_EQ(watch.exit_code, 0) << watch.output;
+  auto st = (*c)->GetJob(*id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  EXPECT_EQ(st->restarts(), 0);
+  EXPECT_EQ(st->workers_size(), 2);
+  auto steps = Metrics(**c, *id);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.back().step(), 40);
+  for (const auto& s : steps) {
+    EXPECT_EQ(s.ranks_reported(), 2) << s.ShortDebugString();
+    EXPECT_GT(s.mean().at("loss"), 0.0);
+    EXPECT_EQ(s.rank_step_seconds_size(), 2);
+  }
+  // The loss went down: the ranks trained a real model on real data.
+  EXPECT_LT(steps.back().mean().at("loss"), steps.front().mean().at("loss"));
+  auto cks = Checkpoints(**c, *id);
+  ASSERT_EQ(cks.size(), 2u);
+  EXPECT_EQ(cks.back().step(), 40);
+  EXPECT_TRUE(std::ifstream(cks.back().path()).good()) << cks.back().path();
+  RunResult logs = (*c)->Cli({"logs", *id, "--rank", "0"});
+  EXPECT_EQ(logs.exit_code, 0);
+  EXPECT_NE(logs.output.find("\"event\":\"done\""), std::string::npos) << logs.output;
+  RunResult metrics = (*c)->Cli({"metrics", *id, "--csv"});
+  EXPECT_EQ(metrics.exit_code, 0);
+  EXPECT_NE(metrics.output.find("step,"), std::string::npos) << metrics.output;
+}
+
+TEST(ClusterE2E, KilledTrainerRestartsFromNewestCheckpoint) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto id = (*c)->Submit(TrainJob("kill-trainer", 200, 20));
+  ASSERT_TRUE(id.ok()) << id.status();
+  WaitForCheckpoint(**c, *id, 20);
+  std::vector<pid_t> pids = PidsWithJobId(*id);
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_EQ(kill(pids[1], SIGKILL), 0);
+  auto st = (*c)->WaitForFinal(*id, absl::Seconds(150));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  EXPECT_EQ(st->restarts(), 1);
+  EXPECT_EQ(st->generation(), 2);
+  // Generation 2 resumed from a checkpoint: its first reported step is past
+  // the first checkpoint, not step 1.
+  RunResult logs = (*c)->Cli({"logs", *id, "--rank", "0"});
+  EXPECT_NE(logs.output.find("resum"), std::string::npos) << logs.output;
+  EXPECT_EQ(Metrics(**c, *id).back().step(), 200);
+}
+
+TEST(ClusterE2E, KilledWorkerIsDetectedAndJobRestartsElsewhere) {
+  ClusterOptions o;
+  o.workers = 3;
+  auto c = Cluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const double timeout_s = 3;
+  auto id = (*c)->Submit(TrainJob("kill-worker", 200, 20, "cnn", 2, 1, timeout_s));
+  ASSERT_TRUE(id.ok()) << id.status();
+  WaitForCheckpoint(**c, *id, 20);
+  auto before = (*c)->GetJob(*id);
+  ASSERT_TRUE(before.ok());
+  ASSERT_EQ(before->workers_size(), 2);
+  // Kill the worker that holds node rank 1 (w0, w1 or w2).
+  const std::string victim = before->workers(1);
+  int index = victim.back() - '0';
+  absl::Time killed = absl::Now();
+  (*c)->worker(index).Signal(SIGKILL);
+  auto restarted = (*c)->WaitFor(
+      *id, [](const v1::JobStatus& s) { return s.generation() >= 2 || IsFinal(s.state()); },
+      absl::Seconds(30));
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  absl::Duration detection = absl::Now() - killed;
+  EXPECT_LE(detection, absl::Seconds(timeout_s + 1)) << detection;
+  auto st = (*c)->WaitForFinal(*id, absl::Seconds(150));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  EXPECT_EQ(st->restarts(), 1);
+  for (const auto& w : st->workers()) EXPECT_NE(w, victim);
+}
+
+TEST(ClusterE2E, StoppedTrainerIsTreatedAsHungAndRestarted) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto id = (*c)->Submit(TrainJob("hung-rank", 150, 20, "cnn", 2, 1, 3));
+  ASSERT_TRUE(id.ok()) << id.status();
+  WaitForCheckpoint(**c, *id, 20);
+  std::vector<pid_t> pids = PidsWithJobId(*id);
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_EQ(kill(pids[0], SIGSTOP), 0);
+  auto restarted = (*c)->WaitFor(
+      *id, [](const v1::JobStatus& s) { return s.generation() >= 2 || IsFinal(s.state()); },
+      absl::Seconds(30));
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  // The stopped process of generation 1 was killed, not left behind.
+  absl::SleepFor(absl::Seconds(5));
+  EXPECT_NE(kill(pids[0], 0) == 0 && PidsWithJobId(*id).size() > 2, true);
+  auto st = (*c)->WaitForFinal(*id, absl::Seconds(150));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  EXPECT_EQ(st->restarts(), 1);
+}
+
+TEST(ClusterE2E, CoordinatorRestartMidRunLosesNothing) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto id = (*c)->Submit(TrainJob("coordinator-restart", 200, 20));
+  ASSERT_TRUE(id.ok()) << id.status();
+  WaitForCheckpoint(**c, *id, 40);
+  auto cks_before = Checkpoints(**c, *id);
+  auto steps_before = Metrics(**c, *id);
+  std::vector<pid_t> pids = PidsWithJobId(*id);
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_TRUE((*c)->RestartCoordinator().ok());
+  // The trainers kept running across the restart.
+  for (pid_t p : pids) EXPECT_EQ(kill(p, 0), 0);
+  auto st = (*c)->WaitForFinal(*id, absl::Seconds(150));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  EXPECT_EQ(st->restarts(), 0);
+  // Every acknowledged checkpoint record and metric is still there.
+  auto cks_after = Checkpoints(**c, *id);
+  std::set<int64_t> after_steps;
+  for (const auto& ck : cks_after) after_steps.insert(ck.step());
+  EXPECT_EQ(cks_after.back().step(), 200);
+  auto steps_after = Metrics(**c, *id);
+  std::set<int64_t> metric_steps;
+  for (const auto& s : steps_after) metric_steps.insert(s.step());
+  for (const auto& s : steps_before) EXPECT_TRUE(metric_steps.count(s.step())) << s.step();
+  EXPECT_GE(cks_before.size(), 1u);
+}
+
+TEST(ClusterE2E, CancelLeavesNoTrainerBehind) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto id = (*c)->Submit(TrainJob("cancel", 100000, 1000));
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto running = (*c)->WaitFor(
+      *id, [&](const v1::JobStatus& s) { return s.step() > 0 || IsFinal(s.state()); },
+      absl::Seconds(60));
+  ASSERT_TRUE(running.ok()) << running.status();
+  ASSERT_EQ(PidsWithJobId(*id).size(), 2u);
+  RunResult r = (*c)->Cli({"cancel", *id});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto st = (*c)->WaitForFinal(*id, absl::Seconds(30));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::CANCELLED);
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!PidsWithJobId(*id).empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(PidsWithJobId(*id).empty());
+}
+
+TEST(ClusterE2E, TwoJobsShareTwoWorkersWithTwoSlotsEach) {
+  ClusterOptions o;
+  o.slots_per_worker = 2;
+  auto c = Cluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto a = (*c)->Submit(TrainJob("job-a", 30, 15, "mlp"));
+  auto b = (*c)->Submit(TrainJob("job-b", 30, 15, "mlp"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto both = (*c)->WaitFor(
+      *b,
+      [&](const v1::JobStatus& s) {
+        auto sa = (*c)->GetJob(*a);
+        return (s.state() == v1::RUNNING && sa.ok() && sa->state() == v1::RUNNING) ||
+               IsFinal(s.state());
+      },
+      absl::Seconds(60));
+  ASSERT_TRUE(both.ok()) << both.status();
+  for (const auto& id : {*a, *b}) {
+    auto st = (*c)->WaitForFinal(id, absl::Seconds(120));
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  }
+}
+
+TEST(ClusterE2E, BadSpecsAreRefusedAndNothingIsStored) {
+  ClusterOptions o;
+  o.workers = 0;
+  auto c = Cluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  struct Case {
+    std::string yaml, expect;
+  } cases[] = {
+      {"name: x\nnodes: [1, 2\n", ":2"},
+      {"name: x\nnprocs_per_node: 2\n", "nprocs_per_node"},
+      {"name: x\nnproc_per_node: -2\n", "nproc_per_node"},
+  };
+  for (const auto& k : cases) {
+    std::string path = absl::StrCat((*c)->dir(), "/bad.yaml");
+    std::ofstream(path) << k.yaml;
+    RunResult r = (*c)->Cli({"submit", path});
+    EXPECT_NE(r.exit_code, 0) << k.yaml;
+    EXPECT_NE(r.output.find(k.expect), std::string::npos) << r.output;
+  }
+  // A spec that bypasses the CLI's parser is refused by the coordinator.
+  grpc::ClientContext ctx;
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->set_name("raw");
+  req.mutable_spec()->set_nproc_per_node(-1);
+  v1::SubmitJobResponse resp;
+  grpc::Status s = (*c)->jobs().SubmitJob(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("nproc_per_node"), std::string::npos);
+  RunResult list = (*c)->Cli({"list", "--json"});
+  EXPECT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_EQ(list.output.find("\"jobId\""), std::string::npos) << list.output;
+  EXPECT_EQ(list.output.find("job_id"), std::string::npos) << list.output;
+}
+
+}  // namespace
+}  // namespace frameworm::e2e
