@@ -1,0 +1,139 @@
+// frameworm-train as a user runs it: real processes, real data.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "train/test_util.h"
+
+namespace frameworm {
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+  std::string last_line() const {
+    std::string s = out;
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    auto nl = s.rfind('\n');
+    return nl == std::string::npos ? s : s.substr(nl + 1);
+  }
+};
+
+std::string Bin() {
+  const char* d = std::getenv("FRAMEWORM_BIN_DIR");
+  return std::string(d ? d : ".") + "/frameworm-train";
+}
+
+Result RunTrain(const std::string& args, const std::string& env = "") {
+  static int n = 0;
+  const std::string err = testutil::MakeTempDir("fwtrain-err") + "/stderr";
+  Result r;
+  std::string cmd = env + " " + Bin() + " " + args + " 2>" + err;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, k);
+  int st = ::pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream f(err);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  r.err = ss.str();
+  testutil::RemoveTree(err.substr(0, err.rfind('/')));
+  ++n;
+  return r;
+}
+
+double Field(const std::string& json, const std::string& key) {
+  auto p = json.find("\"" + key + "\":");
+  if (p == std::string::npos) return -1;
+  return std::atof(json.c_str() + p + key.size() + 3);
+}
+
+TEST(FramewormTrainTest, BadFlagsExitTwoWithMessage) {
+  Result r = RunTrain("--no-such-flag");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown flag --no-such-flag"), std::string::npos) << r.err;
+  r = RunTrain("--model=resnet");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--model"), std::string::npos) << r.err;
+  r = RunTrain("--batch-size=0");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--batch-size"), std::string::npos) << r.err;
+  r = RunTrain("--lr");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("needs a value"), std::string::npos) << r.err;
+}
+
+TEST(FramewormTrainTest, SyntheticRunPrintsDoneJson) {
+  Result r = RunTrain("--model=mlp --dataset=synthetic --max-steps=6 --batch-size=16");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string last = r.last_line();
+  EXPECT_EQ(last.rfind("{\"event\":\"done\"", 0), 0u) << last;
+  EXPECT_EQ(Field(last, "steps"), 6);
+  EXPECT_EQ(Field(last, "world_size"), 1);
+  for (const char* k : {"epochs", "train_loss", "val_loss", "val_accuracy"}) {
+    EXPECT_GE(Field(last, k), 0) << k << " in " << last;
+  }
+}
+
+TEST(FramewormTrainTest, MpiBackendAndMissingDataAreClearFailures) {
+  Result r = RunTrain("--dataset=synthetic --max-steps=1 --backend=mpi");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("\"mpi\""), std::string::npos) << r.err;
+  r = RunTrain("--max-steps=1 --data-dir=/nonexistent");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/train-images-idx3-ubyte.gz"), std::string::npos) << r.err;
+}
+
+TEST(FramewormTrainTest, CheckpointEveryAndResumeLatest) {
+  const std::string dir = testutil::MakeTempDir("fwtrain-ckpt");
+  const std::string common = "--model=mlp --dataset=synthetic --synthetic-size=512 --batch-size=32 "
+                             "--epochs=3 --checkpoint-dir=" + dir;
+  Result full = RunTrain(common);
+  ASSERT_EQ(full.code, 0) << full.err;
+  Result first = RunTrain(common + " --max-steps=20 --checkpoint-every=10");
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_NE(first.out.find("\"path\":\"" + dir + "/ckpt-20.pt\""), std::string::npos) << first.out;
+  Result second = RunTrain(common + " --resume=latest");
+  ASSERT_EQ(second.code, 0) << second.err;
+  EXPECT_NE(second.out.find("\"event\":\"resumed\""), std::string::npos);
+  EXPECT_EQ(Field(second.last_line(), "steps"), 48);
+  // Resume-then-continue equals the uninterrupted run.
+  EXPECT_EQ(Field(second.last_line(), "val_loss"), Field(full.last_line(), "val_loss"))
+      << second.last_line() << "\n" << full.last_line();
+  // A corrupt checkpoint is refused.
+  { std::ofstream(dir + "/ckpt-30.pt") << "garbage"; }
+  Result bad = RunTrain(common + " --resume=latest");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("ckpt-30.pt"), std::string::npos) << bad.err;
+  testutil::RemoveTree(dir);
+}
+
+TEST(FramewormTrainTest, TwoRanksOnFashionMnistViaNprocs) {
+  Result r = RunTrain("--model=cnn --dataset=fashion-mnist --nprocs=2 --batch-size=32 --max-steps=4");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string last = r.last_line();
+  EXPECT_EQ(last.rfind("{\"event\":\"done\"", 0), 0u) << last;
+  EXPECT_EQ(Field(last, "world_size"), 2);
+  EXPECT_EQ(Field(last, "steps"), 4);
+  // Only rank 0 prints the done line.
+  EXPECT_EQ(r.out.find("\"event\":\"done\""), r.out.rfind("\"event\":\"done\""));
+}
+
+TEST(FramewormTrainTest, TorchrunStyleEnvironment) {
+  // One rank of a world of one, started with torchrun's variables.
+  Result r = RunTrain("--model=mlp --dataset=synthetic --max-steps=3",
+                 "MASTER_ADDR=127.0.0.1 MASTER_PORT=0 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0");
+  EXPECT_EQ(r.code, 1);  // port 0 is malformed and named
+  EXPECT_NE(r.err.find("MASTER_PORT"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace frameworm
