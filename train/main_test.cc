@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "train/launch.h"
 #include "train/test_util.h"
 
 namespace frameworm {
@@ -128,6 +129,13 @@ TEST(FramewormTrainTest, TwoRanksOnFashionMnistViaNprocs) {
 }
 
 TEST(FramewormTrainTest, TorchrunStyleEnvironment) {
+  auto port = PickFreePort();
+  ASSERT_TRUE(port.ok());
+  Result ok = RunTrain("--model=mlp --dataset=synthetic --max-steps=3",
+                       "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(*port) +
+                           " RANK=0 WORLD_SIZE=1 LOCAL_RANK=0");
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(Field(ok.last_line(), "steps"), 3);
   // One rank of a world of one, started with torchrun's variables.
   Result r = RunTrain("--model=mlp --dataset=synthetic --max-steps=3",
                  "MASTER_ADDR=127.0.0.1 MASTER_PORT=0 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0");
