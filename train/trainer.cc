@@ -24,7 +24,8 @@ absl::Status FromTorch(const std::exception& e, const std::string& what) {
 std::mutex g_pg_mu;
 c10::intrusive_ptr<c10d::Backend> g_pg;  // guarded by g_pg_mu
 
-std::string Fmt(double v) { return absl::StrFormat("%.6g", v); }
+// Nine significant digits: enough to compare loss curves against a peer at 1e-6.
+std::string Fmt(double v) { return absl::StrFormat("%.9g", v); }
 
 }  // namespace
 

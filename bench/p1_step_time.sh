@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# P1: step time of frameworm-train against the same model in Python DDP
+# under torchrun (the .venv torch), same data, seed and per-rank batch, in
+# one run, alternating the two. Gloo, 1 thread per rank. Also the 1-rank
+# step (scaling) and both loss curves side by side.
+# Writes bench/results/p1_step_time.md.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="${FRAMEWORM_BUILD_DIR:-$ROOT/build}/bin"
+PY="$ROOT/.venv/bin/python"
+RUNS="${P1_RUNS:-3}"
+SEED=42
+OUT="$ROOT/bench/results/p1_step_time.md"
+tmp=$(mktemp -d)
+port=$((29800 + RANDOM % 100))
+for run in $(seq 1 "$RUNS"); do
+  for model in cnn mlp; do
+    steps=$([ "$model" = cnn ] && echo 80 || echo 300)
+    for world in 1 2; do
+      port=$((port + 1))
+      "$BIN/frameworm-train" --nprocs "$world" --model "$model" --dataset fashion-mnist \
+        --batch-size 64 --max-steps "$steps" --seed "$SEED" --threads 1 --backend gloo \
+        --log-every 1 --checkpoint-dir "$tmp/ck" > "$tmp/fw-$model-$world-$run.jsonl"
+      "$ROOT/.venv/bin/torchrun" --nproc_per_node="$world" --master_port="$port" \
+        "$ROOT/bench/peer_ddp.py" --model "$model" --batch-size 64 --max-steps "$steps" \
+        --seed "$SEED" --threads 1 > "$tmp/py-$model-$world-$run.jsonl" 2>/dev/null
+    done
+  done
+done
+"$PY" - "$tmp" "$RUNS" "$OUT" <<'PY'
+import json, os, statistics, subprocess, sys
+tmp, runs, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def steps(path):
+    rows = []
+    for line in open(path):
+        if not line.startswith("{"):
+            continue
+        d = json.loads(line)
+        if d.get("event", "step") == "step" and "step_seconds" in d:
+            rows.append(d)
+    return rows
+def median_step(path):
+    rows = steps(path)[5:]  # the first steps warm up
+    return statistics.median(r["step_seconds"] for r in rows)
+cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True, text=True).stdout.strip()
+torch_v = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True).stdout.strip()
+res = {}
+for model in ("cnn", "mlp"):
+    for world in (1, 2):
+        fw = [median_step(f"{tmp}/fw-{model}-{world}-{r}.jsonl") for r in range(1, runs + 1)]
+        py = [median_step(f"{tmp}/py-{model}-{world}-{r}.jsonl") for r in range(1, runs + 1)]
+        res[(model, world)] = (statistics.median(fw), statistics.median(py),
+                               statistics.median(f / p for f, p in zip(fw, py)))
+L = ["# P1: step time, frameworm-train vs Python DDP (torchrun)", "",
+     f"Command: `bench/p1_step_time.sh` ({runs} runs, alternating; per run the median step after 5 warm-up steps; the table gives medians over runs)",
+     f"Machine: {os.cpu_count()} cores, {cpu}; torch {torch_v}; Gloo over loopback, 1 intra-op thread per rank, batch 64 per rank, seed 42, Fashion-MNIST", "",
+     "| model | ranks | frameworm step (ms) | Python DDP step (ms) | ratio (frameworm / Python) |", "|---|---|---|---|---|"]
+for (model, world), (f, p, r) in res.items():
+    L.append(f"| {model} | {world} | {f*1000:.2f} | {p*1000:.2f} | {r:.3f} |")
+for model in ("cnn", "mlp"):
+    one, two = res[(model, 1)][0], res[(model, 2)][0]
+    L.append("")
+    L.append(f"{model}: 2-rank step / 1-rank step (frameworm) = {two/one:.3f}")
+L += ["", "Targets: cnn ratio <= 1.0, mlp ratio <= 0.7, 2-rank step within 10% of the 1-rank step, loss curves equal within 1e-4 relative.", ""]
+for model in ("cnn", "mlp"):
+    fw = steps(f"{tmp}/fw-{model}-2-1.jsonl")
+    py = steps(f"{tmp}/py-{model}-2-1.jsonl")
+    n = min(len(fw), len(py))
+    rel = [abs(fw[i]["loss"] - py[i]["loss"]) / abs(py[i]["loss"]) for i in range(n)]
+    L.append(f"## Loss curves, {model}, 2 ranks (rank 0's loss), run 1")
+    L.append(f"Max relative difference over {n} steps: {max(rel):.2e}")
+    L.append("")
+    L.append("| step | frameworm loss | Python DDP loss | relative difference |")
+    L.append("|---|---|---|---|")
+    for i in list(range(0, n, max(1, n // 10))) + [n - 1]:
+        L.append(f"| {fw[i]['step']} | {fw[i]['loss']:.7f} | {py[i]['loss']:.7f} | {rel[i]:.1e} |")
+    L.append("")
+open(out, "w").write("\n".join(L) + "\n")
+print("\n".join(L))
+PY
+rm -rf "$tmp"
