@@ -168,6 +168,15 @@ class SimCluster::Session final
     WriteHeartbeatLocked();
   }
 
+  void SendMarker(const v1::LogUpload& log) {
+    absl::MutexLock l(&mu_);
+    if (closed_ || marker_) return;
+    marker_ = std::make_unique<v1::WorkerMessage>();
+    marker_->set_session_id(session_id_);
+    *marker_->mutable_log() = log;
+    if (!writing_) WriteMarkerLocked();
+  }
+
   void Close() {
     absl::MutexLock l(&mu_);
     if (closed_) return;
@@ -180,8 +189,12 @@ class SimCluster::Session final
     if (ok) cluster_->heartbeats_.fetch_add(1, std::memory_order_relaxed);
     absl::MutexLock l(&mu_);
     writing_ = false;
-    if (ok && !closed_ && cluster_->options_.flood_heartbeats)
+    if (!ok || closed_) return;
+    if (marker_ && !marker_sent_) {
+      WriteMarkerLocked();
+    } else if (!marker_ && cluster_->options_.flood_heartbeats) {
       WriteHeartbeatLocked();
+    }
   }
 
   void OnReadDone(bool ok) override {
@@ -197,6 +210,12 @@ class SimCluster::Session final
   }
 
  private:
+  void WriteMarkerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    out_ = *marker_;
+    marker_sent_ = true;
+    writing_ = true;
+    StartWrite(&out_);
+  }
   void WriteHeartbeatLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     out_.Clear();
     out_.set_session_id(session_id_);
@@ -214,6 +233,8 @@ class SimCluster::Session final
   v1::WorkerMessage out_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<v1::WorkerMessage> marker_ ABSL_GUARDED_BY(mu_);
+  bool marker_sent_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // -------------------------------------------------------------- SimCluster
@@ -357,6 +378,15 @@ void SimCluster::HeartbeatLoop() {
     }
     while (!stop_.load() && std::chrono::steady_clock::now() < next)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void SimCluster::SendMarkers(const v1::LogUpload& log,
+                             const std::vector<int>& rank_of_worker) {
+  for (size_t i = 0; i < sessions_.size(); ++i) {
+    v1::LogUpload l = log;
+    l.set_rank(rank_of_worker[i]);
+    sessions_[i]->SendMarker(l);
   }
 }
 

@@ -104,6 +104,12 @@ class SimCluster {
   std::vector<ReceivedTask> Received() const;
   // Heartbeats whose write completed, over all sessions.
   int64_t heartbeats_sent() const { return heartbeats_.load(); }
+  // Makes every session write `log` (its rank set from rank_of_worker)
+  // after its current heartbeat and stop flooding. A stream is ordered, so
+  // once the coordinator has written a session's chunk to the rank's log
+  // file it has handled every heartbeat the session sent before it.
+  void SendMarkers(const frameworm::v1::LogUpload& log,
+                   const std::vector<int>& rank_of_worker);
   // Cancels every stream and waits (bounded) for them to end.
   void Shutdown();
 
