@@ -234,21 +234,34 @@ class Cli {
     v1::JobStatus st;
     bool any = false;
     bool final_seen = false;
+    // Updates come once per step; a line is printed on a change of state or
+    // generation, and otherwise at most every kRefresh (a log stays short).
+    const absl::Duration kRefresh =
+        o_.live ? absl::Milliseconds(200) : absl::Seconds(5);
+    absl::Time last_print = absl::InfinitePast();
+    v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
+    int64_t last_generation = -1;
     while (reader->Read(&st)) {
       any = true;
-      if (a_.json) {
-        out_ << ToJson(st) << "\n";
-      } else if (o_.live) {
-        out_ << "\r\033[K" << FormatProgress(st);
-      } else {
-        out_ << FormatProgress(st) << "\n";
+      final_seen = st.state() == v1::SUCCEEDED || st.state() == v1::FAILED ||
+                   st.state() == v1::CANCELLED;
+      const bool changed =
+          st.state() != last_state || st.generation() != last_generation;
+      if (a_.json || final_seen || changed ||
+          absl::Now() - last_print >= kRefresh) {
+        if (a_.json) {
+          out_ << ToJson(st) << "\n";
+        } else if (o_.live) {
+          out_ << "\r\033[K" << FormatProgress(st);
+        } else {
+          out_ << FormatProgress(st) << "\n";
+        }
+        out_.flush();
+        last_print = absl::Now();
+        last_state = st.state();
+        last_generation = st.generation();
       }
-      out_.flush();
-      if (st.state() == v1::SUCCEEDED || st.state() == v1::FAILED ||
-          st.state() == v1::CANCELLED) {
-        final_seen = true;
-        break;
-      }
+      if (final_seen) break;
     }
     if (final_seen) ctx.TryCancel();
     grpc::Status s = reader->Finish();
@@ -397,7 +410,7 @@ std::string HumanDuration(absl::Duration d) {
 std::string FormatProgress(const v1::JobStatus& j) {
   std::string line = absl::StrCat(j.job_id(), " ", StateName(j.state()));
   if (j.generation() > 0) absl::StrAppend(&line, " gen ", j.generation());
-  int64_t total = j.spec().total_steps();
+  int64_t total = j.total_steps();
   absl::StrAppend(&line, " step ", j.step());
   if (total > 0) {
     absl::StrAppend(&line, "/", total,
@@ -439,7 +452,7 @@ std::string FormatJobTable(const v1::ListJobsResponse& r) {
       {"ID", "NAME", "STATE", "GEN", "RESTARTS", "STEP", "WORKERS"}};
   for (const auto& j : r.jobs()) {
     std::string step = absl::StrCat(j.step());
-    if (j.spec().total_steps() > 0) absl::StrAppend(&step, "/", j.spec().total_steps());
+    if (j.total_steps() > 0) absl::StrAppend(&step, "/", j.total_steps());
     rows.push_back({j.job_id(), j.spec().name(), StateName(j.state()),
                     absl::StrCat(j.generation()), absl::StrCat(j.restarts()), step,
                     j.workers().empty() ? "-" : absl::StrJoin(j.workers(), ",")});
@@ -458,8 +471,8 @@ std::string FormatJobStatus(const v1::JobStatus& j) {
   if (!j.reason().empty()) kv("reason", j.reason());
   kv("generation", absl::StrCat(j.generation()));
   kv("restarts", absl::StrCat(j.restarts(), "/", j.spec().max_restarts()));
-  kv("step", j.spec().total_steps() > 0
-                 ? absl::StrCat(j.step(), "/", j.spec().total_steps())
+  kv("step", j.total_steps() > 0
+                 ? absl::StrCat(j.step(), "/", j.total_steps())
                  : absl::StrCat(j.step()));
   kv("ranks", absl::StrCat(j.spec().nodes_max(), " node(s) x ",
                            j.spec().nproc_per_node(), " process(es)"));

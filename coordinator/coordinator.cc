@@ -230,6 +230,8 @@ v1::JobStatus Coordinator::StatusOf(const Job& job) const {
   s.set_started_unix_ms(job.started_ms);
   s.set_finished_unix_ms(job.finished_ms);
   s.set_log_dir(LogDir(job.id));
+  s.set_total_steps(job.spec.total_steps() > 0 ? job.spec.total_steps()
+                                               : job.reported_total_steps);
   return s;
 }
 
@@ -932,6 +934,7 @@ absl::StatusOr<v1::ReportStepResponse> Coordinator::ReportStep(
       job->first_report = now;
     }
     job->max_step = std::max(job->max_step, m.step());
+    if (m.total_steps() > 0) job->reported_total_steps = m.total_steps();
     // A pending checkpoint every rank has long passed was missed: drop it.
     if (job->checkpoint_at > 0) {
       bool all_past = true;

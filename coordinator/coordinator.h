@@ -181,6 +181,7 @@ class Coordinator {
     bool any_report = false;
     absl::Time first_report;
     int64_t max_step = 0;
+    int64_t reported_total_steps = 0;  // from the trainers, not persisted
     int64_t checkpoint_at = 0;  // pending checkpoint step, 0: none
     absl::Time last_checkpoint;
     std::vector<v1::CheckpointRecord> checkpoints;  // by step, oldest first

@@ -28,6 +28,7 @@ struct StepReport {
   int epoch = 0;
   int64_t samples = 0;     // samples this rank processed in this step
   double step_seconds = 0;
+  int64_t total_steps = 0;  // steps the run will make in all, 0 if unknown
   std::map<std::string, double> values;  // "loss", "accuracy", ...
 };
 

@@ -256,6 +256,12 @@ int RunTrainer(const Flags& f, bool distributed) {
     r.epoch = static_cast<int>(s.epoch);
     r.samples = s.samples;
     r.step_seconds = s.seconds;
+    // Planned steps (for progress and ETA): epochs x optimizer steps per
+    // epoch (the loader is split across ranks by now), capped by max-steps.
+    const int64_t per_epoch =
+        (train_loader.num_batches() + f.grad_accum - 1) / f.grad_accum;
+    r.total_steps = f.epochs * per_epoch;
+    if (f.max_steps > 0) r.total_steps = std::min(r.total_steps, f.max_steps);
     r.values = {{"loss", s.loss}, {"accuracy", s.accuracy}, {"lr", s.lr}};
     auto d = channel->ReportStep(r);
     if (!d.ok()) {

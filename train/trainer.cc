@@ -156,19 +156,24 @@ absl::StatusOr<bool> Trainer::AfterStep(const StepInfo& info) {
     a.checkpoint = true;
   }
   if (a.checkpoint) {
-    const std::string path = CheckpointPath(info.step);
-    auto ci = save_checkpoint(path);
-    if (!ci.ok()) return ci.status();
-    if (rank() == 0) {
-      if (options_.verbose) {
-        std::cout << "{\"event\":\"checkpoint\",\"step\":" << info.step
-                  << ",\"path\":\"" << path << "\",\"bytes\":" << ci->bytes
-                  << ",\"checksum\":\"" << ci->checksum << "\"}" << std::endl;
-      }
-      if (options_.on_checkpoint) options_.on_checkpoint(info.step, path, *ci);
-    }
+    if (absl::Status s = CheckpointAt(info.step); !s.ok()) return s;
   }
   return a.stop;
+}
+
+absl::Status Trainer::CheckpointAt(int64_t step) {
+  const std::string path = CheckpointPath(step);
+  auto ci = save_checkpoint(path);
+  if (!ci.ok()) return ci.status();
+  if (rank() == 0) {
+    if (options_.verbose) {
+      std::cout << "{\"event\":\"checkpoint\",\"step\":" << step
+                << ",\"path\":\"" << path << "\",\"bytes\":" << ci->bytes
+                << ",\"checksum\":\"" << ci->checksum << "\"}" << std::endl;
+    }
+    if (options_.on_checkpoint) options_.on_checkpoint(step, path, *ci);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::train(DataLoader& train_loader, DataLoader& val_loader) {
@@ -250,6 +255,11 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
     auto v = evaluate(val_loader);
     if (!v.ok()) return v.status();
     state_.val_metrics = *v;
+  }
+  // With periodic checkpoints on, the finished model is always kept too.
+  if (options_.checkpoint_every > 0 && state_.step > 0 &&
+      state_.step % options_.checkpoint_every != 0) {
+    return CheckpointAt(state_.step);
   }
   return absl::OkStatus();
 }

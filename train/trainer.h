@@ -177,6 +177,8 @@ class Trainer {
  private:
   absl::Status TrainImpl(DataLoader& train_loader, DataLoader& val_loader);
   absl::StatusOr<bool> AfterStep(const StepInfo& info);
+  // Saves ckpt-<step>.pt (rank 0 writes, every rank waits) and reports it.
+  absl::Status CheckpointAt(int64_t step);
   std::string CheckpointPath(int64_t step) const;
 };
 
