@@ -55,6 +55,9 @@ struct Flags {
   int64_t log_every = 0;
   int64_t synthetic_size = 2048;
   bool find_unused_parameters = false;
+  // One process: where it trains. auto = the first GPU if CUDA is
+  // available, else the CPU. (Distributed runs: nccl -> cuda:LOCAL_RANK.)
+  std::string device = "auto";
 };
 
 constexpr char kUsage[] =
@@ -63,7 +66,8 @@ constexpr char kUsage[] =
     "  [--lr=X] [--optimizer=sgd|adam] [--momentum=X] [--warmup-steps=N] [--scale-lr]\n"
     "  [--grad-accum=N] [--backend=gloo|nccl|mpi] [--checkpoint-dir=DIR]\n"
     "  [--checkpoint-every=N] [--resume=PATH|latest] [--seed=N] [--threads=N]\n"
-    "  [--nprocs=N] [--log-every=N] [--synthetic-size=N] [--find-unused-parameters]\n";
+    "  [--nprocs=N] [--log-every=N] [--synthetic-size=N] [--find-unused-parameters]\n"
+    "  [--device=auto|cpu|cuda]\n";
 
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags f;
@@ -71,7 +75,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       {"model", &f.model},           {"dataset", &f.dataset},
       {"data-dir", &f.data_dir},     {"optimizer", &f.optimizer},
       {"backend", &f.backend},       {"checkpoint-dir", &f.checkpoint_dir},
-      {"resume", &f.resume}};
+      {"resume", &f.resume},         {"device", &f.device}};
   std::map<std::string, std::pair<int64_t*, int64_t>> ints = {
       {"epochs", {&f.epochs, 1}},          {"max-steps", {&f.max_steps, 0}},
       {"batch-size", {&f.batch_size, 1}},  {"warmup-steps", {&f.warmup_steps, 0}},
@@ -146,6 +150,10 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   if (!f.backend.empty() && f.backend != "gloo" && f.backend != "nccl" && f.backend != "mpi") {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend must be gloo, nccl or mpi, got \"", f.backend, "\""));
+  }
+  if (f.device != "auto" && f.device != "cpu" && f.device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device must be auto, cpu or cuda, got \"", f.device, "\""));
   }
   if (f.lr <= 0) return absl::InvalidArgumentError("--lr must be > 0");
   return f;
@@ -308,7 +316,12 @@ int RunTrainer(const Flags& f, bool distributed) {
       auto pg = CreateProcessGroup(po);  // surfaces "mpi"/"nccl" errors
       if (!pg.ok()) return Fail(std::string(pg.status().message()));
     }
-    trainer = std::make_unique<Trainer>(*model, opt, torch::kCPU, to);
+    torch::Device device = torch::kCPU;
+    if (f.device == "cuda" || (f.device == "auto" && torch::cuda::is_available())) {
+      if (!torch::cuda::is_available()) return Fail("--device=cuda but CUDA is not available");
+      device = torch::Device(torch::kCUDA, 0);
+    }
+    trainer = std::make_unique<Trainer>(*model, opt, device, to);
   }
 
   std::string resume = f.resume;

@@ -70,6 +70,16 @@ TEST(FramewormTrainTest, BadFlagsExitTwoWithMessage) {
   r = RunTrain("--lr");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("needs a value"), std::string::npos) << r.err;
+  r = RunTrain("--device=tpu");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--device must be auto, cpu or cuda"), std::string::npos) << r.err;
+}
+
+TEST(FramewormTrainTest, CudaDeviceWithoutCudaIsAClearFailure) {
+  Result r = RunTrain("--dataset=synthetic --max-steps=1 --device=cuda");
+  if (r.code == 0) GTEST_SKIP() << "CUDA is available here";
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--device=cuda but CUDA is not available"), std::string::npos) << r.err;
 }
 
 TEST(FramewormTrainTest, SyntheticRunPrintsDoneJson) {
