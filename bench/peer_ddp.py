@@ -62,6 +62,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--device", default="cpu", help="cpu | cuda (one process)")
     a = p.parse_args()
 
     torch.set_num_threads(a.threads)
@@ -72,6 +73,8 @@ def main():
     x, y = load(a.data_dir, "train")
     torch.manual_seed(a.seed)
     model = make_model(a.model)
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if a.device == "cuda" else torch.device("cpu")
+    model = model.to(dev)
     if world > 1:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
@@ -88,14 +91,16 @@ def main():
             bi = idx[b:b + a.batch_size]
             xb, yb = x.index_select(0, bi), y.index_select(0, bi)
             t0 = time.perf_counter()
+            xb, yb = xb.to(dev), yb.to(dev)
             opt.zero_grad()
             loss = loss_fn(model(xb), yb)
             loss.backward()
             opt.step()
+            lv = loss.item()  # waits for the device, as frameworm-train's step does
             dt = time.perf_counter() - t0
             step += 1
             if rank == 0:
-                print(json.dumps({"step": step, "loss": loss.item(), "step_seconds": dt}), flush=True)
+                print(json.dumps({"step": step, "loss": lv, "step_seconds": dt}), flush=True)
         epoch += 1
     if rank == 0:
         print(json.dumps({"event": "done", "steps": step, "world_size": world}), flush=True)
