@@ -5,8 +5,8 @@
 // workers (1 slot each, Session streams), a job with nodes = K running on
 // them; the job id and generation come from the StartTask they receive.
 // Load: `callers` closed-loop callers, each with one ReportStep in flight at
-// a time (callback client API), caller i reporting rank i % K with that
-// rank's next step; meanwhile every session sends heartbeats, either every
+// a time (callback client API); caller i reports ranks i, i + callers, ...
+// (mod K) in turn, each with that rank's next step, so every rank reports; meanwhile every session sends heartbeats, either every
 // --heartbeat-interval-ms or back to back (--heartbeat-interval-ms=0).
 // After --warmup-s, latencies and counts are taken for --duration-s; then
 // the callers stop and everything shuts down. Prints one JSON line; exits 1
@@ -72,8 +72,10 @@ int64_t NowNs() {
 // One closed-loop caller: one ReportStep in flight at a time.
 class Caller {
  public:
-  Caller(Shared* shared, v1::TrainerService::Stub* stub, int rank)
-      : shared_(shared), stub_(stub), rank_(rank) {
+  // Reports ranks first_rank, first_rank + stride, ... (mod the world).
+  Caller(Shared* shared, v1::TrainerService::Stub* stub, int first_rank,
+         int stride)
+      : shared_(shared), stub_(stub), rank_(first_rank), stride_(stride) {
     latencies_us_.reserve(1 << 16);
   }
 
@@ -87,6 +89,7 @@ class Caller {
     *req_.mutable_ref() = shared_->ref;
     req_.set_rank(rank_);
     req_.set_step((*shared_->steps)[rank_].fetch_add(1) + 1);
+    rank_ = (rank_ + stride_) % shared_->world;
     req_.set_epoch(0);
     req_.set_samples(32);
     req_.set_step_seconds(0.01);
@@ -114,7 +117,7 @@ class Caller {
       shared_->errors[s.error_code()]++;
       if (shared_->first_error.empty())
         shared_->first_error =
-            absl::StrCat("ReportStep rank ", rank_, " step ", req_.step(), ": ",
+            absl::StrCat("ReportStep rank ", req_.rank(), " step ", req_.step(), ": ",
                          s.error_code(), " ", s.error_message());
     }
     if (end < shared_->stop_at_ns.load() && s.ok()) {
@@ -128,7 +131,8 @@ class Caller {
 
   Shared* const shared_;
   v1::TrainerService::Stub* const stub_;
-  const int rank_;
+  int rank_;  // the next report's rank
+  const int stride_;
   std::unique_ptr<grpc::ClientContext> ctx_[2];
   int cur_ = 0;
   v1::StepMetrics req_;
@@ -242,7 +246,7 @@ int main(int argc, char** argv) {
     std::vector<std::unique_ptr<Caller>> cs;
     for (int i = 0; i < callers; ++i)
       cs.push_back(std::make_unique<Caller>(&shared, stubs[i % channels].get(),
-                                            i % shared.world));
+                                            i % shared.world, callers));
     const int64_t t_start = NowNs();
     shared.measure_from_ns = t_start + static_cast<int64_t>(warmup_s * 1e9);
     shared.stop_at_ns =
@@ -257,6 +261,29 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     const int64_t hb1 = cluster.heartbeats_sent();
     const double scpu1 = (*coord)->CpuSeconds(), ccpu1 = ProcessCpuSeconds();
+    // Drain: every session writes a log chunk after its heartbeats; when all
+    // rank log files exist, the coordinator has handled every heartbeat.
+    const int64_t t_end = NowNs();
+    std::vector<int> rank_of_worker;
+    for (const auto& t : tasks) rank_of_worker.push_back(t.task.rank());
+    v1::LogUpload marker;
+    *marker.mutable_ref() = shared.ref;
+    marker.set_stream("stdout");
+    marker.set_data("p4 heartbeat drain marker\n");
+    cluster.SendMarkers(marker, rank_of_worker);
+    double drain_s = -1;
+    for (int i = 0; i < 60000 && drain_s < 0; ++i) {
+      int present = 0;
+      for (int r : rank_of_worker) {
+        std::error_code ec;
+        present += fs::file_size(fs::path(state_dir) / "logs" / shared.ref.job_id() /
+                                     absl::StrCat("rank-", r, ".log"),
+                                 ec) > 0 && !ec;
+      }
+      if (present == workers) drain_s = (NowNs() - t_end) / 1e9;
+      else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (drain_s < 0) return Fail("heartbeat drain markers did not arrive in 60 s");
     {
       absl::MutexLock l(&shared.mu);
       const absl::Time deadline = absl::Now() + absl::Seconds(15);
@@ -292,8 +319,10 @@ int main(int argc, char** argv) {
         ",\"duration_s\":", duration_s, ",\"reports_ok\":", ok,
         ",\"reports_per_s\":", ok / duration_s, ",\"p50_ms\":", p50,
         ",\"p90_ms\":", p90, ",\"p99_ms\":", p99, ",\"max_ms\":", pmax,
-        ",\"heartbeats_per_s\":", (hb1 - hb0) / duration_s,
-        ",\"messages_per_s\":", (ok + hb1 - hb0) / duration_s,
+        ",\"heartbeats_sent_per_s\":", (hb1 - hb0) / duration_s,
+        ",\"heartbeat_drain_s\":", drain_s,
+        ",\"heartbeats_per_s\":", (hb1 - hb0) / (duration_s + drain_s),
+        ",\"messages_per_s\":", ok / duration_s + (hb1 - hb0) / (duration_s + drain_s),
         ",\"server_cpu_cores\":", (scpu1 - scpu0) / duration_s,
         ",\"client_cpu_cores\":", (ccpu1 - ccpu0) / duration_s,
         ",\"job_step\":", status.step(), ",\"job_state\":\"",
