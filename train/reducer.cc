@@ -101,6 +101,37 @@ void Reducer::BuildBuckets() {
     bucket.flat = torch::zeros({off}, first.options().requires_grad(false));
     buckets_.push_back(std::move(bucket));
   }
+  views_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Bucket& b = buckets_[param_bucket_[i]];
+    const torch::Tensor& p = params_[i].second;
+    // detach(): an alias of the bucket memory that autograd does not treat
+    // as a view, so an optimizer's zero_grad() (which detach_()es .grad)
+    // works on it.
+    views_[i] = b.flat.narrow(0, b.offsets[param_slot_[i]], p.numel())
+                    .view(p.sizes())
+                    .detach();
+  }
+}
+
+void Reducer::BindGradsLocked() {
+  torch::NoGradGuard ng;
+  for (Bucket& b : buckets_) {
+    bool all_undefined = true;
+    for (size_t pi : b.params) all_undefined &= !params_[pi].second.grad().defined();
+    if (all_undefined) b.flat.zero_();  // one memset instead of one per slice
+    for (size_t pi : b.params) {
+      torch::Tensor& p = params_[pi].second;
+      const torch::Tensor g = p.grad();
+      if (g.defined() && g.is_same(views_[pi])) continue;
+      if (g.defined()) {
+        views_[pi].copy_(g);
+      } else if (!all_undefined) {
+        views_[pi].zero_();
+      }
+      p.mutable_grad() = views_[pi];
+    }
+  }
 }
 
 void Reducer::PrepareForBackward(bool sync) {
@@ -116,6 +147,7 @@ void Reducer::PrepareForBackward(bool sync) {
     b.pending = b.params.size();
     b.work.reset();
   }
+  if (sync) BindGradsLocked();
 }
 
 void Reducer::OnGradReady(size_t index) {
@@ -130,13 +162,19 @@ void Reducer::MarkReadyLocked(size_t index, bool zero) {
   Bucket& b = buckets_[param_bucket_[index]];
   const torch::Tensor& p = params_[index].second;
   torch::NoGradGuard ng;
-  auto slot = b.flat.narrow(0, b.offsets[param_slot_[index]], p.numel());
-  const torch::Tensor& g = p.grad();
-  if (zero || !g.defined()) {
+  torch::Tensor& slot = views_[index];
+  const torch::Tensor g = p.grad();
+  if (!g.defined()) {
     slot.zero_();
-  } else {
-    slot.copy_(g.reshape({-1}));
+  } else if (!g.is_same(slot)) {
+    // The caller replaced .grad during backward: take its value.
+    if (zero) {
+      slot.zero_();
+    } else {
+      slot.copy_(g);
+    }
   }
+  // A bound .grad already holds this rank's gradient (zeros if unused).
   ready_[index] = true;
   --b.pending;
 }
@@ -198,16 +236,19 @@ absl::Status Reducer::Finalize() {
       used_cpu = used_count.to(torch::kCPU);
     }
     torch::NoGradGuard ng;
+    const int32_t* used_any =
+        used_cpu.defined() ? used_cpu.data_ptr<int32_t>() : nullptr;
     for (size_t i = 0; i < params_.size(); ++i) {
-      Bucket& b = buckets_[param_bucket_[i]];
       torch::Tensor& p = params_[i].second;
-      auto slot = b.flat.narrow(0, b.offsets[param_slot_[i]], p.numel())
-                      .view(p.sizes());
+      if (used_any != nullptr && used_any[i] == 0) {
+        p.mutable_grad() = torch::Tensor();  // unused on every rank: no grad
+        continue;
+      }
       torch::Tensor g = p.grad();
-      if (g.defined()) {
-        g.copy_(slot);
-      } else if (!used_cpu.defined() || used_cpu[i].item<int32_t>() > 0) {
-        p.mutable_grad() = slot.clone();
+      if (!g.defined()) {
+        p.mutable_grad() = views_[i];
+      } else if (!g.is_same(views_[i])) {
+        g.copy_(views_[i]);
       }
     }
   } catch (const std::exception& e) {

@@ -8,7 +8,12 @@
 // a bucket and every bucket before it are complete, launches their
 // asynchronous allreduces strictly in bucket-index order, so every rank
 // issues the same collectives in the same order while backward is still
-// running. Finalize() (after backward returns) completes the rest: with
+// running. Gradients live in the buckets (PyTorch DDP's
+// gradient_as_bucket_view): before a synced backward each parameter's .grad
+// is bound to its slice of the bucket, so autograd accumulates straight into
+// the buffer that is allreduced, with no copy in or out; a .grad the caller
+// replaced is copied into the slice first. Finalize() (after backward
+// returns) completes the rest: with
 // find_unused_parameters a parameter that received no gradient contributes
 // zeros (and a parameter unused on every rank keeps an undefined grad);
 // without it such a parameter is an error naming it. It then waits for all
@@ -85,6 +90,9 @@ class Reducer {
   Reducer(std::vector<std::pair<std::string, torch::Tensor>> params,
           c10::intrusive_ptr<c10d::Backend> pg, const ReducerOptions& o);
   void BuildBuckets();
+  // Binds every parameter's .grad to its bucket slice (zeroing slices of
+  // parameters whose .grad is undefined).
+  void BindGradsLocked();
   void OnGradReady(size_t index);
   void MarkReadyLocked(size_t index, bool zero);
   void LaunchReadyLocked();
@@ -97,6 +105,7 @@ class Reducer {
   std::vector<std::vector<size_t>> bucket_params_;
   std::vector<size_t> param_bucket_;   // param index -> bucket
   std::vector<size_t> param_slot_;     // param index -> position in bucket
+  std::vector<torch::Tensor> views_;   // param index -> its bucket slice
 
   mutable std::mutex mu_;
   std::vector<Bucket> buckets_;        // guarded by mu_

@@ -80,7 +80,11 @@ absl::StatusOr<StepInfo> Trainer::train_step(const std::vector<Batch>& mbs) {
       torch::Tensor y = mbs[i].target.to(device_);
       torch::Tensor out = model_.forward(x);
       torch::Tensor loss = torch::nn::functional::cross_entropy(out, y);
-      (loss * (static_cast<double>(mbs[i].size()) / total)).backward();
+      if (mbs.size() == 1) {
+        loss.backward();  // the common case: no scaling kernel on the hot path
+      } else {
+        (loss * (static_cast<double>(mbs[i].size()) / total)).backward();
+      }
       absl::Status s = FinishBackward(last);
       if (!s.ok()) return s;
       loss_sum += loss.item<double>() * mbs[i].size();
