@@ -257,6 +257,26 @@ TEST(ClusterE2E, TwoJobsShareTwoWorkersWithTwoSlotsEach) {
   }
 }
 
+// A torchrun-style program (Python DDP reading MASTER_ADDR, RANK, ...) runs
+// unchanged as a job's entrypoint.
+TEST(ClusterE2E, TorchrunStyleProgramRunsUnchanged) {
+  const char* src = std::getenv("FRAMEWORM_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  const std::string python = absl::StrCat(src, "/.venv/bin/python");
+  if (access(python.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << python;
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto id = (*c)->Submit(absl::StrCat(
+      "name: torchrun-program\nnodes: 2\nentrypoint: [\"", python, "\", \"", src,
+      "/bench/peer_ddp.py\", \"--model\", \"mlp\", \"--max-steps\", \"20\"]\n"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto st = (*c)->WaitForFinal(*id, absl::Seconds(120));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  RunResult logs = (*c)->Cli({"logs", *id, "--rank", "0"});
+  EXPECT_NE(logs.output.find("\"world_size\": 2"), std::string::npos) << logs.output;
+}
+
 TEST(ClusterE2E, BadSpecsAreRefusedAndNothingIsStored) {
   ClusterOptions o;
   o.workers = 0;
