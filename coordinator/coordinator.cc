@@ -4,11 +4,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "jobspec/job_spec.h"
 
 namespace frameworm::coordinator {
@@ -87,6 +90,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
     : options_(options),
       clock_(clock),
       store_(std::move(store)),
+      writer_(MetricWriter::Create(store_.get())),
       boot_id_(absl::StrCat(absl::ToUnixMicros(absl::Now()) % 1000000007)),
       next_port_(options.port_min),
       advertise_(options.advertise) {}
@@ -878,6 +882,7 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
       return absl::NotFoundError(absl::StrCat(
           "unknown session '", m.session_id(), "': register the worker again"));
     Worker& w = workers_[it->second];
+    const bool was_schedulable = SchedulableLocked(w);
     w.last_seen = clock_.Now();
     switch (m.kind_case()) {
       case v1::WorkerMessage::kTaskStatus:
@@ -887,6 +892,10 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
         status = AppendLogLocked(m.log());
         break;
       default:
+        // A heartbeat only refreshes liveness; it can change scheduling only
+        // when it makes a stale worker fresh again (fast path otherwise:
+        // nothing is scheduled, nothing queued, nothing to flush).
+        if (was_schedulable || !SchedulableLocked(w)) return absl::OkStatus();
         break;
     }
     ScheduleLocked();
@@ -899,6 +908,30 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
 
 absl::StatusOr<v1::ReportStepResponse> Coordinator::ReportStep(
     const v1::StepMetrics& m) {
+  struct Wait {
+    absl::Notification done;
+    absl::StatusOr<v1::ReportStepResponse> result;
+  };
+  auto wait = std::make_shared<Wait>();
+  ReportStepAsync(m, [wait](absl::StatusOr<v1::ReportStepResponse> r) {
+    wait->result = std::move(r);
+    wait->done.Notify();
+  });
+  wait->done.WaitForNotification();
+  return std::move(wait->result);
+}
+
+void Coordinator::ReportStepAsync(const v1::StepMetrics& m, ReportDone done) {
+  absl::Status refused = ReportStepLocked(m, done);
+  if (!refused.ok()) {
+    done(refused);
+    return;
+  }
+  Flush();
+}
+
+absl::Status Coordinator::ReportStepLocked(const v1::StepMetrics& m,
+                                           ReportDone& done) {
   v1::ReportStepResponse resp;
   {
     absl::MutexLock l(&mu_);
@@ -918,12 +951,12 @@ absl::StatusOr<v1::ReportStepResponse> Coordinator::ReportStep(
     const v1::AggregatedStep* agg =
         job->metrics.Add(job->generation, static_cast<int>(job->ranks.size()),
                          m, ToMs(now));
-    if (agg != nullptr) {
-      MetricRow row;
-      row.job_id = job->id;
-      row.step = agg->step();
-      agg->SerializeToString(&row.aggregate);
-      if (absl::Status s = store_->PutMetric(row); !s.ok()) return s;
+    std::optional<MetricRow> row;
+    if (agg != nullptr) {  // nullptr: a duplicate; it waits for the commit
+      row.emplace();
+      row->job_id = job->id;
+      row->step = agg->step();
+      agg->SerializeToString(&row->aggregate);
     }
     RankState& rank = job->ranks[m.rank()];
     rank.reported = true;
@@ -944,9 +977,17 @@ absl::StatusOr<v1::ReportStepResponse> Coordinator::ReportStep(
     }
     resp.set_checkpoint_at_step(job->checkpoint_at);
     ChangedLocked(*job);
+    // Staged under mu_, so stage order is aggregation order: a staged row
+    // is never older than one staged before it for the same step.
+    writer_->Stage(std::move(row),
+                   [resp, done = std::move(done)](absl::Status s) {
+                     if (s.ok())
+                       done(resp);
+                     else
+                       done(s);
+                   });
   }
-  Flush();
-  return resp;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
@@ -1058,6 +1099,9 @@ void Coordinator::Tick() {
     ScheduleLocked();
   }
   Flush();
+  // Outside mu_, on a second connection: commits are not held up.
+  absl::StatusOr<int> wal = store_->CheckpointIfLarge();
+  if (!wal.ok()) LogError(wal.status(), "wal checkpoint");
 }
 
 }  // namespace frameworm::coordinator

@@ -16,7 +16,9 @@
 //
 // Durability: everything acknowledged (a submitted job, a cancel, a step
 // report, a checkpoint record) is committed to the Store before the method
-// returns OK. Create() reloads that state: RUNNING jobs stay RUNNING waiting
+// returns OK (ReportStepAsync: before its callback gets OK). Step
+// aggregates go through a MetricWriter (group commit on its own thread), so
+// the core mutex is never held across a metric write. Create() reloads that state: RUNNING jobs stay RUNNING waiting
 // for their workers to re-register with the tasks they still run; a worker
 // that does not come back within the job's heartbeat timeout plus
 // `reconnect_grace` fails the generation as usual.
@@ -27,6 +29,8 @@
 //
 // Thread safety: thread-safe; one absl::Mutex guards all state. Listener
 // callbacks are made without the mutex held, from the calling thread.
+// ReportStepAsync callbacks run without the mutex, on the calling thread
+// (refusals) or the MetricWriter's thread (after the commit).
 #ifndef FRAMEWORM_COORDINATOR_COORDINATOR_H_
 #define FRAMEWORM_COORDINATOR_COORDINATOR_H_
 
@@ -45,6 +49,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "coordinator/metric_writer.h"
 #include "coordinator/metrics.h"
 #include "coordinator/store.h"
 #include "frameworm/v1/common.pb.h"
@@ -137,8 +142,19 @@ class Coordinator {
       const std::string& session_id);
 
   // ---- Trainers (TrainerService) ----
-  // NOT_FOUND unknown job; ABORTED for an older generation or a job that is
-  // no longer running; INVALID_ARGUMENT for a rank outside the world.
+  using ReportDone =
+      std::function<void(absl::StatusOr<v1::ReportStepResponse>)>;
+  // Aggregates one rank's step report and stages the step's aggregate for
+  // the next group commit; never waits on the disk. `done` runs exactly
+  // once: from this call with NOT_FOUND (unknown job), ABORTED (an older
+  // generation, or a job no longer running) or INVALID_ARGUMENT (a rank
+  // outside the world); otherwise from the MetricWriter thread after the
+  // commit that covers this report (also for a duplicate report: it waits
+  // for its step's row), with the response, or UNAVAILABLE when the commit
+  // failed (the row is retried with the next commit; a retried report is a
+  // duplicate and is acknowledged once that commit succeeds).
+  void ReportStepAsync(const v1::StepMetrics& m, ReportDone done);
+  // ReportStepAsync, waiting for `done`. Blocks until the commit.
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::StepMetrics& m);
   // Records a complete checkpoint (rank 0) and applies retention; returns
   // the expired paths (already deleted here, best effort). Errors as
@@ -146,7 +162,8 @@ class Coordinator {
   absl::StatusOr<std::vector<std::string>> ReportCheckpoint(
       const v1::CheckpointRecord& record);
 
-  // Time-driven work; call periodically (e.g. every 100 ms).
+  // Time-driven work; call periodically (e.g. every 100 ms). Also runs a
+  // passive WAL checkpoint (outside the mutex) when the WAL has grown.
   void Tick();
 
  private:
@@ -202,6 +219,10 @@ class Coordinator {
               std::unique_ptr<Store> store);
   absl::Status Reload();
   absl::Status ValidateSpec(const v1::JobSpec& spec) const;
+  // ReportStepAsync's work under mu_: a refusal (done untouched), or OK with
+  // `done` moved into the MetricWriter.
+  absl::Status ReportStepLocked(const v1::StepMetrics& m, ReportDone& done)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // All *Locked helpers require mu_.
   JobRow RowOf(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -242,6 +263,8 @@ class Coordinator {
   const CoordinatorOptions options_;
   Clock& clock_;
   const std::unique_ptr<Store> store_;
+  // Declared after store_: destroyed (committing what is staged) first.
+  const std::unique_ptr<MetricWriter> writer_;
   const std::string boot_id_;
 
   mutable absl::Mutex mu_;

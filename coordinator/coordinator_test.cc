@@ -520,6 +520,22 @@ TEST_F(CoordinatorTest, WorkerReRegisteringWithoutItsTaskFailsGeneration) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CoordinatorTest, HeartbeatOfStaleWorkerSchedulesPendingJob) {
+  AddWorker("w0", 1);
+  // Quiet for longer than three heartbeat intervals: not schedulable.
+  clock_.Advance(absl::Seconds(4));
+  const std::string id = Submit(Spec(1, 1));
+  EXPECT_EQ(Job(id).state(), v1::PENDING);
+  EXPECT_TRUE(Take("w0").empty());
+  // Its next heartbeat makes it fresh: the pending job starts on it.
+  Heartbeat("w0");
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  ASSERT_EQ(Starts("w0").size(), 1u);
+  // Further heartbeats of a fresh worker change nothing.
+  Heartbeat("w0");
+  EXPECT_TRUE(Take("w0").empty());
+}
+
 TEST_F(CoordinatorTest, StateSurvivesRestartAndWorkersReconcile) {
   AddWorker("w0", 1);
   AddWorker("w1", 1);

@@ -40,29 +40,43 @@ const v1::AggregatedStep* MetricAggregator::Add(int64_t generation,
   auto& win = windows_[r];
   win.push_back(m.step_seconds());
   while (static_cast<int>(win.size()) > options_.window) win.pop_front();
+  // Straggler flags change only when a step completes (every rank's window
+  // has its newest entry): computed once then, O(K log K) per step. An
+  // incomplete step shows the flags of the last completed one.
+  if (s.ranks_reported() == world_size) {
+    last_stragglers_ = Stragglers();
+    ++straggler_computations_;
+  }
   s.clear_stragglers();
-  for (int straggler : Stragglers()) s.add_stragglers(straggler);
+  for (int straggler : last_stragglers_) s.add_stragglers(straggler);
   return &s;
 }
 
 std::vector<int> MetricAggregator::Stragglers() const {
+  // Window means of the ranks with a full window (-1: not yet full).
   std::vector<double> means(windows_.size(), -1);
+  std::vector<double> sorted;
   for (size_t r = 0; r < windows_.size(); ++r) {
     const auto& w = windows_[r];
     if (static_cast<int>(w.size()) < options_.window || w.empty()) continue;
     means[r] = std::accumulate(w.begin(), w.end(), 0.0) / w.size();
+    sorted.push_back(means[r]);
   }
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
   std::vector<int> out;
+  if (n < 2) return out;
+  // The median of the other ranks' means: `sorted` without one copy of this
+  // rank's mean (which copy does not matter, equal values are equal).
+  const size_t m = n - 1;
   for (size_t r = 0; r < means.size(); ++r) {
     if (means[r] < 0) continue;
-    std::vector<double> others;
-    for (size_t o = 0; o < means.size(); ++o)
-      if (o != r && means[o] >= 0) others.push_back(means[o]);
-    if (others.empty()) continue;
-    std::sort(others.begin(), others.end());
-    const size_t n = others.size();
-    const double median = n % 2 ? others[n / 2]
-                                : (others[n / 2 - 1] + others[n / 2]) / 2;
+    const size_t p = static_cast<size_t>(
+        std::lower_bound(sorted.begin(), sorted.end(), means[r]) -
+        sorted.begin());
+    auto other = [&](size_t i) { return i < p ? sorted[i] : sorted[i + 1]; };
+    const double median =
+        m % 2 ? other(m / 2) : (other(m / 2 - 1) + other(m / 2)) / 2;
     if (median > 0 && means[r] > options_.straggler_factor * median)
       out.push_back(static_cast<int>(r));
   }

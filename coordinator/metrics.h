@@ -1,7 +1,9 @@
 // Cross-rank metric aggregation for one job: per step, the sample-weighted
 // mean of every value across ranks, each rank's step time, and straggler
 // flags (a rank whose mean step time over the last `window` steps exceeds
-// the median of the other ranks' means by `straggler_factor`).
+// the median of the other ranks' means by `straggler_factor`). The flags
+// are computed once per step, when its last rank reports (O(K log K) per
+// step); until then a step carries the flags of the last completed step.
 //
 // A step re-run by a newer generation (after a restart from a checkpoint)
 // replaces the older generation's aggregate of that step. A rank reporting
@@ -35,12 +37,17 @@ class MetricAggregator {
   // Restores a stored aggregate (after a coordinator restart).
   void Restore(const v1::AggregatedStep& s);
   // Forgets the per-rank step-time windows (a new generation starts).
-  void ResetWindows() { windows_.clear(); }
+  void ResetWindows() {
+    windows_.clear();
+    last_stragglers_.clear();
+  }
 
   // Steps with step > since_step, in order.
   std::vector<v1::AggregatedStep> Since(int64_t since_step) const;
   // The newest step, or nullptr when none.
   const v1::AggregatedStep* Last() const;
+  // How many times the straggler flags were computed (tests).
+  int64_t straggler_computations() const { return straggler_computations_; }
 
  private:
   std::vector<int> Stragglers() const;
@@ -49,6 +56,8 @@ class MetricAggregator {
   std::map<int64_t, v1::AggregatedStep> steps_;
   std::map<int64_t, double> weights_;  // sum of weights per step
   std::vector<std::deque<double>> windows_;  // per rank, newest last
+  std::vector<int> last_stragglers_;  // of the last completed step
+  int64_t straggler_computations_ = 0;
 };
 
 }  // namespace frameworm::coordinator

@@ -61,6 +61,57 @@ TEST(MetricAggregatorTest, FlagsSlowRankOnlyAfterAFullWindow) {
   EXPECT_EQ(s->stragglers_size(), 0);
 }
 
+TEST(MetricAggregatorTest, StragglersComputedOncePerCompletedStep) {
+  MetricAggregator agg({1.5, 2});
+  const v1::AggregatedStep* s = nullptr;
+  for (int step = 1; step <= 4; ++step) {
+    for (int r = 0; r < 4; ++r) {
+      s = agg.Add(1, 4, Report(r, step, 8, r == 3 ? 0.5 : 0.1, 1), step);
+      // Not recomputed while the step is incomplete.
+      EXPECT_EQ(agg.straggler_computations(), r == 3 ? step : step - 1);
+    }
+  }
+  ASSERT_EQ(s->stragglers_size(), 1);
+  EXPECT_EQ(s->stragglers(0), 3);
+  // A duplicate report does not recompute either.
+  EXPECT_EQ(agg.Add(1, 4, Report(0, 4, 8, 0.1, 1), 9), nullptr);
+  EXPECT_EQ(agg.straggler_computations(), 4);
+  // An incomplete next step carries the last completed step's flags.
+  s = agg.Add(1, 4, Report(0, 5, 8, 0.1, 1), 10);
+  ASSERT_EQ(s->stragglers_size(), 1);
+  EXPECT_EQ(s->stragglers(0), 3);
+  EXPECT_EQ(agg.straggler_computations(), 4);
+}
+
+TEST(MetricAggregatorTest, MedianExcludesTheRankItself) {
+  // Means 0.1, 0.1, 0.2, 0.31: for rank 3 the others' median is 0.1
+  // (0.31 > 1.5 * 0.1: flagged); for rank 2 it is 0.1 (0.2 > 0.15:
+  // flagged); for rank 0 it is 0.2 (not flagged).
+  MetricAggregator agg({1.5, 1});
+  const double four[] = {0.1, 0.1, 0.2, 0.31};
+  const v1::AggregatedStep* s = nullptr;
+  for (int r = 0; r < 4; ++r) s = agg.Add(1, 4, Report(r, 1, 8, four[r], 1), 1);
+  ASSERT_EQ(s->stragglers_size(), 2);
+  EXPECT_EQ(s->stragglers(0), 2);
+  EXPECT_EQ(s->stragglers(1), 3);
+  // Five ranks 0.1, 0.3, 0.1, 0.3, 0.1 (an even count of others: the
+  // median is a midpoint): rank 1's others 0.1, 0.1, 0.1, 0.3 have median
+  // 0.1 (flagged, as rank 3); a 0.1 rank's others 0.1, 0.1, 0.3, 0.3 have
+  // median 0.2 (not flagged).
+  MetricAggregator five({1.5, 1});
+  const double t5[] = {0.1, 0.3, 0.1, 0.3, 0.1};
+  for (int r = 0; r < 5; ++r) s = five.Add(1, 5, Report(r, 1, 8, t5[r], 1), 1);
+  ASSERT_EQ(s->stragglers_size(), 2);
+  EXPECT_EQ(s->stragglers(0), 1);
+  EXPECT_EQ(s->stragglers(1), 3);
+  // 0.1, 0.29, 0.2, 0.2: rank 1's others 0.1, 0.2, 0.2 have median 0.2
+  // (0.29 < 1.5 * 0.2: not flagged).
+  MetricAggregator even({1.5, 1});
+  const double t4[] = {0.1, 0.29, 0.2, 0.2};
+  for (int r = 0; r < 4; ++r) s = even.Add(1, 4, Report(r, 1, 8, t4[r], 1), 1);
+  EXPECT_EQ(s->stragglers_size(), 0);
+}
+
 TEST(MetricAggregatorTest, SinceAndRestore) {
   MetricAggregator agg({1.5, 3});
   for (int step = 1; step <= 4; ++step) agg.Add(1, 1, Report(0, step, 4, 0.1, step), step);

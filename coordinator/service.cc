@@ -99,7 +99,8 @@ class SessionReactor final
       RequestFinish(grpc::Status::OK);
       return;
     }
-    if (session_.empty()) {
+    const bool first = session_.empty();
+    if (first) {
       absl::Status s = impl_->core->AttachSession(in_.session_id());
       if (!s.ok()) {
         RequestFinish(ToGrpcStatus(s));
@@ -126,7 +127,11 @@ class SessionReactor final
       std::fprintf(stderr, "coordinator: worker message: %s\n",
                    s.ToString().c_str());
     if (in_.has_log()) impl_->PokeJob(in_.log().ref().job_id());
-    Poke();
+    // Commands queued later reach this reactor through SessionHasCommands;
+    // only those queued before it registered (first message) need a pump
+    // here. A heartbeat never queues one (HandleWorkerMessage's fast path),
+    // a task status may (the listener also pokes, this is cheap insurance).
+    if (first || !in_.has_heartbeat()) Poke();
     StartRead(&in_);
   }
 
@@ -492,9 +497,15 @@ class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
   grpc::ServerUnaryReactor* ReportStep(grpc::CallbackServerContext* ctx,
                                        const v1::StepMetrics* req,
                                        v1::ReportStepResponse* resp) override {
-    auto r = impl_->core->ReportStep(*req);
-    if (r.ok()) *resp = std::move(*r);
-    return Done(ctx, r.status());
+    // Finished once the report's aggregate is committed (by the core's
+    // metric writer thread) or refused: the reactor never waits on disk.
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    impl_->core->ReportStepAsync(
+        *req, [reactor, resp](absl::StatusOr<v1::ReportStepResponse> r) {
+          if (r.ok()) *resp = std::move(*r);
+          reactor->Finish(ToGrpcStatus(r.status()));
+        });
+    return reactor;
   }
   grpc::ServerUnaryReactor* ReportCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::CheckpointRecord* req,

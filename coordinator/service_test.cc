@@ -2,6 +2,7 @@
 // generated stubs.
 #include "coordinator/service.h"
 
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -324,6 +325,85 @@ TEST_F(ServiceTest, StaleGenerationIsAbortedAndMetricsAggregate) {
     }
     EXPECT_TRUE(s->Finish().ok());
   }
+}
+
+// The durability contract of ReportStep: once it returns OK, the step's
+// aggregate (including this report) is committed; read back through a
+// second connection to the same database while the server runs.
+TEST_F(ServiceTest, AcknowledgedReportIsCommitted) {
+  grpc::ClientContext c0, c1;
+  std::unique_ptr<Stream> s0, s1;
+  Connect("w0", &c0, &s0);
+  Connect("w1", &c1, &s1);
+  const std::string id = Submit(Spec(2));
+  v1::CoordinatorMessage msg;
+  ASSERT_TRUE(s0->Read(&msg));
+  ASSERT_TRUE(s1->Read(&msg));
+  auto reader = Store::Open(dir_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto stored = [&](int64_t step) {
+    v1::AggregatedStep agg;
+    auto rows = (*reader)->LoadMetrics(id);
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    if (rows.ok())
+      for (const MetricRow& r : *rows)
+        if (r.step == step) EXPECT_TRUE(agg.ParseFromString(r.aggregate));
+    return agg;
+  };
+  v1::ReportStepResponse resp;
+  for (int64_t step = 1; step <= 5; ++step) {
+    ASSERT_TRUE(Step(id, 1, 0, step, 1.0, 10, &resp).ok());
+    EXPECT_EQ(stored(step).ranks_reported(), 1) << "step " << step;
+    ASSERT_TRUE(Step(id, 1, 1, step, 3.0, 10, &resp).ok());
+    v1::AggregatedStep agg = stored(step);
+    EXPECT_EQ(agg.ranks_reported(), 2) << "step " << step;
+    EXPECT_DOUBLE_EQ(agg.mean().at("loss"), 2.0);
+  }
+  // A retried (duplicate) report is acknowledged too, the row unchanged.
+  ASSERT_TRUE(Step(id, 1, 1, 5, 3.0, 10, &resp).ok());
+  EXPECT_EQ(stored(5).ranks_reported(), 2);
+  for (Stream* s : {s0.get(), s1.get()}) {
+    s->WritesDone();
+    while (s->Read(&msg)) {
+    }
+    EXPECT_TRUE(s->Finish().ok());
+  }
+}
+
+// When the commit fails (another process holds the database's write lock
+// past the busy timeout), ReportStep returns UNAVAILABLE, not OK; a retry
+// after the lock is gone is acknowledged and the row is stored.
+TEST_F(ServiceTest, FailedCommitIsNotAcknowledged) {
+  grpc::ClientContext c0;
+  std::unique_ptr<Stream> s0;
+  Connect("w0", &c0, &s0);
+  const std::string id = Submit(Spec(1));
+  v1::CoordinatorMessage msg;
+  ASSERT_TRUE(s0->Read(&msg));
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ + "/coordinator.db").c_str(), &other),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  v1::ReportStepResponse resp;
+  grpc::Status s = Step(id, 1, 0, 1, 1.0, 10, &resp);
+  EXPECT_EQ(s.error_code(), grpc::UNAVAILABLE) << s.error_message();
+  EXPECT_NE(s.error_message().find("not committed"), std::string::npos)
+      << s.error_message();
+  ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(other);
+  ASSERT_TRUE(Step(id, 1, 0, 1, 1.0, 10, &resp).ok());
+  auto reader = Store::Open(dir_);
+  ASSERT_TRUE(reader.ok());
+  auto rows = (*reader)->LoadMetrics(id);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].step, 1);
+  s0->WritesDone();
+  while (s0->Read(&msg)) {
+  }
+  EXPECT_TRUE(s0->Finish().ok());
 }
 
 TEST_F(ServiceTest, WatchStreamsUntilFinalAndLogsAreServed) {

@@ -103,7 +103,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
         absl::StrCat("cannot open '", path, "': ", msg));
   }
   sqlite3_busy_timeout(db, 2000);
-  std::unique_ptr<Store> store(new Store(db));
+  std::unique_ptr<Store> store(new Store(db, path));
+  sqlite3_wal_hook(db, &Store::WalHook, store.get());
   absl::MutexLock l(&store->mu_);
   // WAL with synchronous=NORMAL: a commit survives a crash of this process
   // (the WAL is in the OS cache); only power loss can drop the newest ones.
@@ -116,10 +117,49 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
 }
 
 Store::~Store() {
+  {
+    absl::MutexLock l(&ckpt_mu_);
+    if (ckpt_db_) sqlite3_close(ckpt_db_);
+  }
   absl::MutexLock l(&mu_);
+  sqlite3_finalize(put_metric_);
   sqlite3_close(db_);
 }
 
+// Replaces SQLite's auto-checkpoint (which would run inside the commit):
+// records the WAL size and checkpoints inline only past the hard limit.
+int Store::WalHook(void* self, sqlite3* db, const char* name, int pages) {
+  static_cast<Store*>(self)->wal_pages_.store(pages,
+                                              std::memory_order_relaxed);
+  if (pages >= kHardWalPages)
+    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nullptr,
+                              nullptr);
+  return SQLITE_OK;
+}
+
+absl::StatusOr<int> Store::CheckpointIfLarge(int min_pages) {
+  const int pages = wal_pages_.load(std::memory_order_relaxed);
+  if (pages < min_pages) return pages;
+  absl::MutexLock l(&ckpt_mu_);
+  if (ckpt_db_ == nullptr) {
+    sqlite3* db = nullptr;
+    if (sqlite3_open_v2(path_.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) !=
+        SQLITE_OK) {
+      std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+      sqlite3_close(db);
+      return absl::UnavailableError(
+          absl::StrCat("cannot open '", path_, "' to checkpoint: ", msg));
+    }
+    ckpt_db_ = db;
+  }
+  int log = 0, done = 0;
+  int rc = sqlite3_wal_checkpoint_v2(ckpt_db_, nullptr,
+                                     SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+  if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+    return absl::InternalError(absl::StrCat(
+        "sqlite: ", sqlite3_errmsg(ckpt_db_), " in: wal_checkpoint(PASSIVE)"));
+  return pages;
+}
 absl::Status Store::ExecLocked(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
@@ -220,10 +260,45 @@ absl::Status Store::DeleteCheckpoint(const std::string& job_id,
       .Bind(job_id).Bind(path).Run();
 }
 
-absl::Status Store::PutMetric(const MetricRow& m) {
+absl::Status Store::PutMetric(const MetricRow& m) { return PutMetrics({m}); }
+
+absl::Status Store::PutMetrics(const std::vector<MetricRow>& rows) {
+  if (rows.empty()) return absl::OkStatus();
   absl::MutexLock l(&mu_);
-  return Stmt(db_, "INSERT OR REPLACE INTO metrics VALUES(?,?,?)")
-      .Bind(m.job_id).Bind(m.step).Bind(m.aggregate).Run();
+  constexpr const char* kSql = "INSERT OR REPLACE INTO metrics VALUES(?,?,?)";
+  auto error = [&](const char* what) {
+    return absl::InternalError(
+        absl::StrCat("sqlite: ", sqlite3_errmsg(db_), " in: ", what));
+  };
+  if (put_metric_ == nullptr &&
+      sqlite3_prepare_v2(db_, kSql, -1, &put_metric_, nullptr) != SQLITE_OK) {
+    absl::Status s = error(kSql);
+    sqlite3_finalize(put_metric_);
+    put_metric_ = nullptr;
+    return s;
+  }
+  absl::Status s = ExecLocked("BEGIN");
+  if (!s.ok()) return s;
+  for (const MetricRow& m : rows) {
+    sqlite3_reset(put_metric_);
+    sqlite3_clear_bindings(put_metric_);
+    if (sqlite3_bind_blob(put_metric_, 1, m.job_id.data(),
+                          static_cast<int>(m.job_id.size()),
+                          SQLITE_STATIC) != SQLITE_OK ||
+        sqlite3_bind_int64(put_metric_, 2, m.step) != SQLITE_OK ||
+        sqlite3_bind_blob(put_metric_, 3, m.aggregate.data(),
+                          static_cast<int>(m.aggregate.size()),
+                          SQLITE_STATIC) != SQLITE_OK ||
+        sqlite3_step(put_metric_) != SQLITE_DONE) {
+      s = error(kSql);
+      break;
+    }
+  }
+  sqlite3_reset(put_metric_);
+  sqlite3_clear_bindings(put_metric_);  // no pointers into `rows` remain
+  if (s.ok()) s = ExecLocked("COMMIT");
+  if (!s.ok()) ExecLocked("ROLLBACK").IgnoreError();
+  return s;
 }
 
 absl::StatusOr<std::vector<JobRow>> Store::LoadJobs() {

@@ -3,16 +3,25 @@
 // aggregated metric history. Every method commits before it returns, so a
 // caller may acknowledge what it wrote.
 //
+// WAL checkpoints: automatic checkpoints inside a commit are off; the owner
+// calls CheckpointIfLarge() periodically (the Coordinator does, from Tick()),
+// which checkpoints on a second connection so commits are not held up. A
+// WAL past a hard limit (kHardWalPages) is checkpointed inside the commit
+// that crossed it, so the WAL stays bounded even if nobody calls it.
+//
 // Rows are plain structs; proto messages that are stored whole (the job
 // spec, a task spec, an aggregated step) travel as serialized bytes.
 //
-// Thread safety: thread-safe (one absl::Mutex around the connection).
+// Thread safety: thread-safe. mu_ guards the main connection (every read and
+// write); ckpt_mu_ guards the checkpoint connection (CheckpointIfLarge only).
+// No method holds both.
 // Errors: INTERNAL for SQLite failures (the message names the statement),
 // INVALID_ARGUMENT / UNAVAILABLE from Open when the directory cannot be
 // created or the file cannot be opened.
 #ifndef FRAMEWORM_COORDINATOR_STORE_H_
 #define FRAMEWORM_COORDINATOR_STORE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace frameworm::coordinator {
 
@@ -100,6 +110,16 @@ class Store {
   absl::Status DeleteCheckpoint(const std::string& job_id,
                                 const std::string& path);
   absl::Status PutMetric(const MetricRow& row);
+  // Inserts or replaces every row in one transaction (a cached prepared
+  // statement); all or nothing. OK for an empty list.
+  absl::Status PutMetrics(const std::vector<MetricRow>& rows);
+
+  // Runs a PASSIVE WAL checkpoint when the WAL holds at least `min_pages`
+  // pages (it never waits for readers or writers). Returns the WAL size in
+  // pages seen after the last commit.
+  absl::StatusOr<int> CheckpointIfLarge(int min_pages = 1000);
+  // A WAL this large is checkpointed inside the commit that grew it.
+  static constexpr int kHardWalPages = 20000;
 
   // Readers. Jobs in submission order, checkpoints by step, metrics by step.
   absl::StatusOr<std::vector<JobRow>> LoadJobs();
@@ -112,12 +132,20 @@ class Store {
   absl::StatusOr<std::vector<MetricRow>> LoadMetrics(const std::string& job_id);
 
  private:
-  explicit Store(sqlite3* db) : db_(db) {}
+  Store(sqlite3* db, std::string path) : path_(std::move(path)), db_(db) {}
   absl::Status ExecLocked(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status PutJobLocked(const JobRow& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static int WalHook(void* self, sqlite3* db, const char* name, int pages);
+
+  const std::string path_;
+  std::atomic<int> wal_pages_{0};  // set by WalHook after each commit
 
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);
+  sqlite3_stmt* put_metric_ ABSL_GUARDED_BY(mu_) = nullptr;  // lazily
+
+  absl::Mutex ckpt_mu_;
+  sqlite3* ckpt_db_ ABSL_GUARDED_BY(ckpt_mu_) = nullptr;  // lazily
 };
 
 }  // namespace frameworm::coordinator

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -84,6 +85,26 @@ TEST(StoreTest, EndGenerationUpdatesJobAndGeneration) {
   EXPECT_EQ(gen->ended_ms, 9);
   EXPECT_EQ(gen->end_reason, "rank 0 exited");
   EXPECT_EQ((*(*store)->LoadJobs())[0].state, 5);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(StoreTest, PutMetricsIsOneTransactionAndWalIsCheckpointed) {
+  const std::string dir = TempDir("batch");
+  auto store = Store::Open(dir);
+  ASSERT_TRUE(store.ok());
+  std::vector<MetricRow> rows;
+  for (int i = 0; i < 300; ++i)
+    rows.push_back({"j", i, std::string(2000, static_cast<char>('a' + i % 26))});
+  ASSERT_TRUE((*store)->PutMetrics(rows).ok());
+  ASSERT_TRUE((*store)->PutMetrics({}).ok());
+  EXPECT_EQ((*store)->LoadMetrics("j")->size(), 300u);
+  // ~600 KB went through the WAL: it is large enough to checkpoint, and a
+  // checkpoint on the second connection succeeds with the main one open.
+  auto pages = (*store)->CheckpointIfLarge(10);
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  EXPECT_GE(*pages, 10);
+  auto small = (*store)->CheckpointIfLarge(1 << 30);  // below: nothing done
+  ASSERT_TRUE(small.ok());
   std::filesystem::remove_all(dir);
 }
 

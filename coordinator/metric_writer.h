@@ -1,0 +1,83 @@
+// Group commit of aggregated metric rows: callers stage rows without
+// touching the disk, one flusher thread writes everything staged in one
+// SQLite transaction (Store::PutMetrics), then runs the callbacks of the
+// callers whose rows (or whose wait) that transaction covered.
+//
+// Contract:
+//  - Stage(row, done): `row` replaces any staged, not yet committed row of
+//    the same (job_id, step), so per-rank rewrites of one step's aggregate
+//    collapse into one row. `done` runs once, after a commit that includes
+//    this row or a newer one of the same key, with OK; or with UNAVAILABLE
+//    when that commit failed.
+//  - Stage(nullopt, done): no row; `done` runs after the next commit, which
+//    covers every row staged before this call (or still in flight).
+//  - So when `done` gets OK, every row staged before the Stage call that
+//    registered it is committed: an acknowledged report is durable.
+//  - Rows of a failed commit are staged again (unless a newer row of the
+//    same key was staged meanwhile) and retried with the next batch; the
+//    flusher retries only when a new Stage call arrives (no busy loop).
+//  - Batching is natural (no timer): while one transaction runs, new rows
+//    accumulate for the next, so the batch grows with the load and an idle
+//    writer commits a lone row at once.
+//  - Callbacks run on the flusher thread without any lock of this class
+//    held; they must be short and must not block (they may call Stage).
+//  - The destructor commits what is staged, runs the remaining callbacks,
+//    and joins the thread. Stage after destruction began is a bug.
+//
+// Thread safety: thread-safe; one absl::Mutex (mu_) guards the staging area,
+// the flusher thread alone talks to the Store. Callers may hold their own
+// locks while calling Stage (it never waits on the disk), which is how the
+// Coordinator keeps stage order equal to aggregation order.
+#ifndef FRAMEWORM_COORDINATOR_METRIC_WRITER_H_
+#define FRAMEWORM_COORDINATOR_METRIC_WRITER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/store.h"
+
+namespace frameworm::coordinator {
+
+class MetricWriter {
+ public:
+  using Done = std::function<void(absl::Status)>;
+
+  // `store` is not owned and must outlive the writer. Starts the flusher.
+  static std::unique_ptr<MetricWriter> Create(Store* store);
+  ~MetricWriter();
+  MetricWriter(const MetricWriter&) = delete;
+  MetricWriter& operator=(const MetricWriter&) = delete;
+
+  void Stage(std::optional<MetricRow> row, Done done);
+
+  // Number of commits attempted so far (for tests).
+  int64_t commits() const;
+
+ private:
+  explicit MetricWriter(Store* store) : store_(store) {}
+  void Run();
+
+  Store* const store_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::pair<std::string, int64_t>, MetricRow> staged_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<Done> waiters_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;  // started last, joined in the destructor
+};
+
+}  // namespace frameworm::coordinator
+
+#endif  // FRAMEWORM_COORDINATOR_METRIC_WRITER_H_
