@@ -948,6 +948,21 @@ absl::Status Coordinator::ReportStepLocked(const v1::StepMetrics& m,
       return absl::InvalidArgumentError(absl::StrCat(
           "rank ", m.rank(), " outside world of ", job->ranks.size()));
     const absl::Time now = clock_.Now();
+    if (m.progress_only()) {
+      // A sign of life between steps (evaluation, checkpointing): it only
+      // refreshes the rank's hang timer.
+      RankState& rank = job->ranks[m.rank()];
+      rank.last_report = now;
+      resp.set_checkpoint_at_step(job->checkpoint_at);
+      writer_->Stage(std::nullopt,
+                     [resp, done = std::move(done)](absl::Status s) {
+                       if (s.ok())
+                         done(resp);
+                       else
+                         done(s);
+                     });
+      return absl::OkStatus();
+    }
     const v1::AggregatedStep* agg =
         job->metrics.Add(job->generation, static_cast<int>(job->ranks.size()),
                          m, ToMs(now));

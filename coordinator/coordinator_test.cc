@@ -474,6 +474,45 @@ TEST_F(CoordinatorTest, HungRankAbortsGeneration) {
   EXPECT_NE(Job(id).reason().find("hung"), std::string::npos);
 }
 
+// A rank that evaluates (no steps) but sends progress reports is not hung;
+// progress reports add no metrics.
+TEST_F(CoordinatorTest, ProgressReportsKeepAnEvaluatingRankAlive) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_heartbeat_timeout_s(4);
+  const std::string id = Submit(spec);
+  ASSERT_TRUE(Step(id, 1, 0, 1).ok());
+  ASSERT_TRUE(Step(id, 1, 1, 1).ok());
+  for (int i = 0; i < 10; ++i) {  // 10 s of evaluation, progress every 1 s
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("w0");
+    Heartbeat("w1");
+    for (int r = 0; r < 2; ++r) {
+      v1::StepMetrics m;
+      m.mutable_ref()->set_job_id(id);
+      m.mutable_ref()->set_generation(1);
+      m.set_rank(r);
+      m.set_step(1);
+      m.set_progress_only(true);
+      ASSERT_TRUE(coord_->ReportStep(m).ok());
+    }
+    coord_->Tick();
+    ASSERT_EQ(Job(id).generation(), 1) << Job(id).reason();
+  }
+  auto steps = coord_->GetMetrics(id, 0);
+  ASSERT_TRUE(steps.ok());
+  ASSERT_EQ(steps->size(), 1u);
+  EXPECT_EQ((*steps)[0].ranks_reported(), 2);
+  EXPECT_DOUBLE_EQ((*steps)[0].mean().at("loss"), 1.0);
+  // Without them, the same silence is a hang.
+  clock_.Advance(absl::Seconds(5));
+  Heartbeat("w0");
+  Heartbeat("w1");
+  coord_->Tick();
+  EXPECT_NE(Job(id).reason().find("hung"), std::string::npos) << Job(id).reason();
+}
+
 TEST_F(CoordinatorTest, CancelKillsEverything) {
   AddWorker("w0", 1);
   AddWorker("w1", 1);

@@ -26,6 +26,7 @@ class GrpcTrainerChannel final : public ControlChannel {
     req.set_samples(r.samples);
     req.set_step_seconds(r.step_seconds);
     req.set_total_steps(r.total_steps);
+    req.set_progress_only(r.progress_only);
     for (const auto& [k, v] : r.values) (*req.mutable_values())[k] = v;
     v1::ReportStepResponse resp;
     grpc::ClientContext ctx;

@@ -47,6 +47,8 @@ TEST_F(TrainerChannelTest, ReportStepSendsEveryFieldAndReturnsDirective) {
   r.epoch = 2;
   r.samples = 64;
   r.step_seconds = 0.25;
+  r.total_steps = 900;
+  r.progress_only = true;
   r.values = {{"loss", 0.5}, {"accuracy", 0.875}};
   auto d = ch->ReportStep(r);
   ASSERT_TRUE(d.ok()) << d.status();
@@ -63,6 +65,8 @@ TEST_F(TrainerChannelTest, ReportStepSendsEveryFieldAndReturnsDirective) {
   EXPECT_EQ(m.epoch(), 2);
   EXPECT_EQ(m.samples(), 64);
   EXPECT_DOUBLE_EQ(m.step_seconds(), 0.25);
+  EXPECT_EQ(m.total_steps(), 900);
+  EXPECT_TRUE(m.progress_only());
   ASSERT_EQ(m.values().size(), 2u);
   EXPECT_DOUBLE_EQ(m.values().at("loss"), 0.5);
   EXPECT_DOUBLE_EQ(m.values().at("accuracy"), 0.875);

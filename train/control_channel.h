@@ -29,6 +29,9 @@ struct StepReport {
   int64_t samples = 0;     // samples this rank processed in this step
   double step_seconds = 0;
   int64_t total_steps = 0;  // steps the run will make in all, 0 if unknown
+  // A sign of life during work that makes no steps (evaluation,
+  // checkpointing): `step` is the last completed step, no metrics.
+  bool progress_only = false;
   std::map<std::string, double> values;  // "loss", "accuracy", ...
 };
 

@@ -251,6 +251,8 @@ int RunTrainer(const Flags& f, bool distributed) {
     to.sync_step_actions = true;
   }
   int64_t last_requested = 0;
+  int64_t last_step = 0;
+  auto last_contact = std::chrono::steady_clock::now();
   to.on_step = [&](const StepInfo& s) -> absl::StatusOr<StepAction> {
     if (s.step > 5) {
       step_time_sum += s.seconds;
@@ -272,6 +274,8 @@ int RunTrainer(const Flags& f, bool distributed) {
     if (f.max_steps > 0) r.total_steps = std::min(r.total_steps, f.max_steps);
     r.values = {{"loss", s.loss}, {"accuracy", s.accuracy}, {"lr", s.lr}};
     auto d = channel->ReportStep(r);
+    last_step = s.step;
+    last_contact = std::chrono::steady_clock::now();
     if (!d.ok()) {
       if (d.status().code() == absl::StatusCode::kAborted) {
         return absl::AbortedError(absl::StrCat("the coordinator ended this generation: ", d.status().message()));
@@ -284,6 +288,19 @@ int RunTrainer(const Flags& f, bool distributed) {
     }
     a.stop = d->stop;
     return a;
+  };
+  // During evaluation and checkpointing (no steps), a sign of life at most
+  // once a second, so the coordinator does not take this rank for hung.
+  to.on_progress = [&]() {
+    if (!channel) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_contact < std::chrono::seconds(1)) return;
+    last_contact = now;
+    StepReport r;
+    r.rank = rank;
+    r.step = last_step;
+    r.progress_only = true;
+    (void)channel->ReportStep(r);  // best effort; a step report handles errors
   };
   to.on_checkpoint = [&](int64_t step, const std::string& path, const CheckpointFileInfo& info) {
     if (!channel) return;

@@ -114,6 +114,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::evaluate(DataLoader& load
     torch::NoGradGuard ng;
     const int64_t nb = loader.num_batches();
     for (int64_t i = 0; i < nb; ++i) {
+      if (options_.on_progress) options_.on_progress();
       Batch b = loader.batch(i);
       torch::Tensor x = b.data.to(device_), y = b.target.to(device_);
       torch::Tensor out = model_.forward(x);
@@ -166,6 +167,7 @@ absl::StatusOr<bool> Trainer::AfterStep(const StepInfo& info) {
 }
 
 absl::Status Trainer::CheckpointAt(int64_t step) {
+  if (options_.on_progress) options_.on_progress();
   const std::string path = CheckpointPath(step);
   auto ci = save_checkpoint(path);
   if (!ci.ok()) return ci.status();

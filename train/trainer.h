@@ -109,6 +109,10 @@ struct TrainerOptions {
   std::function<void(int64_t step, const std::string& path,
                      const CheckpointFileInfo& info)>
       on_checkpoint;
+  // Called from the training thread during work that makes no steps (each
+  // evaluation batch, before a checkpoint is written), so a supervisor can
+  // tell a long evaluation from a hung rank. Must be cheap; may be null.
+  std::function<void()> on_progress;
 };
 
 class Trainer {
