@@ -137,6 +137,7 @@ Cluster::~Cluster() {
   for (auto& w : workers_) {
     if (w->Running()) {
       w->Signal(SIGTERM);
+      w->Signal(SIGCONT);  // a stopped (frozen) worker handles it too
       if (!w->Wait(absl::Seconds(10))) w->Signal(SIGKILL);
     }
   }

@@ -157,6 +157,42 @@ TEST(ClusterE2E, KilledWorkerIsDetectedAndJobRestartsElsewhere) {
   for (const auto& w : st->workers()) EXPECT_NE(w, victim);
 }
 
+// A node that freezes (worker and trainer stopped, connections left open:
+// nothing resets) is caught by the heartbeat timeout alone.
+TEST(ClusterE2E, FrozenNodeIsDetectedByHeartbeatTimeout) {
+  ClusterOptions o;
+  o.workers = 3;
+  auto c = Cluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const double timeout_s = 3;
+  auto id = (*c)->Submit(TrainJob("frozen-node", 200, 20, "cnn", 2, 1, timeout_s));
+  ASSERT_TRUE(id.ok()) << id.status();
+  WaitForCheckpoint(**c, *id, 20);
+  auto before = (*c)->GetJob(*id);
+  ASSERT_TRUE(before.ok());
+  const std::string victim = before->workers(1);
+  pid_t trainer = 0;
+  for (pid_t p : PidsWithJobId(*id)) {
+    if (EnvOf(p, "NODE_RANK") == "1") trainer = p;
+  }
+  ASSERT_NE(trainer, 0);
+  absl::Time frozen = absl::Now();
+  (*c)->worker(victim.back() - '0').Signal(SIGSTOP);
+  ASSERT_EQ(kill(trainer, SIGSTOP), 0);
+  auto restarted = (*c)->WaitFor(
+      *id, [](const v1::JobStatus& s) { return s.generation() >= 2 || IsFinal(s.state()); },
+      absl::Seconds(30));
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  absl::Duration detection = absl::Now() - frozen;
+  EXPECT_GE(detection, absl::Seconds(timeout_s) - absl::Milliseconds(500)) << detection;
+  EXPECT_LE(detection, absl::Seconds(timeout_s + 1.5)) << detection;
+  auto st = (*c)->WaitForFinal(*id, absl::Seconds(150));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  for (const auto& w : st->workers()) EXPECT_NE(w, victim);
+  kill(trainer, SIGKILL);
+}
+
 TEST(ClusterE2E, StoppedTrainerIsTreatedAsHungAndRestarted) {
   auto c = Cluster::Start({});
   ASSERT_TRUE(c.ok()) << c.status();

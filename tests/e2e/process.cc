@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 
 namespace frameworm::e2e {
@@ -186,6 +187,15 @@ std::vector<pid_t> PidsWithJobId(const std::string& job_id) {
   }
   closedir(proc);
   return pids;
+}
+
+std::string EnvOf(pid_t pid, const std::string& name) {
+  std::string environ_text = ReadFile(absl::StrCat("/proc/", pid, "/environ"));
+  const std::string prefix = name + "=";
+  for (absl::string_view var : absl::StrSplit(environ_text, '\0')) {
+    if (absl::StartsWith(var, prefix)) return std::string(var.substr(prefix.size()));
+  }
+  return "";
 }
 
 std::string MakeTempDir(const std::string& prefix) {

@@ -66,6 +66,9 @@ RunResult RunCommand(const std::vector<std::string>& argv,
 // FRAMEWORM_JOB_ID=<job_id>: trainers of that job, wherever they run.
 std::vector<pid_t> PidsWithJobId(const std::string& job_id);
 
+// The value of `name` in the environment of process `pid` ("" if unset).
+std::string EnvOf(pid_t pid, const std::string& name);
+
 // A fresh temporary directory under $TMPDIR.
 std::string MakeTempDir(const std::string& prefix);
 
