@@ -1,12 +1,15 @@
 // P2: allreduce bus bandwidth between ranks over Frameworm's process group
-// (CreateProcessGroup, Gloo on CPUs), against the ring bound
+// (CreateProcessGroup, Gloo on CPUs) and over the intra-node shared-memory
+// allreduce the trainer uses when every rank is local (ShmAllreduce, 256
+// KiB slots as in the trainer; P2_SHM_CAPACITY overrides), against the ring bound
 // 2(n-1)/n * S / B with B the loopback TCP bandwidth measured in the same
 // run (rank 0, one stream, before the collectives).
 //
 // Run as every rank with torchrun's variables (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT); bench/p2_allreduce.sh starts the ranks.
 // Rank 0 prints one JSON line per size:
-//   {"bytes":..,"median_s":..,"bus_gbps":..,"loopback_gbps":..,"efficiency":..}
+//   {"path":"gloo"|"shm","bytes":..,"median_s":..,"bus_gbps":..,
+//    "loopback_gbps":..,"efficiency":..}
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -20,9 +23,11 @@
 #include <thread>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
 #include "train/process_group.h"
+#include "train/shm_allreduce.h"
 
 namespace {
 
@@ -94,27 +99,57 @@ int main() {
     return 1;
   }
   const int n = o.world_size;
-  for (size_t mb : {4, 25, 100}) {
-    size_t bytes = mb * 1000 * 1000;
-    std::vector<at::Tensor> t{torch::ones({static_cast<int64_t>(bytes / 4)})};
-    std::vector<double> times;
-    for (int i = 0; i < iters + 1; ++i) {
-      std::vector<at::Tensor> barrier{torch::zeros({1})};
-      (*pg)->allreduce(barrier)->wait();
-      auto t0 = std::chrono::steady_clock::now();
-      (*pg)->allreduce(t)->wait();
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (i > 0) times.push_back(s);  // first one warms up
+  std::unique_ptr<frameworm::ShmAllreduce> shm;
+  {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(o.master_port);
+    so.isServer = false;
+    so.waitWorkers = false;
+    c10d::TCPStore store(o.master_addr, so);
+    frameworm::ShmAllreduceOptions sa;
+    sa.name = "allreduce_bench";
+    sa.rank = o.rank;
+    sa.world_size = n;
+    sa.capacity_bytes = EnvInt("P2_SHM_CAPACITY", 256 << 10);
+    auto s = frameworm::ShmAllreduce::Create(sa, store);
+    if (!s.ok()) {
+      std::fprintf(stderr, "allreduce_bench: %s\n", s.status().ToString().c_str());
+      return 1;
     }
-    std::sort(times.begin(), times.end());
-    double median = times[times.size() / 2];
-    double bus = 2.0 * (n - 1) / n * static_cast<double>(bytes) / median;
-    if (o.rank == 0) {
-      std::printf(
-          "{\"bytes\":%zu,\"ranks\":%d,\"median_s\":%.6f,\"bus_gbps\":%.3f,"
-          "\"loopback_gbps\":%.3f,\"efficiency\":%.3f}\n",
-          bytes, n, median, bus * 8 / 1e9, loopback * 8 / 1e9, bus / loopback);
-      std::fflush(stdout);
+    shm = std::move(*s);
+  }
+  for (const char* path : {"gloo", "shm"}) {
+    const bool use_shm = std::string(path) == "shm";
+    for (size_t mb : {4, 25, 100}) {
+      size_t bytes = mb * 1000 * 1000;
+      std::vector<at::Tensor> t{torch::ones({static_cast<int64_t>(bytes / 4)})};
+      std::vector<double> times;
+      for (int i = 0; i < iters + 1; ++i) {
+        std::vector<at::Tensor> barrier{torch::zeros({1})};
+        (*pg)->allreduce(barrier)->wait();
+        auto t0 = std::chrono::steady_clock::now();
+        if (use_shm) {
+          absl::Status st = shm->Allreduce(t[0].data_ptr<float>(), t[0].numel());
+          if (!st.ok()) {
+            std::fprintf(stderr, "allreduce_bench: %s\n", st.ToString().c_str());
+            return 1;
+          }
+        } else {
+          (*pg)->allreduce(t)->wait();
+        }
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (i > 0) times.push_back(s);  // first one warms up
+      }
+      std::sort(times.begin(), times.end());
+      double median = times[times.size() / 2];
+      double bus = 2.0 * (n - 1) / n * static_cast<double>(bytes) / median;
+      if (o.rank == 0) {
+        std::printf(
+            "{\"path\":\"%s\",\"bytes\":%zu,\"ranks\":%d,\"median_s\":%.6f,"
+            "\"bus_gbps\":%.3f,\"loopback_gbps\":%.3f,\"efficiency\":%.3f}\n",
+            path, bytes, n, median, bus * 8 / 1e9, loopback * 8 / 1e9, bus / loopback);
+        std::fflush(stdout);
+      }
     }
   }
   return 0;

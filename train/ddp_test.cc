@@ -57,9 +57,11 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Backend>> OneRankGroup() {
   return CreateProcessGroup(o);
 }
 
-TEST(DdpTest, TwoRanksMatchSingleProcessOnGlobalBatch) {
+// Both gradient paths: the intra-node shm allreduce (the default for Gloo
+// with every rank local) and Gloo's asynchronous allreduces from the hooks.
+void TwoRanksMatchSingleProcess(bool shm) {
   const std::string out = IsLaunchedChild() ? OutDir() : MakeOutDir("ddp");
-  auto fn = [](int rank, int world) -> int {
+  auto fn = [shm](int rank, int world) -> int {
     torch::set_num_threads(1);
     torch::manual_seed(100 + rank);  // different weights: broadcast must fix
     auto model = SmallNet();
@@ -68,10 +70,16 @@ TEST(DdpTest, TwoRanksMatchSingleProcessOnGlobalBatch) {
     DistributedOptions o;
     o.backend = "gloo";
     o.bucket_cap_mb = 0.002;  // ~2 KB: several buckets
+    o.intra_node_shm = shm;
     auto t = DistributedTrainer::Create(model, opt, o);
     if (!t.ok()) {
       std::cerr << t.status() << std::endl;
       return 10;
+    }
+    if ((*t)->intra_node_active() != shm) return 16;
+    if (shm && (*t)->reducer().intra_node_buckets() !=
+                   static_cast<int>((*t)->reducer().bucket_params().size())) {
+      return 17;
     }
     if ((*t)->reducer().bucket_params().size() < 3) return 11;
     for (int s = 0; s < kSteps; ++s) {
@@ -88,8 +96,13 @@ TEST(DdpTest, TwoRanksMatchSingleProcessOnGlobalBatch) {
         if (order[i] != static_cast<int>(i)) return 13;
       }
       if (order.size() != (*t)->reducer().bucket_params().size()) return 14;
-      // Communication overlapped backward: buckets launched from the hooks.
-      if ((*t)->reducer().last_launched_during_backward() < 1) return 15;
+      if (shm) {
+        // Summed in Finalize, after backward.
+        if ((*t)->reducer().last_launched_during_backward() != 0) return 15;
+      } else {
+        // Communication overlapped backward: buckets launched from the hooks.
+        if ((*t)->reducer().last_launched_during_backward() < 1) return 15;
+      }
     }
     std::vector<torch::Tensor> params;
     for (auto& p : model->parameters()) params.push_back(p.detach().clone());
@@ -124,6 +137,44 @@ TEST(DdpTest, TwoRanksMatchSingleProcessOnGlobalBatch) {
     EXPECT_LE(rel, 1e-5) << "parameter " << i;
   }
   testutil::RemoveTree(out);
+}
+
+TEST(DdpTest, TwoRanksMatchSingleProcessOnGlobalBatch) { TwoRanksMatchSingleProcess(true); }
+TEST(DdpTest, TwoRanksMatchSingleProcessOverGloo) { TwoRanksMatchSingleProcess(false); }
+
+// The shm setup fails on every rank (its store rendezvous goes to a port
+// nobody listens on): the trainer falls back to Gloo and still trains.
+TEST(DdpTest, ShmSetupFailureFallsBackToGloo) {
+  auto fn = [](int rank, int world) -> int {
+    torch::set_num_threads(1);
+    if (!setup_distributed("gloo").ok()) return 10;
+    ::setenv("MASTER_PORT", "1", 1);  // read again by the shm rendezvous only
+    auto model = SmallNet();
+    auto opt = std::make_shared<torch::optim::SGD>(model->parameters(),
+                                                   torch::optim::SGDOptions(0.1));
+    DistributedOptions o;
+    o.timeout = std::chrono::milliseconds(1000);
+    auto t = DistributedTrainer::Create(model, opt, o);
+    if (!t.ok()) {
+      std::cerr << t.status() << std::endl;
+      return 11;
+    }
+    if ((*t)->intra_node_active()) return 12;
+    Batch g = GlobalBatch(kPerRank * world, 0);
+    auto info = (*t)->train_step({Batch{g.data.narrow(0, rank * kPerRank, kPerRank),
+                                        g.target.narrow(0, rank * kPerRank, kPerRank)}});
+    if (!info.ok()) return 13;
+    if ((*t)->reducer().last_launch_order().size() != (*t)->reducer().bucket_params().size()) {
+      return 14;
+    }
+    cleanup_distributed();
+    return 0;
+  };
+  LaunchOptions lo;
+  lo.nprocs = 2;
+  lo.argv = SelfArgs();
+  absl::Status s = launch_distributed(fn, lo);
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 // A model whose "branch" is used only on rank 0 and whose "never" module is

@@ -321,6 +321,10 @@ int RunTrainer(const Flags& f, bool distributed) {
     o.gradient_accumulation_steps = static_cast<int>(f.grad_accum);
     o.scale_lr = f.scale_lr;
     o.find_unused_parameters = f.find_unused_parameters;
+    // FRAMEWORM_NO_SHM=1: average gradients over the process group even
+    // when every rank is on this machine (no shared-memory allreduce).
+    const char* no_shm = std::getenv("FRAMEWORM_NO_SHM");
+    o.intra_node_shm = !(no_shm != nullptr && std::string(no_shm) == "1");
     o.trainer = to;
     auto t = DistributedTrainer::Create(*model, opt, o);
     if (!t.ok()) return Fail(std::string(t.status().message()));

@@ -16,6 +16,14 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
   if (!process_group) {
     return absl::InvalidArgumentError("reducer: null process group");
   }
+  if (options.intra_node &&
+      (options.intra_node->world_size() != process_group->getSize() ||
+       options.intra_node->rank() != process_group->getRank())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reducer: intra-node allreduce is rank ", options.intra_node->rank(), "/",
+        options.intra_node->world_size(), " but the process group is rank ",
+        process_group->getRank(), "/", process_group->getSize()));
+  }
   std::vector<std::pair<std::string, torch::Tensor>> trainable;
   for (auto& p : params) {
     if (p.second.requires_grad()) trainable.push_back(std::move(p));
@@ -99,6 +107,9 @@ void Reducer::BuildBuckets() {
     }
     const torch::Tensor& first = params_[bucket.params[0]].second;
     bucket.flat = torch::zeros({off}, first.options().requires_grad(false));
+    bucket.shm = options_.intra_node != nullptr && bucket.flat.device().is_cpu() &&
+                 bucket.flat.scalar_type() == torch::kFloat32;
+    if (bucket.shm) ++intra_node_buckets_;
     buckets_.push_back(std::move(bucket));
   }
   views_.resize(params_.size());
@@ -182,6 +193,10 @@ void Reducer::MarkReadyLocked(size_t index, bool zero) {
 void Reducer::LaunchReadyLocked() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& b = buckets_[next_launch_];
+    if (b.shm) {  // summed in Finalize, in bucket order
+      ++next_launch_;
+      continue;
+    }
     b.io = {b.flat};
     b.work = pg_->allreduce(b.io);
     launch_order_.push_back(static_cast<int>(next_launch_));
@@ -225,9 +240,19 @@ absl::Status Reducer::Finalize() {
       used_io = {used_count};
       used_work = pg_->allreduce(used_io);
     }
+    for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+      Bucket& b = buckets_[bi];
+      if (!b.shm) continue;
+      absl::Status s = options_.intra_node->Allreduce(b.flat.data_ptr<float>(), b.flat.numel());
+      if (!s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("gradient allreduce of bucket ", bi,
+                                                   " failed: ", s.message()));
+      }
+      launch_order_.push_back(static_cast<int>(bi));
+    }
     const double world = static_cast<double>(pg_->getSize());
     for (auto& b : buckets_) {
-      b.work->wait();
+      if (b.work) b.work->wait();
       b.flat.div_(world);
     }
     torch::Tensor used_cpu;

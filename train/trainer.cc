@@ -1,9 +1,11 @@
 #include "train/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/cuda.h>
 #include <torch/nn/parallel/data_parallel.h>
 
+#include <atomic>
 #include <cstdio>
 #include <iostream>
 #include <mutex>
@@ -23,6 +25,60 @@ absl::Status FromTorch(const std::exception& e, const std::string& what) {
 
 std::mutex g_pg_mu;
 c10::intrusive_ptr<c10d::Backend> g_pg;  // guarded by g_pg_mu
+
+// Creations of an intra-node allreduce in this process: part of the store
+// key, so successive trainers in one job rendezvous on fresh keys (every
+// rank creates its trainers in the same order).
+std::atomic<int> g_shm_seq{0};
+
+// The intra-node allreduce for `pg` when every rank is on this machine;
+// null when not applicable. Errors: setup failures (the caller falls back).
+absl::StatusOr<std::shared_ptr<ShmAllreduce>> MaybeIntraNode(
+    const c10::intrusive_ptr<c10d::Backend>& pg, torch::nn::Module& module,
+    const DistributedOptions& o) {
+  auto env = ReadDistributedEnv();
+  if (!env.ok()) return std::shared_ptr<ShmAllreduce>();
+  const auto lws = ProcessEnvLookup()("LOCAL_WORLD_SIZE");
+  if (!lws.has_value() || *lws != std::to_string(pg->getSize()) ||
+      env->world_size != pg->getSize() || env->rank != pg->getRank()) {
+    return std::shared_ptr<ShmAllreduce>();
+  }
+  int64_t float_bytes = 0;
+  for (const auto& p : module.parameters(true)) {
+    if (p.requires_grad() && p.scalar_type() == torch::kFloat32) float_bytes += p.numel() * 4;
+  }
+  if (float_bytes == 0) return std::shared_ptr<ShmAllreduce>();
+  const int seq = g_shm_seq.fetch_add(1);
+  absl::StatusOr<std::unique_ptr<ShmAllreduce>> shm;
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(env->master_port);
+    so.isServer = false;
+    so.waitWorkers = false;
+    so.timeout = o.timeout;
+    c10d::TCPStore store(env->master_addr, so);
+    ShmAllreduceOptions sa;
+    sa.name = absl::StrCat("frameworm-shm/", seq);
+    sa.rank = pg->getRank();
+    sa.world_size = pg->getSize();
+    sa.capacity_bytes = std::max<int64_t>(64, std::min<int64_t>(float_bytes, sa.capacity_bytes));
+    sa.timeout = o.timeout;
+    shm = ShmAllreduce::Create(sa, store);
+  } catch (const c10::Error& e) {
+    shm = absl::UnavailableError(
+        absl::StrCat("store for the shm rendezvous: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    shm = absl::UnavailableError(absl::StrCat("store for the shm rendezvous: ", e.what()));
+  }
+  // All ranks take the same path: the shm one only if it worked everywhere.
+  std::vector<torch::Tensor> io{torch::tensor({shm.ok() ? 0 : 1}, torch::kInt32)};
+  pg->allreduce(io)->wait();
+  if (!shm.ok()) return shm.status();
+  if (io[0].item<int32_t>() != 0) {
+    return absl::UnavailableError("shm allreduce setup failed on another rank");
+  }
+  return std::shared_ptr<ShmAllreduce>(std::move(*shm));
+}
 
 // Nine significant digits: enough to compare loss curves against a peer at 1e-6.
 std::string Fmt(double v) { return absl::StrFormat("%.9g", v); }
@@ -442,6 +498,15 @@ absl::StatusOr<std::unique_ptr<DistributedTrainer>> DistributedTrainer::Create(
   ReducerOptions ro;
   ro.bucket_cap_bytes = static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024);
   ro.find_unused_parameters = options.find_unused_parameters;
+  if (options.intra_node_shm && name == "gloo" && device.is_cpu() && pg->getSize() > 1) {
+    auto shm = MaybeIntraNode(pg, *t->model_.ptr(), options);
+    if (shm.ok()) {
+      ro.intra_node = *shm;
+    } else if (pg->getRank() == 0) {
+      std::cerr << "frameworm: intra-node shared-memory allreduce unavailable ("
+                << shm.status() << "); averaging gradients over gloo" << std::endl;
+    }
+  }
   auto r = Reducer::Create(std::move(named), pg, ro);
   if (!r.ok()) return r.status();
   t->reducer_ = std::move(*r);

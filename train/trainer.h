@@ -193,6 +193,13 @@ struct DistributedOptions {
   int gradient_accumulation_steps = 1;
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   bool scale_lr = false;  // lr x world_size (opt-in)
+  // Gloo on CPU with every rank on this machine (LOCAL_WORLD_SIZE ==
+  // WORLD_SIZE in the environment, as torchrun/launch_distributed/the
+  // worker set it): average float32 gradients through an intra-node
+  // shared-memory allreduce (ShmAllreduce) instead of Gloo over loopback.
+  // If its setup fails on any rank, every rank falls back to the process
+  // group and one line goes to stderr. false: always the process group.
+  bool intra_node_shm = true;
   // Process group to use; null: the default group of setup_distributed(),
   // created from the environment if there is none yet.
   c10::intrusive_ptr<c10d::Backend> process_group;
@@ -214,6 +221,8 @@ class DistributedTrainer : public Trainer {
   int world_size() const override { return pg_->getSize(); }
   const c10::intrusive_ptr<c10d::Backend>& process_group() const { return pg_; }
   Reducer& reducer() { return *reducer_; }
+  // True when gradients go through the intra-node shm allreduce.
+  bool intra_node_active() const { return reducer_->intra_node_buckets() > 0; }
 
  protected:
   void PrepareBackward(bool sync) override;

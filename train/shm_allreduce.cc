@@ -1,0 +1,341 @@
+#include "train/shm_allreduce.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace frameworm {
+namespace {
+
+constexpr uint64_t kMagic = 0x6672776d73686d31ULL;  // "frwmshm1"
+constexpr size_t kLine = 64;
+constexpr int32_t kDeparted = -1;
+
+size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+std::string Errno(const char* what) {
+  return absl::StrCat(what, ": ", std::strerror(errno));
+}
+
+// True when process `pid` no longer runs (gone, or a zombie not reaped).
+bool ProcessGone(int32_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s;
+  if (!std::getline(f, s)) return false;
+  const size_t p = s.rfind(')');
+  if (p == std::string::npos || p + 2 >= s.size()) return false;
+  const char state = s[p + 2];
+  return state == 'Z' || state == 'X';
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+std::string Bytes(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+}  // namespace
+
+struct ShmAllreduce::Header {
+  uint64_t magic;
+  int32_t world;
+  int32_t pad;
+  int64_t capacity;
+  std::atomic<int32_t> aborted_by;  // -1: none, else the rank that failed
+};
+
+struct alignas(kLine) ShmAllreduce::RankBlock {
+  std::atomic<uint64_t> arrived;  // barrier epochs this rank has reached
+  std::atomic<int32_t> pid;       // kDeparted after its destructor ran
+};
+
+ShmAllreduce::RankBlock* ShmAllreduce::block(int r) const {
+  auto* p = static_cast<char*>(base_) + RoundUp(sizeof(Header), kLine);
+  return reinterpret_cast<RankBlock*>(p) + r;
+}
+
+float* ShmAllreduce::slot(int r) const {
+  auto* p = static_cast<char*>(base_) + RoundUp(sizeof(Header), kLine) +
+            RoundUp(sizeof(RankBlock) * world_, 4096);
+  return reinterpret_cast<float*>(p + static_cast<size_t>(capacity_) * r);
+}
+
+float* ShmAllreduce::result() const { return slot(world_); }
+
+absl::StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(
+    const ShmAllreduceOptions& o, c10d::Store& store) {
+  if (o.world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("shm allreduce: world_size must be >= 1, got ", o.world_size));
+  }
+  if (o.rank < 0 || o.rank >= o.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("shm allreduce: rank ", o.rank, " outside [0, ", o.world_size, ")"));
+  }
+  if (o.capacity_bytes < static_cast<int64_t>(kLine)) {
+    return absl::InvalidArgumentError(absl::StrCat("shm allreduce: capacity_bytes must be >= 64, got ", o.capacity_bytes));
+  }
+  std::unique_ptr<ShmAllreduce> s(new ShmAllreduce());
+  s->rank_ = o.rank;
+  s->world_ = o.world_size;
+  s->capacity_ = static_cast<int64_t>(RoundUp(o.capacity_bytes, kLine));
+  s->timeout_ = o.timeout;
+  s->size_ = RoundUp(sizeof(Header), kLine) + RoundUp(sizeof(RankBlock) * s->world_, 4096) +
+             static_cast<size_t>(s->capacity_) * (s->world_ + 1);
+  const std::string name_key = o.name + "/segment";
+  auto status_key = [&](int r) { return absl::StrCat(o.name, "/status/", r); };
+
+  // Step 1: rank 0 creates, initialises and publishes the segment; the
+  // others look the name up and map it.
+  absl::Status local = absl::OkStatus();
+  auto map = [&](int fd) {
+    void* p = ::mmap(nullptr, s->size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      local = absl::UnavailableError(Errno("mmap"));
+    } else {
+      s->base_ = p;
+    }
+  };
+  try {
+    if (o.rank == 0) {
+      std::random_device rd;
+      char suffix[17];
+      std::snprintf(suffix, sizeof(suffix), "%08x%08x", rd(), rd());
+      s->segment_name_ = absl::StrCat("/frameworm-shm-", ::getpid(), "-", suffix);
+      const int fd = ::shm_open(s->segment_name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd < 0) {
+        local = absl::ResourceExhaustedError(Errno(absl::StrCat("shm_open(", s->segment_name_, ")").c_str()));
+        s->segment_name_.clear();
+      } else {
+        if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(s->size_)); e != 0) {
+          local = absl::ResourceExhaustedError(absl::StrCat(
+              "reserving ", s->size_, " bytes of shared memory for ", s->segment_name_,
+              " failed (is /dev/shm too small?): ", std::strerror(e)));
+        } else {
+          map(fd);
+        }
+        ::close(fd);
+      }
+      if (local.ok()) {
+        auto* h = static_cast<Header*>(s->base_);
+        h->world = s->world_;
+        h->capacity = s->capacity_;
+        new (&h->aborted_by) std::atomic<int32_t>(-1);
+        for (int r = 0; r < s->world_; ++r) new (s->block(r)) RankBlock{{0}, {0}};
+        s->block(0)->pid.store(static_cast<int32_t>(::getpid()));
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        h->magic = kMagic;
+      }
+      store.set(name_key, Bytes(local.ok() ? s->segment_name_ : "error:" + local.ToString()));
+    } else {
+      store.wait({name_key}, o.timeout);
+      const std::string v = Bytes(store.get(name_key));
+      if (v.rfind("error:", 0) == 0) {
+        local = absl::UnavailableError(absl::StrCat("rank 0 could not create the segment: ", v.substr(6)));
+      } else {
+        s->segment_name_ = v;
+        const int fd = ::shm_open(v.c_str(), O_RDWR, 0600);
+        if (fd < 0) {
+          local = absl::UnavailableError(Errno(absl::StrCat("shm_open(", v, ")").c_str()));
+        } else {
+          struct stat st;
+          if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != s->size_) {
+            local = absl::UnavailableError(absl::StrCat(
+                "segment ", v, " has the wrong size (ranks disagree on capacity or world size?)"));
+          } else {
+            map(fd);
+          }
+          ::close(fd);
+        }
+      }
+      if (local.ok()) {
+        auto* h = static_cast<Header*>(s->base_);
+        if (h->magic != kMagic || h->world != s->world_ || h->capacity != s->capacity_) {
+          local = absl::UnavailableError("segment header does not match this rank's options");
+        } else {
+          s->block(o.rank)->pid.store(static_cast<int32_t>(::getpid()));
+        }
+      }
+    }
+    // Step 2: every rank posts its outcome and reads everyone's.
+    store.set(status_key(o.rank), Bytes(local.ok() ? std::string("ok") : local.ToString()));
+  } catch (const c10::Error& e) {
+    local = absl::UnavailableError(absl::StrCat("store: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    local = absl::UnavailableError(absl::StrCat("store: ", e.what()));
+  }
+  std::vector<std::string> failed, missing;
+  if (local.ok()) {
+    for (int r = 0; r < o.world_size; ++r) {
+      if (r == o.rank) continue;
+      try {
+        store.wait({status_key(r)}, o.timeout);
+        const std::string v = Bytes(store.get(status_key(r)));
+        if (v != "ok") failed.push_back(absl::StrCat("rank ", r, ": ", v));
+      } catch (const std::exception&) {
+        missing.push_back(std::to_string(r));
+      }
+    }
+  }
+  if (o.rank == 0 && !s->segment_name_.empty()) ::shm_unlink(s->segment_name_.c_str());
+  // Step 3: nobody returns before the name is gone.
+  const std::string unlinked_key = o.name + "/unlinked";
+  if (local.ok() && failed.empty() && missing.empty()) {
+    try {
+      if (o.rank == 0) {
+        store.set(unlinked_key, Bytes(std::string("1")));
+      } else {
+        store.wait({unlinked_key}, o.timeout);
+      }
+    } catch (const std::exception&) {
+      missing.push_back("0");
+    }
+  }
+  const std::string who = absl::StrCat("shm allreduce setup (rank ", o.rank, "/", o.world_size, ")");
+  if (!local.ok()) return absl::Status(local.code(), absl::StrCat(who, ": ", local.message()));
+  if (!missing.empty()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        who, ": rank(s) ", absl::StrJoin(missing, ", "), " did not arrive within ",
+        o.timeout.count(), " ms"));
+  }
+  if (!failed.empty()) {
+    return absl::UnavailableError(absl::StrCat(who, ": ", absl::StrJoin(failed, "; ")));
+  }
+  return s;
+}
+
+ShmAllreduce::~ShmAllreduce() {
+  if (base_ == nullptr) return;
+  block(rank_)->pid.store(kDeparted);
+  ::munmap(base_, size_);
+}
+
+absl::Status ShmAllreduce::Fail(absl::Status s) {
+  auto* h = static_cast<Header*>(base_);
+  int32_t none = -1;
+  h->aborted_by.compare_exchange_strong(none, rank_);
+  broken_ = s;
+  return s;
+}
+
+absl::Status ShmAllreduce::Barrier() {
+  const uint64_t target = ++epoch_;
+  block(rank_)->arrived.store(target, std::memory_order_release);
+  auto* h = static_cast<Header*>(base_);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout_;
+  auto next_check = start + std::chrono::milliseconds(2);
+  uint64_t spins = 0;
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) continue;
+    RankBlock* b = block(r);
+    while (b->arrived.load(std::memory_order_acquire) < target) {
+      ++spins;
+      if (spins < 256) {
+        CpuRelax();
+        continue;
+      }
+      ::sched_yield();
+      if ((spins & 15) != 0) continue;
+      const auto now = std::chrono::steady_clock::now();
+      if (now < next_check) continue;
+      next_check = now + std::chrono::milliseconds(2);
+      const int32_t ab = h->aborted_by.load(std::memory_order_acquire);
+      if (ab >= 0 && ab != rank_) {
+        return Fail(absl::AbortedError(absl::StrCat(
+            "shm allreduce (rank ", rank_, "): rank ", ab, " failed a collective and aborted it")));
+      }
+      for (int q = 0; q < world_; ++q) {
+        if (q == rank_ || block(q)->arrived.load(std::memory_order_acquire) >= target) continue;
+        const int32_t pid = block(q)->pid.load(std::memory_order_acquire);
+        if (pid == kDeparted || ProcessGone(pid)) {
+          return Fail(absl::UnavailableError(absl::StrCat(
+              "shm allreduce (rank ", rank_, "): rank ", q, " (pid ", pid,
+              pid == kDeparted ? ") closed its shm allreduce" : ") exited", " before the collective completed")));
+        }
+      }
+      if (now >= deadline) {
+        std::vector<std::string> late;
+        for (int q = 0; q < world_; ++q) {
+          if (q != rank_ && block(q)->arrived.load(std::memory_order_acquire) < target) {
+            late.push_back(std::to_string(q));
+          }
+        }
+        return Fail(absl::DeadlineExceededError(absl::StrCat(
+            "shm allreduce (rank ", rank_, "): rank(s) ", absl::StrJoin(late, ", "),
+            " did not arrive within ", timeout_.count(), " ms")));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllreduce::Allreduce(float* data, int64_t n) {
+  if (!broken_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shm allreduce is unusable after an earlier error: ", broken_.message()));
+  }
+  if (n < 0 || (n > 0 && data == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("shm allreduce: bad buffer (n=", n, ")"));
+  }
+  if (world_ == 1 || n == 0) return absl::OkStatus();
+  const int64_t cap = capacity_ / static_cast<int64_t>(sizeof(float));
+  float* mine = slot(rank_);
+  float* out = result();
+  for (int64_t off = 0; off < n; off += cap) {
+    const int64_t len = std::min(cap, n - off);
+    std::memcpy(mine, data + off, static_cast<size_t>(len) * sizeof(float));
+    if (absl::Status s = Barrier(); !s.ok()) return s;
+    // This rank's share, in whole cache lines (16 floats).
+    int64_t share = (len + world_ - 1) / world_;
+    share = (share + 15) / 16 * 16;
+    const int64_t lo = std::min(len, share * rank_);
+    const int64_t hi = std::min(len, lo + share);
+    if (hi > lo) {
+      // Into the result area for the others and straight into `data` for
+      // this rank (saves copying this share back out).
+      float* __restrict dst = out + lo;
+      float* __restrict own = data + off + lo;
+      const float* __restrict s0 = slot(0) + lo;
+      const float* __restrict s1 = slot(1) + lo;
+      const int64_t m = hi - lo;
+      if (world_ == 2) {
+        for (int64_t j = 0; j < m; ++j) own[j] = dst[j] = s0[j] + s1[j];
+      } else {
+        for (int64_t j = 0; j < m; ++j) dst[j] = s0[j] + s1[j];
+        for (int r = 2; r < world_; ++r) {
+          const float* __restrict sr = slot(r) + lo;
+          for (int64_t j = 0; j < m; ++j) dst[j] += sr[j];
+        }
+        std::memcpy(own, dst, static_cast<size_t>(m) * sizeof(float));
+      }
+    }
+    if (absl::Status s = Barrier(); !s.ok()) return s;
+    if (lo > 0) std::memcpy(data + off, out, static_cast<size_t>(lo) * sizeof(float));
+    if (hi < len) {
+      std::memcpy(data + off + hi, out + hi, static_cast<size_t>(len - hi) * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace frameworm

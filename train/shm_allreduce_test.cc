@@ -1,0 +1,226 @@
+// ShmAllreduce across real processes (launch_distributed re-executes this
+// binary with a --gtest_filter for the current test; ranks rendezvous
+// through a c10d::FileStore in a temporary directory).
+#include "train/shm_allreduce.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include "train/launch.h"
+#include "train/test_util.h"
+
+namespace frameworm {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::vector<std::string> SelfArgs() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return {"/proc/self/exe",
+          std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name()};
+}
+
+std::string OutDir(const std::string& name) {
+  if (IsLaunchedChild()) return std::getenv("FRAMEWORM_TEST_OUT");
+  std::string dir = testutil::MakeTempDir(name);
+  ::setenv("FRAMEWORM_TEST_OUT", dir.c_str(), 1);
+  return dir;
+}
+
+absl::Status LaunchRanks(int nprocs, const std::function<int(int, int)>& fn) {
+  LaunchOptions lo;
+  lo.nprocs = nprocs;
+  lo.argv = SelfArgs();
+  return launch_distributed(fn, lo);
+}
+
+ShmAllreduceOptions Opts(int rank, int world, int64_t capacity, milliseconds timeout) {
+  ShmAllreduceOptions o;
+  o.name = "test";
+  o.rank = rank;
+  o.world_size = world;
+  o.capacity_bytes = capacity;
+  o.timeout = timeout;
+  return o;
+}
+
+float Value(int rank, int64_t i, int rep) {
+  return 0.25f * static_cast<float>((i * 7 + rank * 13 + rep) % 101) - 3.0f + 0.001f * rank;
+}
+
+// Sizes below, at and above the capacity (1024 floats), odd ones included.
+int SumsRank(const std::string& dir, int rank, int world) {
+  c10d::FileStore store(dir + "/store", world);
+  auto s = ShmAllreduce::Create(Opts(rank, world, 4096, milliseconds(30000)), store);
+  if (!s.ok()) {
+    std::cerr << s.status() << std::endl;
+    return 20;
+  }
+  // The name is gone from /dev/shm once setup returned.
+  const int fd = ::shm_open((*s)->segment_name().c_str(), O_RDWR, 0600);
+  if (fd >= 0 || errno != ENOENT) {
+    std::cerr << "segment " << (*s)->segment_name() << " still linked" << std::endl;
+    return 21;
+  }
+  for (int rep = 0; rep < 3; ++rep) {
+    for (int64_t n : {0L, 1L, 17L, 1000L, 1024L, 1025L, 4099L, 100003L}) {
+      std::vector<float> v(n);
+      for (int64_t i = 0; i < n; ++i) v[i] = Value(rank, i, rep);
+      absl::Status st = (*s)->Allreduce(v.data(), n);
+      if (!st.ok()) {
+        std::cerr << st << std::endl;
+        return 22;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        float want = Value(0, i, rep);  // rank order, as the contract says
+        for (int r = 1; r < world; ++r) want += Value(r, i, rep);
+        if (v[i] != want) {
+          std::cerr << "rank " << rank << " n=" << n << " i=" << i << ": " << v[i]
+                    << " != " << want << std::endl;
+          return 23;
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+TEST(ShmAllreduceTest, SumsTwoRanks) {
+  const std::string dir = OutDir("shm2");
+  absl::Status s = LaunchRanks(2, [dir](int r, int w) { return SumsRank(dir, r, w); });
+  EXPECT_TRUE(s.ok()) << s;
+  testutil::RemoveTree(dir);
+}
+
+TEST(ShmAllreduceTest, SumsThreeRanks) {
+  const std::string dir = OutDir("shm3");
+  absl::Status s = LaunchRanks(3, [dir](int r, int w) { return SumsRank(dir, r, w); });
+  EXPECT_TRUE(s.ok()) << s;
+  testutil::RemoveTree(dir);
+}
+
+// Rank 2 joins the setup but never calls Allreduce: rank 0 (timeout 0.3 s)
+// returns DEADLINE_EXCEEDED naming it, long before rank 2 goes away, and
+// marks the segment aborted, so rank 1 (timeout 20 s) returns ABORTED
+// naming rank 0 instead of waiting out its own timeout.
+TEST(ShmAllreduceTest, PeerThatNeverArrivesIsNamedAfterTheTimeout) {
+  const std::string dir = OutDir("shmlate");
+  absl::Status s = LaunchRanks(3, [dir](int rank, int world) -> int {
+    c10d::FileStore store(dir + "/store", world);
+    const milliseconds timeout(rank == 0 ? 300 : 20000);
+    auto shm = ShmAllreduce::Create(Opts(rank, world, 4096, timeout), store);
+    if (!shm.ok()) return 30;
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      return 0;
+    }
+    std::vector<float> v(100, 1.0f);
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status st = (*shm)->Allreduce(v.data(), 100);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cerr << "rank " << rank << ": " << st << " after " << waited << " s" << std::endl;
+    if (rank == 0) {
+      if (st.code() != absl::StatusCode::kDeadlineExceeded) return 31;
+      if (st.message().find("rank(s) 2 did not arrive") == std::string::npos) return 32;
+      if (waited < 0.3) return 33;
+    } else {
+      if (st.code() != absl::StatusCode::kAborted) return 34;
+      if (st.message().find("rank 0 failed") == std::string::npos) return 35;
+    }
+    if (waited > 2.5) return 36;  // did not wait for rank 2 (3 s) or 20 s
+    // The instance is unusable afterwards.
+    if ((*shm)->Allreduce(v.data(), 100).code() != absl::StatusCode::kFailedPrecondition) return 37;
+    return 0;
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  testutil::RemoveTree(dir);
+}
+
+// Rank 1 dies (no destructor runs) after setup: rank 0 gets UNAVAILABLE
+// naming it instead of waiting out its 60 s timeout.
+TEST(ShmAllreduceTest, PeerThatExitsIsAnErrorAtOnce) {
+  const std::string dir = OutDir("shmexit");
+  absl::Status s = LaunchRanks(2, [dir](int rank, int world) -> int {
+    c10d::FileStore store(dir + "/store", world);
+    auto shm = ShmAllreduce::Create(Opts(rank, world, 4096, milliseconds(60000)), store);
+    if (!shm.ok()) return 40;
+    if (rank == 1) std::_Exit(0);
+    std::vector<float> v(5000, 1.0f);
+    absl::Status st = (*shm)->Allreduce(v.data(), 5000);
+    std::cerr << "rank 0: " << st << std::endl;
+    if (st.code() != absl::StatusCode::kUnavailable) return 41;
+    if (st.message().find("rank 1") == std::string::npos ||
+        st.message().find("exited") == std::string::npos) {
+      return 42;
+    }
+    return 0;
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  testutil::RemoveTree(dir);
+}
+
+// Rank 1 never comes to the setup: rank 0 fails after the timeout naming it
+// and leaves no segment behind in /dev/shm.
+TEST(ShmAllreduceTest, SetupWithoutAPeerTimesOutAndUnlinks) {
+  const std::string dir = OutDir("shmsetup");
+  absl::Status s = LaunchRanks(2, [dir](int rank, int world) -> int {
+    if (rank == 1) return 0;
+    c10d::FileStore store(dir + "/store", world);
+    auto shm = ShmAllreduce::Create(Opts(rank, world, 4096, milliseconds(300)), store);
+    std::cerr << "rank 0: " << shm.status() << std::endl;
+    if (shm.ok() || shm.status().code() != absl::StatusCode::kDeadlineExceeded) return 50;
+    if (shm.status().message().find("rank(s) 1 did not arrive") == std::string::npos) return 51;
+    const std::string prefix = "frameworm-shm-" + std::to_string(::getpid()) + "-";
+    DIR* d = ::opendir("/dev/shm");
+    if (d == nullptr) return 52;
+    int leaked = 0;
+    while (dirent* e = ::readdir(d)) leaked += std::string(e->d_name).rfind(prefix, 0) == 0;
+    ::closedir(d);
+    return leaked == 0 ? 0 : 53;
+  });
+  EXPECT_TRUE(s.ok()) << s;
+  testutil::RemoveTree(dir);
+}
+
+TEST(ShmAllreduceTest, BadOptionsAndTooLargeSegmentAreErrors) {
+  c10d::HashStore store;
+  EXPECT_EQ(ShmAllreduce::Create(Opts(2, 2, 4096, milliseconds(100)), store).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmAllreduce::Create(Opts(0, 0, 4096, milliseconds(100)), store).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmAllreduce::Create(Opts(0, 1, 8, milliseconds(100)), store).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // More than /dev/shm can hold: refused at setup, not a SIGBUS later.
+  ShmAllreduceOptions big = Opts(0, 1, int64_t{1} << 42, milliseconds(100));
+  big.name = "big";
+  auto s = ShmAllreduce::Create(big, store);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kResourceExhausted) << s.status();
+  EXPECT_NE(s.status().message().find("/dev/shm"), std::string::npos) << s.status();
+  // One rank: a no-op that works.
+  ShmAllreduceOptions one = Opts(0, 1, 4096, milliseconds(100));
+  one.name = "one";
+  auto ok = ShmAllreduce::Create(one, store);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  float x[3] = {1, 2, 3};
+  EXPECT_TRUE((*ok)->Allreduce(x, 3).ok());
+  EXPECT_EQ(x[2], 3.0f);
+  EXPECT_EQ((*ok)->Allreduce(nullptr, 3).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace frameworm
