@@ -61,7 +61,10 @@ for model in ("cnn", "mlp"):
     one, two = res[(model, 1)][0], res[(model, 2)][0]
     L.append("")
     L.append(f"{model}: 2-rank step / 1-rank step (frameworm) = {two/one:.3f}")
-L += ["", "Targets: cnn ratio <= 1.0, mlp ratio <= 0.7, 2-rank step within 10% of the 1-rank step, loss curves equal within 1e-4 relative.", ""]
+L += ["", "Targets: cnn ratio <= 1.0, mlp ratio <= 0.7, 2-rank step within 10% of the 1-rank step, loss curves equal within 1e-4 relative.", "",
+      "Paths: with both ranks on this machine frameworm-train averages gradients through its intra-node",
+      "shared-memory allreduce (train/shm_allreduce.h; its start line says \"gradient_allreduce\":\"shm\"),",
+      "Python DDP through Gloo over loopback. `FRAMEWORM_NO_SHM=1 bench/p1_step_time.sh` puts frameworm on Gloo too", ""]
 for model in ("cnn", "mlp"):
     fw = steps(f"{tmp}/fw-{model}-2-1.jsonl")
     py = steps(f"{tmp}/py-{model}-2-1.jsonl")

@@ -30,7 +30,7 @@ lines += ["", f"Median detection {statistics.median(det):.2f} s (target <= 3 s);
           "rank's Gloo connection resets, it exits non-zero and the coordinator fails the generation",
           "at once, before the heartbeat timeout. A node that goes silent without closing its",
           "connections is caught by the heartbeat timeout instead (the end-to-end test",
-          "FrozenNodeIsDetectedByHeartbeatTimeout checks it lands between timeout and timeout + 1.5 s).",
+          "FrozenNodeIsDetectedByHeartbeatTimeout checks it lands between timeout - 1 s and timeout + 1.5 s).",
           "Resume times are polled every 100 ms, so they are upper bounds by up to 0.1 s."]
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))

@@ -315,6 +315,9 @@ int RunTrainer(const Flags& f, bool distributed) {
 
   std::unique_ptr<Trainer> trainer;
   int world = 1;
+  // How gradients are averaged: "none" (one process), "shm" (intra-node
+  // shared memory) or the process group's backend.
+  std::string gradient_path = "none";
   if (distributed) {
     DistributedOptions o;
     o.backend = f.backend;
@@ -329,6 +332,8 @@ int RunTrainer(const Flags& f, bool distributed) {
     auto t = DistributedTrainer::Create(*model, opt, o);
     if (!t.ok()) return Fail(std::string(t.status().message()));
     world = (*t)->world_size();
+    gradient_path =
+        (*t)->intra_node_active() ? "shm" : (*t)->process_group()->getBackendName();
     trainer = std::move(*t);
   } else {
     if (f.backend == "mpi" || f.backend == "nccl") {
@@ -364,7 +369,8 @@ int RunTrainer(const Flags& f, bool distributed) {
   if (rank == 0) {
     std::cout << "{\"event\":\"start\",\"model\":\"" << f.model << "\",\"dataset\":\"" << f.dataset
               << "\",\"world_size\":" << world << ",\"batch_size\":" << f.batch_size
-              << ",\"train_samples\":" << train_set->size() << ",\"threads\":" << f.threads << "}"
+              << ",\"train_samples\":" << train_set->size() << ",\"threads\":" << f.threads
+              << ",\"gradient_allreduce\":\"" << gradient_path << "\"}"
               << std::endl;
   }
   absl::Status s = trainer->train(train_loader, val_loader);

@@ -136,6 +136,16 @@ TEST(FramewormTrainTest, TwoRanksOnFashionMnistViaNprocs) {
   EXPECT_EQ(Field(last, "steps"), 4);
   // Only rank 0 prints the done line.
   EXPECT_EQ(r.out.find("\"event\":\"done\""), r.out.rfind("\"event\":\"done\""));
+  // Both ranks on this machine: gradients are averaged in shared memory.
+  EXPECT_NE(r.out.find("\"gradient_allreduce\":\"shm\""), std::string::npos) << r.out;
+}
+
+TEST(FramewormTrainTest, NoShmEnvironmentKeepsGradientsOnGloo) {
+  Result r = RunTrain("--model=mlp --dataset=synthetic --nprocs=2 --batch-size=16 --max-steps=3",
+                      "FRAMEWORM_NO_SHM=1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"gradient_allreduce\":\"gloo\""), std::string::npos) << r.out;
+  EXPECT_EQ(Field(r.last_line(), "steps"), 3);
 }
 
 TEST(FramewormTrainTest, TorchrunStyleEnvironment) {

@@ -184,7 +184,10 @@ TEST(ClusterE2E, FrozenNodeIsDetectedByHeartbeatTimeout) {
       absl::Seconds(30));
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   absl::Duration detection = absl::Now() - frozen;
-  EXPECT_GE(detection, absl::Seconds(timeout_s) - absl::Milliseconds(500)) << detection;
+  // Not an instant failure (no connection reset): the timeout ran, measured
+  // from the last heartbeat or report, which can precede the freeze by up
+  // to a heartbeat interval.
+  EXPECT_GE(detection, absl::Seconds(timeout_s - 1)) << detection;
   EXPECT_LE(detection, absl::Seconds(timeout_s + 1.5)) << detection;
   auto st = (*c)->WaitForFinal(*id, absl::Seconds(150));
   ASSERT_TRUE(st.ok()) << st.status();
