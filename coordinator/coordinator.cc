@@ -948,19 +948,23 @@ absl::Status Coordinator::ReportStepLocked(const v1::StepMetrics& m,
       return absl::InvalidArgumentError(absl::StrCat(
           "rank ", m.rank(), " outside world of ", job->ranks.size()));
     const absl::Time now = clock_.Now();
-    if (m.progress_only()) {
-      // A sign of life between steps (evaluation, checkpointing): it only
-      // refreshes the rank's hang timer.
-      RankState& rank = job->ranks[m.rank()];
-      rank.last_report = now;
-      resp.set_checkpoint_at_step(job->checkpoint_at);
-      writer_->Stage(std::nullopt,
+    // The reply goes out once the batch holding `row` (or the next batch,
+    // when there is no row) is committed.
+    auto ack_after_commit = [&](std::optional<MetricRow> row) {
+      writer_->Stage(std::move(row),
                      [resp, done = std::move(done)](absl::Status s) {
                        if (s.ok())
                          done(resp);
                        else
                          done(s);
                      });
+    };
+    if (m.progress_only()) {
+      // A sign of life between steps (evaluation, checkpointing): it only
+      // refreshes the rank's hang timer.
+      job->ranks[m.rank()].last_report = now;
+      resp.set_checkpoint_at_step(job->checkpoint_at);
+      ack_after_commit(std::nullopt);
       return absl::OkStatus();
     }
     const v1::AggregatedStep* agg =
@@ -994,13 +998,7 @@ absl::Status Coordinator::ReportStepLocked(const v1::StepMetrics& m,
     ChangedLocked(*job);
     // Staged under mu_, so stage order is aggregation order: a staged row
     // is never older than one staged before it for the same step.
-    writer_->Stage(std::move(row),
-                   [resp, done = std::move(done)](absl::Status s) {
-                     if (s.ok())
-                       done(resp);
-                     else
-                       done(s);
-                   });
+    ack_after_commit(std::move(row));
   }
   return absl::OkStatus();
 }
