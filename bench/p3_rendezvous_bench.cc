@@ -54,13 +54,6 @@ int main(int argc, char** argv) {
       channels < 1)
     return Fail("--channels must be a positive integer");
   std::string state_dir = *fb::FlagValue(argc, argv, "state-dir", "");
-  bool own_state = false;
-  if (state_dir.empty()) {
-    char tmpl[] = "/tmp/frameworm-p3-XXXXXX";
-    if (!mkdtemp(tmpl)) return Fail("mkdtemp failed");
-    state_dir = tmpl;
-    own_state = true;
-  }
 
   auto coord = fb::CoordinatorProcess::Start(
       {coord_bin, state_dir, {"--heartbeat-timeout=60s"}});
@@ -149,10 +142,6 @@ int main(int argc, char** argv) {
     cluster.Shutdown();
   }
   (*coord)->Stop();
-  if (own_state) {
-    std::error_code ec;
-    fs::remove_all(state_dir, ec);
-  }
   if (rc == 0) std::printf("%s\n", json.c_str());
   return rc;
 }

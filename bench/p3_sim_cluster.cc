@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -27,71 +28,42 @@ namespace fs = std::filesystem;
 
 absl::StatusOr<std::unique_ptr<CoordinatorProcess>> CoordinatorProcess::Start(
     const Options& o) {
-  if (access(o.binary.c_str(), X_OK) != 0)
-    return absl::NotFoundError(
-        absl::StrCat("coordinator binary '", o.binary, "' is not executable"));
+  std::unique_ptr<CoordinatorProcess> p(new CoordinatorProcess());
+  std::string state_dir = o.state_dir;
+  if (state_dir.empty()) {
+    state_dir = p->temp_state_dir_ = e2e::MakeTempDir("frameworm-bench");
+    if (state_dir.empty()) return absl::InternalError("mkdtemp failed");
+  }
+  p->state_dir_ = state_dir;
   std::error_code ec;
-  fs::create_directories(o.state_dir, ec);
+  fs::create_directories(state_dir, ec);
   if (ec)
     return absl::InternalError(
-        absl::StrCat("cannot create ", o.state_dir, ": ", ec.message()));
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0)
-    return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
+        absl::StrCat("cannot create ", state_dir, ": ", ec.message()));
   std::vector<std::string> args = {o.binary, "--listen=127.0.0.1:0",
-                                   absl::StrCat("--state-dir=", o.state_dir)};
+                                   absl::StrCat("--state-dir=", state_dir)};
   for (const auto& a : o.extra_args) args.push_back(a);
-  const std::string err_path = (fs::path(o.state_dir) / "coordinator.stderr");
-  pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (err >= 0) dup2(err, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  std::unique_ptr<CoordinatorProcess> p(new CoordinatorProcess());
-  p->pid_ = pid;
-  p->stdout_fd_ = fds[0];
-  std::string out;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  const std::string marker = "listening on ";
-  while (true) {
-    size_t at = out.find(marker);
-    size_t nl = at == std::string::npos ? std::string::npos : out.find('\n', at);
-    if (nl != std::string::npos) {
-      p->address_ = out.substr(at + marker.size(), nl - at - marker.size());
-      return p;
-    }
-    const int left_ms = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now())
-            .count());
-    if (left_ms <= 0)
-      return absl::DeadlineExceededError(
-          "coordinator did not print 'listening on' within 20 s");
-    pollfd pfd{fds[0], POLLIN, 0};
-    if (poll(&pfd, 1, left_ms) <= 0) continue;
-    char buf[512];
-    ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n <= 0) {
-      std::string status = p->Stop();
-      return absl::InternalError(absl::StrCat(
-          "coordinator exited before listening (", status, "); see ", err_path));
-    }
-    out.append(buf, n);
+  const std::string log = (fs::path(state_dir) / "coordinator.log").string();
+  auto child = e2e::ChildProcess::Start(args, {}, log);
+  if (!child.ok()) return child.status();
+  p->child_ = std::move(*child);
+  auto line = p->child_->WaitForLine("listening on ", absl::Seconds(20));
+  if (!line.ok()) return line.status();
+  p->address_ = std::string(absl::StripAsciiWhitespace(
+      line->substr(line->find("listening on ") + 13)));
+  return p;
+}
+
+CoordinatorProcess::~CoordinatorProcess() {
+  Stop();
+  if (!temp_state_dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(temp_state_dir_, ec);
   }
 }
 
-CoordinatorProcess::~CoordinatorProcess() { Stop(); }
-
 double CoordinatorProcess::CpuSeconds() const {
-  std::ifstream in(absl::StrCat("/proc/", pid_, "/stat"));
+  std::ifstream in(absl::StrCat("/proc/", pid(), "/stat"));
   std::string all((std::istreambuf_iterator<char>(in)),
                   std::istreambuf_iterator<char>());
   size_t rp = all.rfind(')');
@@ -108,28 +80,17 @@ double CoordinatorProcess::CpuSeconds() const {
 }
 
 std::string CoordinatorProcess::Stop() {
-  if (pid_ <= 0) return "not running";
-  kill(pid_, SIGTERM);
-  int status = 0;
-  std::string how;
-  for (int i = 0; i < 500; ++i) {
-    pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) {
-      how = WIFEXITED(status) ? absl::StrCat("exit ", WEXITSTATUS(status))
-                              : absl::StrCat("signal ", WTERMSIG(status));
-      break;
-    }
-    usleep(10000);
+  if (!child_ || stopped_) return "not running";
+  stopped_ = true;
+  child_->Signal(SIGTERM);
+  auto r = child_->Wait(absl::Seconds(5));
+  if (!r) {
+    child_->Signal(SIGKILL);
+    child_->Wait(absl::Seconds(5));
+    return "killed after 5 s";
   }
-  if (how.empty()) {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, &status, 0);
-    how = "killed after 5 s";
-  }
-  pid_ = -1;
-  if (stdout_fd_ >= 0) close(stdout_fd_);
-  stdout_fd_ = -1;
-  return how;
+  return r->signal != 0 ? absl::StrCat("signal ", r->signal)
+                        : absl::StrCat("exit ", r->exit_code);
 }
 
 std::shared_ptr<grpc::Channel> PrivateChannel(const std::string& target,

@@ -33,6 +33,7 @@
 #include "frameworm/v1/trainer_service.grpc.pb.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/e2e/process.h"
 
 namespace frameworm::bench {
 
@@ -42,21 +43,24 @@ inline double Seconds(SteadyTime a, SteadyTime b) {
 }
 
 // A frameworm-coordinator child process on 127.0.0.1:<free port> with a
-// fresh state directory.
+// fresh state directory (the e2e harness's ChildProcess underneath).
 class CoordinatorProcess {
  public:
   struct Options {
     std::string binary;     // path of frameworm-coordinator
-    std::string state_dir;  // must not exist yet or be empty
+    // Must not exist yet or be empty; empty: a temporary directory that
+    // the destructor removes.
+    std::string state_dir;
     std::vector<std::string> extra_args;
   };
   // Starts the process and waits (up to 20 s) for its "listening on" line.
   static absl::StatusOr<std::unique_ptr<CoordinatorProcess>> Start(
       const Options& options);
-  ~CoordinatorProcess();  // Stop()
+  ~CoordinatorProcess();  // Stop(), then removes a temporary state dir
 
   const std::string& address() const { return address_; }
-  pid_t pid() const { return pid_; }
+  const std::string& state_dir() const { return state_dir_; }
+  pid_t pid() const { return child_->pid(); }
   // User+system CPU seconds the process has used so far (from /proc).
   double CpuSeconds() const;
   // SIGTERM, then SIGKILL after 5 s; returns the exit status text.
@@ -64,9 +68,11 @@ class CoordinatorProcess {
 
  private:
   CoordinatorProcess() = default;
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
+  std::unique_ptr<e2e::ChildProcess> child_;
   std::string address_;
+  std::string state_dir_;
+  std::string temp_state_dir_;  // owned and removed, if we made it
+  bool stopped_ = false;
 };
 
 // A gRPC channel of its own (not sharing a connection with other channels).

@@ -187,13 +187,6 @@ int main(int argc, char** argv) {
       "coordinator",
       (fs::path(argv[0]).parent_path() / "frameworm-coordinator").string());
   std::string state_dir = flag("state-dir", "");
-  bool own_state = false;
-  if (state_dir.empty()) {
-    char tmpl[] = "/tmp/frameworm-p4-XXXXXX";
-    if (!mkdtemp(tmpl)) return Fail("mkdtemp failed");
-    state_dir = tmpl;
-    own_state = true;
-  }
 
   auto coord = fb::CoordinatorProcess::Start(
       {coord_bin, state_dir, {"--heartbeat-timeout=60s"}});
@@ -276,7 +269,7 @@ int main(int argc, char** argv) {
       int present = 0;
       for (int r : rank_of_worker) {
         std::error_code ec;
-        present += fs::file_size(fs::path(state_dir) / "logs" / shared.ref.job_id() /
+        present += fs::file_size(fs::path((*coord)->state_dir()) / "logs" / shared.ref.job_id() /
                                      absl::StrCat("rank-", r, ".log"),
                                  ec) > 0 && !ec;
       }
@@ -330,10 +323,6 @@ int main(int argc, char** argv) {
     cluster.Shutdown();
   }
   (*coord)->Stop();
-  if (own_state) {
-    std::error_code ec;
-    fs::remove_all(state_dir, ec);
-  }
   if (rc == 0) std::printf("%s\n", json.c_str());
   return rc;
 }
