@@ -19,6 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/closest_match.h"
+#include "common/rank_env.h"
 #include "yaml-cpp/yaml.h"
 
 namespace frameworm {
@@ -34,14 +36,6 @@ struct FieldError {
 constexpr int kMaxNodes = 4096;
 constexpr int kMaxProcPerNode = 1024;
 
-const std::set<std::string>& ReservedEnv() {
-  static const auto* s = new std::set<std::string>{
-      "RANK",          "WORLD_SIZE",  "LOCAL_RANK",
-      "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-      "MASTER_PORT"};
-  return *s;
-}
-
 bool IsEnvName(const std::string& k) {
   if (k.empty() || !(absl::ascii_isalpha(k[0]) || k[0] == '_')) return false;
   return std::all_of(k.begin(), k.end(), [](char c) {
@@ -56,39 +50,11 @@ bool IsFlagName(const std::string& k) {
   });
 }
 
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-// " (did you mean 'x'?)" for the closest candidate within a small edit
-// distance, else "".
+// " (did you mean 'x'?)" for the closest candidate, else "".
 std::string Suggest(const std::string& got,
                     const std::vector<std::string>& candidates) {
-  std::string lower = absl::AsciiStrToLower(got);
-  std::string best;
-  size_t best_d = 0;
-  for (const auto& c : candidates) {
-    size_t d = EditDistance(lower, c);
-    if (best.empty() || d < best_d) {
-      best = c;
-      best_d = d;
-    }
-  }
-  size_t limit = std::max<size_t>(2, got.size() / 3);
-  if (!best.empty() && best_d <= limit) {
-    return absl::StrCat(" (did you mean '", best, "'?)");
-  }
-  return "";
+  std::string best = ClosestMatch(got, candidates);
+  return best.empty() ? "" : absl::StrCat(" (did you mean '", best, "'?)");
 }
 
 std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
@@ -160,7 +126,7 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
       return err("env." + k, absl::StrCat("env name '", k,
                                           "' is not a valid variable name"));
     }
-    if (ReservedEnv().count(k) || absl::StartsWith(k, "FRAMEWORM_")) {
+    if (IsReservedEnvName(k)) {
       return err("env." + k,
                  absl::StrCat("env variable '", k,
                               "' is set by Frameworm and cannot be overridden"));
@@ -532,6 +498,17 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
     return absl::InvalidArgumentError(err->message);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobSpec> NormalizeJobSpec(v1::JobSpec spec) {
+  if (spec.nproc_per_node() == 0) spec.set_nproc_per_node(1);
+  if (spec.nodes_min() == 0) spec.set_nodes_min(1);
+  if (spec.nodes_max() == 0) spec.set_nodes_max(spec.nodes_min());
+  if (auto err = CheckSpec(spec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid job spec: ", err->message));
+  }
+  return spec;
 }
 
 }  // namespace frameworm

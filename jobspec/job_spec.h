@@ -1,5 +1,7 @@
 // Job specs: YAML (what users write) -> frameworm.v1.JobSpec, and the one
-// validation both the CLI and the coordinator apply.
+// normalizer (defaults + validation) both the CLI and the coordinator
+// apply. Every rule lives here once (CheckSpec in job_spec.cc), with one
+// message per rule that names the field.
 //
 // YAML schema (every key optional unless marked):
 //   name: str (required)
@@ -44,10 +46,17 @@ inline constexpr int kDefaultKeepLast = 3;
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml,
                                              const std::string& source_name);
 
-// Checks a spec's values (ranges, backend names, required fields). Used
-// again by the coordinator on SubmitJob, so a spec that did not come from
-// YAML is held to the same rules. Errors name the field.
+// Checks a spec's values (ranges, backend names, required fields, names in
+// env/train). Errors name the field: "nproc_per_node must be >= 1, got -2".
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// What the coordinator applies to every submitted spec (from YAML or from a
+// raw RPC): proto3's zero values mean "unset" and get the defaults
+// (nproc_per_node 1, nodes.min 1, nodes.max = nodes.min), then
+// ValidateJobSpec. (YAML's defaults for absent keys are set by the parser
+// before its own ValidateJobSpec, so an explicit `nodes: 0` is an error at
+// its line.) Errors: INVALID_ARGUMENT "invalid job spec: <rule's message>".
+absl::StatusOr<v1::JobSpec> NormalizeJobSpec(v1::JobSpec spec);
 
 }  // namespace frameworm
 

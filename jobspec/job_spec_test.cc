@@ -214,5 +214,31 @@ TEST(JobSpec, ValidateHoldsProtoToSameRules) {
               HasSubstr("checkpoint.every_n_steps must be >= 0, got -5"));
 }
 
+TEST(JobSpec, NormalizeFillsProtoDefaultsThenValidates) {
+  v1::JobSpec s;
+  s.set_name("x");
+  absl::StatusOr<v1::JobSpec> n = NormalizeJobSpec(s);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->nproc_per_node(), 1);
+  EXPECT_EQ(n->nodes_min(), 1);
+  EXPECT_EQ(n->nodes_max(), 1);
+  s.set_nodes_min(3);
+  n = NormalizeJobSpec(s);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(n->nodes_max(), 3);  // max defaults to min
+  s.set_nodes_max(2);
+  EXPECT_EQ(NormalizeJobSpec(s).status().message(),
+            "invalid job spec: nodes.max (2) must be >= nodes.min (3)");
+  s.set_nodes_max(0);
+  (*s.mutable_env())["MASTER_PORT"] = "1";
+  EXPECT_EQ(NormalizeJobSpec(s).status().message(),
+            "invalid job spec: env variable 'MASTER_PORT' is set by Frameworm "
+            "and cannot be overridden");
+  s.clear_env();
+  (*s.mutable_train_options())["a=b"] = "1";
+  EXPECT_THAT(NormalizeJobSpec(s).status().message(),
+              HasSubstr("train option 'a=b' is not a flag name"));
+}
+
 }  // namespace
 }  // namespace frameworm
