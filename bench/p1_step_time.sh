@@ -4,14 +4,11 @@
 # one run, alternating the two. Gloo, 1 thread per rank. Also the 1-rank
 # step (scaling) and both loss curves side by side.
 # Writes bench/results/p1_step_time.md.
-set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="${FRAMEWORM_BUILD_DIR:-$ROOT/build}/bin"
-PY="$ROOT/.venv/bin/python"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RUNS="${P1_RUNS:-3}"
 SEED=42
 OUT="$ROOT/bench/results/p1_step_time.md"
-tmp=$(mktemp -d)
+tmp="$TMP"
 port=$((29800 + RANDOM % 100))
 for run in $(seq 1 "$RUNS"); do
   for model in cnn mlp; do
@@ -42,7 +39,7 @@ def steps(path):
 def median_step(path):
     rows = steps(path)[5:]  # the first steps warm up
     return statistics.median(r["step_seconds"] for r in rows)
-cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True, text=True).stdout.strip()
+from benchlib import cpu_model; cpu = cpu_model()
 torch_v = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True).stdout.strip()
 res = {}
 for model in ("cnn", "mlp"):
@@ -81,4 +78,3 @@ for model in ("cnn", "mlp"):
 open(out, "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 PY
-rm -rf "$tmp"

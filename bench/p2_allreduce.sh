@@ -4,13 +4,11 @@
 # frameworm-train uses when all ranks are local: bus bandwidth against the
 # same ring bound, B = loopback TCP bandwidth measured in the same run.
 # Writes bench/results/p2_allreduce.md.
-set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="${FRAMEWORM_BUILD_DIR:-$ROOT/build}/bin"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RUNS="${P2_RUNS:-3}"
 OUT="$ROOT/bench/results/p2_allreduce.md"
 PORT=$((29700 + RANDOM % 200))
-tmp=$(mktemp -d)
+tmp="$TMP"
 for run in $(seq 1 "$RUNS"); do
   for r in 0 1; do
     RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((PORT + run)) \
@@ -26,7 +24,7 @@ for f in sorted(glob.glob(f"{tmp}/run*-rank0.jsonl")):
     for line in open(f):
         d = json.loads(line)
         rows.setdefault((d.get("path", "gloo"), d["bytes"]), []).append(d)
-cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True, text=True).stdout.strip()
+from benchlib import cpu_model; cpu = cpu_model()
 lines = ["# P2: allreduce bus bandwidth, 2 ranks: Gloo over loopback and intra-node shared memory", "",
          f"Command: `bench/p2_allreduce.sh` ({runs} runs, each 7 timed allreduces per size; medians)",
          f"Machine: {os.cpu_count()} cores, {cpu}", "",
@@ -52,4 +50,3 @@ lines += ["", "Target: >= 70% of the ring bound 2(n-1)/n * S / B.", "",
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
-rm -rf "$tmp"

@@ -14,20 +14,12 @@
 # whose nsswitch.conf says "hosts: files" (nothing else changes); one extra
 # run at N=64 with the system resolver shows the effect (P3_SYSTEM_DNS=0
 # skips it).
-set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${FRAMEWORM_BUILD_DIR:-$ROOT/build}"
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
-BIN="$BUILD/bin"
-PY="${PYTHON:-$ROOT/.venv/bin/python}"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RUNS="${P3_RUNS:-5}"
 SIZES="${P3_SIZES:-64 256 1024}"
 OUT="$ROOT/bench/results/p3_rendezvous.md"
-for f in "$BIN/frameworm-coordinator" "$BIN/p3_rendezvous_bench" "$PY"; do
-  [[ -x "$f" ]] || { echo "p3_rendezvous.sh: missing $f (build first)" >&2; exit 1; }
-done
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+need "$BIN/frameworm-coordinator" "$BIN/p3_rendezvous_bench" "$PY"
+tmp="$TMP"
 
 peer_mode="system resolver"
 run_peer() {  # N -> one JSON line on stdout
@@ -69,8 +61,7 @@ def load(name):
 fw, ts, dns = load("frameworm.jsonl"), load("tcpstore.jsonl"), load("tcpstore_dns.jsonl")
 med = lambda rows, n, k: statistics.median(r[k] for r in rows if r["ranks"] == n)
 ms = lambda x: f"{x * 1000:.1f}"
-cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
-                     capture_output=True, text=True).stdout.strip()
+from benchlib import cpu_model; cpu = cpu_model()
 sizes = sorted({r["ranks"] for r in fw})
 L = ["# P3: rendezvous of N ranks — Frameworm coordinator vs PyTorch TCPStore", "",
      "Command: `FRAMEWORM_BUILD_DIR=<build> bench/p3_rendezvous.sh` "

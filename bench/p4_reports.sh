@@ -8,19 +8,12 @@
 # Needs: ${FRAMEWORM_BUILD_DIR:-build}/bin/{frameworm-coordinator,
 # p4_reports_bench,p4_core_bench}. Takes about
 # P4_RUNS * 4 * (P4_DURATION_S + 4) seconds.
-set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD="${FRAMEWORM_BUILD_DIR:-$ROOT/build}"
-case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
-BIN="$BUILD/bin"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RUNS="${P4_RUNS:-3}"
 DURATION="${P4_DURATION_S:-10}"
 OUT="$ROOT/bench/results/p4_reports.md"
-for f in frameworm-coordinator p4_reports_bench p4_core_bench; do
-  [[ -x "$BIN/$f" ]] || { echo "p4_reports.sh: missing $BIN/$f (build first)" >&2; exit 1; }
-done
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+need "$BIN/frameworm-coordinator" "$BIN/p4_reports_bench" "$BIN/p4_core_bench"
+tmp="$TMP"
 
 # name|flags
 CONFIGS=(
@@ -54,8 +47,7 @@ tmp, out, runs, duration = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[
 load = [json.loads(l) for l in open(f"{tmp}/load.jsonl")]
 core = [json.loads(l) for l in open(f"{tmp}/core.jsonl")]
 configs = [l.rstrip("\n").split("|") for l in open(f"{tmp}/configs.txt")]
-cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
-                     capture_output=True, text=True).stdout.strip()
+from benchlib import cpu_model; cpu = cpu_model()
 loadavg = open("/proc/loadavg").read().split()[:3]
 def med(rows, k): return statistics.median(r[k] for r in rows)
 L = ["# P4: ReportStep and heartbeat load on the coordinator", "",

@@ -1,19 +1,17 @@
 #!/usr/bin/env bash
 # P6: from kill -9 of a worker to detection, and to the next completed step.
 # Writes bench/results/p6_recovery.md. Targets: detection <= 3 s, resume <= 10 s.
-set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="${FRAMEWORM_BUILD_DIR:-$ROOT/build}/bin"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 TRIALS="${P6_TRIALS:-5}"
 HB="${P6_HEARTBEAT_TIMEOUT:-2}"
 OUT="$ROOT/bench/results/p6_recovery.md"
-tmp=$(mktemp)
+tmp="$TMP/out"
 FRAMEWORM_BIN_DIR="$BIN" "$BIN/p6_recovery" "$TRIALS" "$HB" | tee "$tmp"
 python3 - "$tmp" "$OUT" "$TRIALS" "$HB" <<'PY'
 import json, statistics, sys, os, subprocess
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 out, trials, hb = sys.argv[2], sys.argv[3], sys.argv[4]
-cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True, text=True).stdout.strip()
+from benchlib import cpu_model; cpu = cpu_model()
 det = [r["detection_s"] for r in rows]
 res = [r["resume_s"] for r in rows]
 lines = ["# P6: recovery from kill -9 of a worker", "",
@@ -35,4 +33,3 @@ lines += ["", f"Median detection {statistics.median(det):.2f} s (target <= 3 s);
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
-rm -f "$tmp"

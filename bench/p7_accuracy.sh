@@ -3,12 +3,10 @@
 # 64 per rank) against 1 rank at the same global batch (128), same seed and
 # epochs. Targets: >= 91%, the two within 0.3 points.
 # Writes bench/results/p7_accuracy.md.
-set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="${FRAMEWORM_BUILD_DIR:-$ROOT/build}/bin"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 EPOCHS="${P7_EPOCHS:-8}"
 OUT="$ROOT/bench/results/p7_accuracy.md"
-tmp=$(mktemp -d)
+tmp="$TMP"
 common=(--model cnn --dataset fashion-mnist --epochs "$EPOCHS" --seed 42 --threads 1
         --backend gloo --checkpoint-dir "$tmp/ck")
 t0=$(date +%s.%N)
@@ -26,7 +24,7 @@ def load(name):
     return [e for e in ev if e.get("event") == "epoch"], [e for e in ev if e.get("event") == "done"][-1]
 e2, d2 = load("two"); e1, d1 = load("one")
 t2 = float(open(f"{tmp}/t2").read().split()[-1]); t1 = float(open(f"{tmp}/t1").read().split()[-1])
-cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"], capture_output=True, text=True).stdout.strip()
+from benchlib import cpu_model; cpu = cpu_model()
 L = ["# P7: CNN test accuracy, 2 ranks vs 1 rank", "",
      f"Command: `bench/p7_accuracy.sh` (P7_EPOCHS={epochs}); Fashion-MNIST test split (10,000 images), seed 42, SGD lr 0.05 momentum 0.9",
      f"Machine: {os.cpu_count()} cores, {cpu}; 1 thread per rank", "",
@@ -39,4 +37,3 @@ L += ["", f"Final: 2 ranks {100*d2['val_accuracy']:.2f}% in {t2:.0f} s, 1 rank {
 open(out, "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 PY
-rm -rf "$tmp"
