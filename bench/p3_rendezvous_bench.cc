@@ -74,22 +74,11 @@ int main(int argc, char** argv) {
     const auto t_alive = std::chrono::steady_clock::now();
     if (!s.ok()) return Fail(absl::StrCat("registration: ", s.ToString()));
 
-    auto jobs = v1::JobService::NewStub(fb::PrivateChannel(target, 1000));
-    v1::SubmitJobRequest req;
-    v1::JobSpec& spec = *req.mutable_spec();
-    spec.set_name("p3-rendezvous");
-    spec.add_entrypoint("/bin/true");
-    spec.set_nodes_min(n);
-    spec.set_nodes_max(n);
-    spec.set_nproc_per_node(1);
-    spec.set_heartbeat_timeout_s(60);
-    v1::SubmitJobResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     const auto t0 = std::chrono::steady_clock::now();
-    grpc::Status gs = jobs->SubmitJob(&ctx, req, &resp);
+    absl::StatusOr<std::string> job =
+        fb::SubmitGangJob(target, "p3-rendezvous", n, std::chrono::seconds(60));
     const auto t_submitted = std::chrono::steady_clock::now();
-    if (!gs.ok()) return Fail(absl::StrCat("SubmitJob: ", gs.error_message()));
+    if (!job.ok()) return Fail(job.status().ToString());
     s = cluster.WaitAllStarted(std::chrono::seconds(60));
     if (!s.ok()) return Fail(absl::StrCat("rendezvous: ", s.ToString()));
 
@@ -109,7 +98,7 @@ int main(int argc, char** argv) {
         problem = absl::StrCat("rank ", t.rank(), " outside 0..", n - 1);
       else if (t.world_size() != n)
         problem = absl::StrCat("world_size ", t.world_size(), " != ", n);
-      else if (t.ref().job_id() != resp.job_id() ||
+      else if (t.ref().job_id() != *job ||
                t.ref().generation() != first.ref().generation())
         problem = absl::StrCat("worker ", w, " got job ", t.ref().job_id(),
                                " generation ", t.ref().generation());

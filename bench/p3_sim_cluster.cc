@@ -103,6 +103,28 @@ std::shared_ptr<grpc::Channel> PrivateChannel(const std::string& target,
                                    args);
 }
 
+absl::StatusOr<std::string> SubmitGangJob(const std::string& target,
+                                          const std::string& name, int nodes,
+                                          std::chrono::seconds deadline) {
+  auto jobs = v1::JobService::NewStub(PrivateChannel(target, 1000));
+  v1::SubmitJobRequest req;
+  v1::JobSpec& spec = *req.mutable_spec();
+  spec.set_name(name);
+  spec.add_entrypoint("/bin/true");
+  spec.set_nodes_min(nodes);
+  spec.set_nodes_max(nodes);
+  spec.set_nproc_per_node(1);
+  spec.set_heartbeat_timeout_s(60);
+  v1::SubmitJobResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  grpc::Status gs = jobs->SubmitJob(&ctx, req, &resp);
+  if (!gs.ok())
+    return absl::UnavailableError(
+        absl::StrCat("SubmitJob: ", gs.error_message()));
+  return resp.job_id();
+}
+
 // ----------------------------------------------------------------- Session
 
 class SimCluster::Session final

@@ -79,6 +79,13 @@ class CoordinatorProcess {
 std::shared_ptr<grpc::Channel> PrivateChannel(const std::string& target,
                                               int index);
 
+// Submits a job of `nodes` x 1 process running /bin/true (60 s heartbeat
+// timeout) through the JobService at `target`, on a channel of its own;
+// returns its id, or the call's error (with `what` in front).
+absl::StatusOr<std::string> SubmitGangJob(const std::string& target,
+                                          const std::string& name, int nodes,
+                                          std::chrono::seconds deadline);
+
 // What one simulated worker received in a StartTask.
 struct ReceivedTask {
   bool received = false;

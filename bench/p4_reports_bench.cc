@@ -204,22 +204,9 @@ int main(int argc, char** argv) {
     absl::Status s = cluster.RegisterAll(std::chrono::seconds(30));
     if (s.ok()) s = cluster.OpenSessionsAndWaitAlive(std::chrono::seconds(30));
     if (!s.ok()) return Fail(absl::StrCat("workers: ", s.ToString()));
-    auto jobs = v1::JobService::NewStub(fb::PrivateChannel(target, 1000));
-    v1::SubmitJobRequest req;
-    v1::JobSpec& spec = *req.mutable_spec();
-    spec.set_name("p4-reports");
-    spec.add_entrypoint("/bin/true");
-    spec.set_nodes_min(workers);
-    spec.set_nodes_max(workers);
-    spec.set_nproc_per_node(1);
-    spec.set_heartbeat_timeout_s(60);
-    v1::SubmitJobResponse resp;
-    {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-      grpc::Status gs = jobs->SubmitJob(&ctx, req, &resp);
-      if (!gs.ok()) return Fail(absl::StrCat("SubmitJob: ", gs.error_message()));
-    }
+    absl::StatusOr<std::string> job =
+        fb::SubmitGangJob(target, "p4-reports", workers, std::chrono::seconds(30));
+    if (!job.ok()) return Fail(job.status().ToString());
     s = cluster.WaitAllStarted(std::chrono::seconds(30));
     if (!s.ok()) return Fail(absl::StrCat("job start: ", s.ToString()));
     std::vector<fb::ReceivedTask> tasks = cluster.Received();
@@ -287,10 +274,11 @@ int main(int argc, char** argv) {
                                  " callers did not finish within 15 s"));
       if (!shared.errors.empty()) rc = Fail(shared.first_error);
     }
+    auto jobs = v1::JobService::NewStub(fb::PrivateChannel(target, 1000));
     grpc::ClientContext gctx;
     gctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::GetJobRequest greq;
-    greq.set_job_id(resp.job_id());
+    greq.set_job_id(*job);
     v1::JobStatus status;
     grpc::Status gs = jobs->GetJob(&gctx, greq, &status);
     if (!gs.ok()) return Fail(absl::StrCat("GetJob: ", gs.error_message()));
