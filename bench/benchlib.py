@@ -28,3 +28,11 @@ def json_lines(path):
 def median(values):
     values = list(values)
     return statistics.median(values) if values else float("nan")
+
+
+def write_report(path, lines):
+    """Writes a report's lines (a Markdown file) and echoes them."""
+    text = "\n".join(lines) + "\n"
+    with open(path, "w") as f:
+        f.write(text)
+    print(text, end="")

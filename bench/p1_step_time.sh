@@ -8,7 +8,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RUNS="${P1_RUNS:-3}"
 SEED=42
 OUT="$ROOT/bench/results/p1_step_time.md"
-tmp="$TMP"
 port=$((29800 + RANDOM % 100))
 for run in $(seq 1 "$RUNS"); do
   for model in cnn mlp; do
@@ -17,14 +16,14 @@ for run in $(seq 1 "$RUNS"); do
       port=$((port + 1))
       "$BIN/frameworm-train" --nprocs "$world" --model "$model" --dataset fashion-mnist \
         --batch-size 64 --max-steps "$steps" --seed "$SEED" --threads 1 --backend gloo \
-        --log-every 1 --checkpoint-dir "$tmp/ck" > "$tmp/fw-$model-$world-$run.jsonl"
+        --log-every 1 --checkpoint-dir "$TMP/ck" > "$TMP/fw-$model-$world-$run.jsonl"
       "$ROOT/.venv/bin/torchrun" --nproc_per_node="$world" --master_port="$port" \
         "$ROOT/bench/peer_ddp.py" --model "$model" --batch-size 64 --max-steps "$steps" \
-        --seed "$SEED" --threads 1 > "$tmp/py-$model-$world-$run.jsonl" 2>/dev/null
+        --seed "$SEED" --threads 1 > "$TMP/py-$model-$world-$run.jsonl" 2>/dev/null
     done
   done
 done
-"$PY" - "$tmp" "$RUNS" "$OUT" <<'PY'
+"$PY" - "$TMP" "$RUNS" "$OUT" <<'PY'
 import json, os, statistics, subprocess, sys
 tmp, runs, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def steps(path):
@@ -75,6 +74,5 @@ for model in ("cnn", "mlp"):
     for i in list(range(0, n, max(1, n // 10))) + [n - 1]:
         L.append(f"| {fw[i]['step']} | {fw[i]['loss']:.7f} | {py[i]['loss']:.7f} | {rel[i]:.1e} |")
     L.append("")
-open(out, "w").write("\n".join(L) + "\n")
-print("\n".join(L))
+from benchlib import write_report; write_report(out, L)
 PY

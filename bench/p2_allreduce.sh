@@ -8,15 +8,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RUNS="${P2_RUNS:-3}"
 OUT="$ROOT/bench/results/p2_allreduce.md"
 PORT=$((29700 + RANDOM % 200))
-tmp="$TMP"
 for run in $(seq 1 "$RUNS"); do
   for r in 0 1; do
     RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((PORT + run)) \
-      "$BIN/allreduce_bench" > "$tmp/run$run-rank$r.jsonl" &
+      "$BIN/allreduce_bench" > "$TMP/run$run-rank$r.jsonl" &
   done
   wait
 done
-python3 - "$tmp" "$RUNS" "$OUT" <<'PY'
+python3 - "$TMP" "$RUNS" "$OUT" <<'PY'
 import json, statistics, sys, glob, platform, os, subprocess
 tmp, runs, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rows = {}
@@ -47,6 +46,5 @@ lines += ["", "Target: >= 70% of the ring bound 2(n-1)/n * S / B.", "",
           "slots, larger tensors in chunks): each rank copies its tensor into its slot, sums its half of both slots into a",
           "result area and copies the result back, with no kernel crossing; the same bound is kept",
           "as the yardstick so the two rows compare directly."]
-open(out, "w").write("\n".join(lines) + "\n")
-print("\n".join(lines))
+from benchlib import write_report; write_report(out, lines)
 PY

@@ -19,40 +19,39 @@ RUNS="${P3_RUNS:-5}"
 SIZES="${P3_SIZES:-64 256 1024}"
 OUT="$ROOT/bench/results/p3_rendezvous.md"
 need "$BIN/frameworm-coordinator" "$BIN/p3_rendezvous_bench" "$PY"
-tmp="$TMP"
 
 peer_mode="system resolver"
 run_peer() {  # N -> one JSON line on stdout
   if [[ "$peer_mode" == "hosts: files" ]]; then
     timeout 600 unshare -m --propagation private bash -c \
       'mount --bind "$0" /etc/nsswitch.conf && exec "$1" "$2" "$3"' \
-      "$tmp/nsswitch.conf" "$PY" "$ROOT/bench/p3_tcpstore_peer.py" "$1" \
-      2>>"$tmp/peer.stderr"
+      "$TMP/nsswitch.conf" "$PY" "$ROOT/bench/p3_tcpstore_peer.py" "$1" \
+      2>>"$TMP/peer.stderr"
   else
-    timeout 600 "$PY" "$ROOT/bench/p3_tcpstore_peer.py" "$1" 2>>"$tmp/peer.stderr"
+    timeout 600 "$PY" "$ROOT/bench/p3_tcpstore_peer.py" "$1" 2>>"$TMP/peer.stderr"
   fi
 }
-printf 'hosts: files\n' > "$tmp/nsswitch.conf"
+printf 'hosts: files\n' > "$TMP/nsswitch.conf"
 if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null &&
    unshare -m --propagation private bash -c \
-     'mount --bind "$0" /etc/nsswitch.conf' "$tmp/nsswitch.conf" 2>/dev/null; then
+     'mount --bind "$0" /etc/nsswitch.conf' "$TMP/nsswitch.conf" 2>/dev/null; then
   peer_mode="hosts: files"
 fi
 
 for n in $SIZES; do
   for run in $(seq 1 "$RUNS"); do
     echo "P3 N=$n run $run/$RUNS" >&2
-    timeout 300 "$BIN/p3_rendezvous_bench" --ranks="$n" >> "$tmp/frameworm.jsonl"
-    run_peer "$n" >> "$tmp/tcpstore.jsonl"
+    timeout 300 "$BIN/p3_rendezvous_bench" --ranks="$n" >> "$TMP/frameworm.jsonl"
+    run_peer "$n" >> "$TMP/tcpstore.jsonl"
   done
 done
 if [[ "${P3_SYSTEM_DNS:-1}" == 1 && "$peer_mode" == "hosts: files" ]]; then
   echo "P3 TCPStore N=64 with the system resolver" >&2
   timeout 600 "$PY" "$ROOT/bench/p3_tcpstore_peer.py" 64 \
-    2>>"$tmp/peer.stderr" > "$tmp/tcpstore_dns.jsonl" || true
+    2>>"$TMP/peer.stderr" > "$TMP/tcpstore_dns.jsonl" || true
 fi
 
-"$PY" - "$tmp" "$OUT" "$RUNS" "$peer_mode" <<'PY'
+"$PY" - "$TMP" "$OUT" "$RUNS" "$peer_mode" <<'PY'
 import json, os, statistics, subprocess, sys
 tmp, out, runs, peer_mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 def load(name):

@@ -13,7 +13,6 @@ RUNS="${P4_RUNS:-3}"
 DURATION="${P4_DURATION_S:-10}"
 OUT="$ROOT/bench/results/p4_reports.md"
 need "$BIN/frameworm-coordinator" "$BIN/p4_reports_bench" "$BIN/p4_core_bench"
-tmp="$TMP"
 
 # name|flags
 CONFIGS=(
@@ -29,19 +28,19 @@ for i in "${!CONFIGS[@]}"; do
     # shellcheck disable=SC2086
     line=$(timeout $((DURATION + 120)) "$BIN/p4_reports_bench" $flags \
       --duration-s="$DURATION" --warmup-s=1)
-    echo "{\"config\":$i,${line#\{}" >> "$tmp/load.jsonl"
+    echo "{\"config\":$i,${line#\{}" >> "$TMP/load.jsonl"
   done
 done
 for k in 8 64 256; do
   ops=20000; [[ $k -ge 256 ]] && ops=5000
   for run in $(seq 1 "$RUNS"); do
     echo "P4 core breakdown K=$k run $run/$RUNS" >&2
-    timeout 300 "$BIN/p4_core_bench" --workers="$k" --ops="$ops" >> "$tmp/core.jsonl"
+    timeout 300 "$BIN/p4_core_bench" --workers="$k" --ops="$ops" >> "$TMP/core.jsonl"
   done
 done
 
-printf '%s\n' "${CONFIGS[@]}" > "$tmp/configs.txt"
-python3 - "$tmp" "$OUT" "$RUNS" "$DURATION" <<'PY'
+printf '%s\n' "${CONFIGS[@]}" > "$TMP/configs.txt"
+python3 - "$TMP" "$OUT" "$RUNS" "$DURATION" <<'PY'
 import json, os, statistics, subprocess, sys
 tmp, out, runs, duration = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 load = [json.loads(l) for l in open(f"{tmp}/load.jsonl")]

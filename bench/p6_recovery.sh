@@ -30,6 +30,5 @@ lines += ["", f"Median detection {statistics.median(det):.2f} s (target <= 3 s);
           "connections is caught by the heartbeat timeout instead (the end-to-end test",
           "FrozenNodeIsDetectedByHeartbeatTimeout checks it lands between timeout - 1 s and timeout + 1.5 s).",
           "Resume times are polled every 100 ms, so they are upper bounds by up to 0.1 s."]
-open(out, "w").write("\n".join(lines) + "\n")
-print("\n".join(lines))
+from benchlib import write_report; write_report(out, lines)
 PY

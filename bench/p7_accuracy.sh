@@ -6,17 +6,16 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 EPOCHS="${P7_EPOCHS:-8}"
 OUT="$ROOT/bench/results/p7_accuracy.md"
-tmp="$TMP"
 common=(--model cnn --dataset fashion-mnist --epochs "$EPOCHS" --seed 42 --threads 1
-        --backend gloo --checkpoint-dir "$tmp/ck")
+        --backend gloo --checkpoint-dir "$TMP/ck")
 t0=$(date +%s.%N)
-"$BIN/frameworm-train" --nprocs 2 --batch-size 64 "${common[@]}" > "$tmp/two.jsonl"
+"$BIN/frameworm-train" --nprocs 2 --batch-size 64 "${common[@]}" > "$TMP/two.jsonl"
 t1=$(date +%s.%N)
-"$BIN/frameworm-train" --nprocs 1 --batch-size 128 "${common[@]}" > "$tmp/one.jsonl"
+"$BIN/frameworm-train" --nprocs 1 --batch-size 128 "${common[@]}" > "$TMP/one.jsonl"
 t2=$(date +%s.%N)
-python3 -c "print($t1 - $t0)" > "$tmp/t2"
-python3 -c "print($t2 - $t1)" > "$tmp/t1"
-python3 - "$tmp" "$OUT" "$EPOCHS" <<'PY'
+python3 -c "print($t1 - $t0)" > "$TMP/t2"
+python3 -c "print($t2 - $t1)" > "$TMP/t1"
+python3 - "$TMP" "$OUT" "$EPOCHS" <<'PY'
 import json, os, subprocess, sys
 tmp, out, epochs = sys.argv[1], sys.argv[2], sys.argv[3]
 def load(name):
@@ -34,6 +33,5 @@ for a, b in zip(e2, e1):
 diff = abs(d2["val_accuracy"] - d1["val_accuracy"]) * 100
 L += ["", f"Final: 2 ranks {100*d2['val_accuracy']:.2f}% in {t2:.0f} s, 1 rank {100*d1['val_accuracy']:.2f}% in {t1:.0f} s; difference {diff:.2f} points.",
       "Targets: >= 91%, the two within 0.3 points."]
-open(out, "w").write("\n".join(L) + "\n")
-print("\n".join(L))
+from benchlib import write_report; write_report(out, L)
 PY
