@@ -1,6 +1,12 @@
 // frameworm-cli's commands as a library: RunCli() parses arguments, talks
-// to the coordinator's JobService and prints; the Format* functions turn
-// responses into text without a network (tested directly).
+// to the coordinator's JobService and prints; the formatters that turn
+// responses into text without a network are in client/cli_format.h, the
+// commands in client/cli_commands.h.
+//
+// Command line: frameworm-cli [flags] <command> [args]; flags may stand
+// anywhere (common/flags.h): --coordinator HOST:PORT (or
+// $FRAMEWORM_COORDINATOR, else CliOptions::default_coordinator), --json,
+// --csv, --follow/-f, --rank N, --since STEP.
 //
 // Output formats (stdout):
 //   submit       the job id alone on one line
@@ -17,10 +23,15 @@
 //                --csv: the same columns as CSV; --json: the response
 //   workers      table: NAME ADDRESS SLOTS FREE ALIVE LAST_HEARTBEAT TASKS
 // --json on every read command prints the response message as JSON.
-// Errors (stderr, one line): "frameworm-cli: <command>: <CODE>: <message>",
-// exit 1; usage errors print usage and exit 2.
+// --help, -h or the command "help": usage, commands and every flag with its
+// default, exit 0; --version: "frameworm-cli <version>", exit 0.
+// Errors (stderr, one line): a failed command prints
+// "frameworm-cli: <command>: <CODE>: <message>" and exits 1; a usage error
+// (bad flag or value, unknown command, wrong arguments) prints
+// "frameworm-cli: <problem> (see --help)" and exits 2.
 //
-// Thread safety: free functions, no shared state.
+// Thread safety: RunCli sets the process's absl flags (the CLI's own):
+// call it from one thread at a time. Each call starts from the defaults.
 #ifndef FRAMEWORM_CLIENT_CLI_H_
 #define FRAMEWORM_CLIENT_CLI_H_
 
@@ -29,31 +40,26 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "frameworm/v1/job_service.pb.h"
+#include "client/cli_format.h"
+#include "common/rank_env.h"
 
 namespace frameworm {
 
+inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
+
 struct CliOptions {
-  std::string default_coordinator = "127.0.0.1:7070";  // env, read in main
+  // --coordinator when neither the flag nor $FRAMEWORM_COORDINATOR is given.
+  std::string default_coordinator = kDefaultCoordinator;
+  // Where $FRAMEWORM_COORDINATOR is looked up; unset: no environment (main
+  // passes ProcessEnvLookup()).
+  EnvLookup env;
   bool live = false;  // stdout is a terminal: watch rewrites one line
-  absl::Duration call_timeout = absl::Seconds(10);
+  absl::Duration call_timeout = absl::Seconds(10);  // per unary call
 };
 
 // args excludes argv[0]. Returns the process exit code.
 int RunCli(const std::vector<std::string>& args, const CliOptions& options,
            std::ostream& out, std::ostream& err);
-
-std::string StateName(v1::JobState s);
-std::string HumanDuration(absl::Duration d);  // "1h02m", "3m05s", "42s"
-std::string FormatProgress(const v1::JobStatus& job);
-std::string FormatJobTable(const v1::ListJobsResponse& r);
-std::string FormatJobStatus(const v1::JobStatus& job);
-std::string FormatCheckpoints(const v1::ListCheckpointsResponse& r);
-std::string FormatMetricsTable(const v1::GetMetricsResponse& r);
-std::string FormatMetricsCsv(const v1::GetMetricsResponse& r);
-std::string FormatWorkers(const v1::ListWorkersResponse& r);
-// Compact single-line JSON of any message.
-std::string ToJson(const google::protobuf::Message& m);
 
 }  // namespace frameworm
 

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/flags.h"
 #include "frameworm/v1/job_service.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -287,6 +288,70 @@ TEST_F(CliTest, UnreachableCoordinatorIsUnavailable) {
   const std::string err = err_.str();
   EXPECT_THAT(err, HasSubstr("frameworm-cli: list: UNAVAILABLE: "));
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+TEST_F(CliTest, BadFlagIsOneLineAndExit2) {
+  EXPECT_EQ(Run({"list", "--bogus"}), 2);
+  EXPECT_EQ(err_.str(), "frameworm-cli: unknown flag --bogus (see --help)\n");
+  EXPECT_EQ(Run({"list", "--jsno"}), 2);
+  EXPECT_EQ(err_.str(),
+            "frameworm-cli: unknown flag --jsno (did you mean --json?) (see "
+            "--help)\n");
+  EXPECT_EQ(Run({"logs", "x", "--rank", "two"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--rank: bad value 'two'"));
+  EXPECT_EQ(Run({"logs", "x", "--rank"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("flag --rank needs a value"));
+  EXPECT_EQ(Run({"stauts", "x"}), 2);
+  EXPECT_EQ(err_.str(),
+            "frameworm-cli: unknown command 'stauts' (did you mean 'status'?) "
+            "(see --help)\n");
+  EXPECT_EQ(Run({"metrics", "x", "--since=-1"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--since needs a step number >= 0"));
+  EXPECT_EQ(Run({"list", "--coordinator="}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--coordinator needs HOST:PORT"));
+  EXPECT_EQ(Run({"status", "x", "-f"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--rank and -f apply to logs only"));
+  EXPECT_TRUE(out_.str().empty());
+}
+
+TEST_F(CliTest, HelpListsCommandsAndFlagsVersionPrintsOneLine) {
+  for (const char* help : {"--help", "-h", "help"}) {
+    EXPECT_EQ(Run({help}), 0) << help;
+    EXPECT_THAT(out_.str(), HasSubstr("  watch ID                     live "
+                                      "progress until the job ends\n"
+                                      "                               (exit 0 "
+                                      "only if it SUCCEEDED)\n"));
+    EXPECT_THAT(out_.str(),
+                HasSubstr("  --coordinator\n      the coordinator's address, "
+                          "HOST:PORT (default: 127.0.0.1:7070, or "
+                          "$FRAMEWORM_COORDINATOR)\n"));
+    EXPECT_THAT(out_.str(), HasSubstr("-f is --follow"));
+    EXPECT_TRUE(err_.str().empty());
+  }
+  EXPECT_EQ(Run({"--version"}), 0);
+  EXPECT_EQ(out_.str(), absl::StrCat("frameworm-cli ", Version(), "\n"));
+}
+
+TEST_F(CliTest, CoordinatorFallsBackToTheEnvironment) {
+  const std::string server = opts_.default_coordinator;
+  opts_.default_coordinator = "127.0.0.1:1";  // nothing listens there
+  opts_.env = [server](const std::string& name) -> std::optional<std::string> {
+    if (name == "FRAMEWORM_COORDINATOR") return server;
+    return std::nullopt;
+  };
+  EXPECT_EQ(Run({"status", "good"}), 0) << err_.str();
+  // The command line wins over the environment.
+  EXPECT_EQ(Run({"status", "good", "--coordinator", "127.0.0.1:1"}), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("frameworm-cli: status: UNAVAILABLE: "));
+}
+
+TEST_F(CliTest, EveryRunStartsFromTheDefaults) {
+  EXPECT_EQ(Run({"--coordinator=127.0.0.1:1", "--json", "status", "good"}), 1);
+  EXPECT_EQ(Run({"status", "good"}), 0) << err_.str();
+  EXPECT_EQ(out_.str().rfind("id: good\n", 0), 0u) << out_.str();
+  // Flags stand anywhere, before or after the command and its argument.
+  EXPECT_EQ(Run({"status", "--json", "good"}), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("\"job_id\":\"good\""));
 }
 
 }  // namespace

@@ -6,88 +6,102 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/flags.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/service.h"
 #include "rpc/rpc.h"
 
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
+          "address to serve on, HOST:PORT (port 0: a free one)");
+ABSL_FLAG(std::string, state_dir, "./frameworm-state",
+          "durable state, logs, default checkpoints");
+ABSL_FLAG(std::string, advertise, "",
+          "address trainers use to reach this coordinator, HOST:PORT; empty: "
+          "the listen address as bound");
+ABSL_FLAG(std::string, port_range, "29500-29999",
+          "MASTER_PORT range for jobs, LO-HI within 1-65535");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
+          "default worker/rank timeout, a positive duration like 10s");
+ABSL_FLAG(double, straggler_factor, 1.5,
+          "flag ranks slower than X times the median step time, X > 1");
+
 namespace {
 
-constexpr const char* kUsage = R"(usage: frameworm-coordinator [flags]
-  --listen=HOST:PORT        address to serve on (default 127.0.0.1:7070)
-  --state-dir=DIR           durable state, logs, default checkpoints
-                            (default ./frameworm-state)
-  --advertise=HOST:PORT     address trainers use to reach this coordinator
-                            (default: the listen address)
-  --port-range=LO-HI        MASTER_PORT range for jobs (default 29500-29999)
-  --heartbeat-timeout=DUR   default worker/rank timeout, e.g. 10s (default 10s)
-  --straggler-factor=X      flag ranks slower than X times the median (1.5)
-)";
+const frameworm::FlagsConfig& Config() {
+  static const frameworm::FlagsConfig* config = new frameworm::FlagsConfig{
+      "frameworm-coordinator",
+      "usage: frameworm-coordinator [flags]\n"
+      "The cluster's coordinator: job queue, scheduling, restarts, metrics.\n",
+      {},
+      {}};
+  return *config;
+}
 
-[[noreturn]] void Bad(const std::string& msg) {
-  std::fprintf(stderr, "frameworm-coordinator: %s\n%s", msg.c_str(), kUsage);
-  std::exit(2);
+struct DaemonConfig {
+  frameworm::coordinator::CoordinatorOptions core;
+  std::string listen;
+};
+
+// The flags' values, checked. Errors: INVALID_ARGUMENT naming the flag and
+// the value it got.
+absl::StatusOr<DaemonConfig> FromFlags() {
+  auto bad = [](absl::string_view flag, absl::string_view must,
+                absl::string_view got) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " must be ", must, ", got '", got, "'"));
+  };
+  DaemonConfig c;
+  frameworm::coordinator::CoordinatorOptions& o = c.core;
+  o.state_dir = absl::GetFlag(FLAGS_state_dir);
+  if (o.state_dir.empty())
+    return absl::InvalidArgumentError("--state-dir must not be empty");
+  c.listen = absl::GetFlag(FLAGS_listen);
+  if (c.listen.find(':') == std::string::npos)
+    return bad("listen", "HOST:PORT", c.listen);
+  const std::string range = absl::GetFlag(FLAGS_port_range);
+  std::vector<std::string> lo_hi = absl::StrSplit(range, '-');
+  if (lo_hi.size() != 2 || !absl::SimpleAtoi(lo_hi[0], &o.port_min) ||
+      !absl::SimpleAtoi(lo_hi[1], &o.port_max) || o.port_min < 1 ||
+      o.port_max > 65535 || o.port_min > o.port_max)
+    return bad("port-range", "LO-HI within 1-65535 with LO <= HI", range);
+  o.default_heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  if (o.default_heartbeat_timeout <= absl::ZeroDuration())
+    return bad("heartbeat-timeout", "a positive duration like 10s",
+               absl::FormatDuration(o.default_heartbeat_timeout));
+  o.straggler_factor = absl::GetFlag(FLAGS_straggler_factor);
+  if (!(o.straggler_factor > 1.0))
+    return bad("straggler-factor", "a number > 1",
+               absl::StrCat(o.straggler_factor));
+  o.advertise = absl::GetFlag(FLAGS_advertise);
+  return c;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> flags = {
-      {"listen", "127.0.0.1:7070"}, {"state-dir", "./frameworm-state"},
-      {"advertise", ""},            {"port-range", "29500-29999"},
-      {"heartbeat-timeout", "10s"}, {"straggler-factor", "1.5"}};
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (a.rfind("--", 0) != 0) Bad(absl::StrCat("unexpected argument '", a, "'"));
-    std::string name = a.substr(2), value;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      Bad(absl::StrCat("flag --", name, " needs a value"));
-    }
-    if (!flags.count(name)) Bad(absl::StrCat("unknown flag --", name));
-    flags[name] = value;
-  }
-
-  frameworm::coordinator::CoordinatorOptions o;
-  o.state_dir = flags["state-dir"];
-  if (o.state_dir.empty()) Bad("--state-dir must not be empty");
-  const std::string listen = flags["listen"];
-  if (listen.find(':') == std::string::npos)
-    Bad(absl::StrCat("--listen must be HOST:PORT, got '", listen, "'"));
-  std::vector<std::string> range = absl::StrSplit(flags["port-range"], '-');
-  if (range.size() != 2 || !absl::SimpleAtoi(range[0], &o.port_min) ||
-      !absl::SimpleAtoi(range[1], &o.port_max) || o.port_min < 1 ||
-      o.port_max > 65535 || o.port_min > o.port_max)
-    Bad(absl::StrCat("--port-range must be LO-HI within 1-65535, got '",
-                     flags["port-range"], "'"));
-  absl::Duration timeout;
-  if (!absl::ParseDuration(flags["heartbeat-timeout"], &timeout) ||
-      timeout <= absl::ZeroDuration())
-    Bad(absl::StrCat("--heartbeat-timeout must be a positive duration like "
-                     "10s, got '", flags["heartbeat-timeout"], "'"));
-  o.default_heartbeat_timeout = timeout;
-  if (!absl::SimpleAtod(flags["straggler-factor"], &o.straggler_factor) ||
-      o.straggler_factor <= 1.0)
-    Bad(absl::StrCat("--straggler-factor must be a number > 1, got '",
-                     flags["straggler-factor"], "'"));
-  o.advertise = flags["advertise"];
+  const std::vector<std::string> positional =
+      frameworm::ParseFlagsOrExit(argc, argv, Config());
+  if (!positional.empty())
+    frameworm::FlagErrorExit(
+        Config(), absl::StrCat("unexpected argument '", positional[0], "'"));
+  absl::StatusOr<DaemonConfig> config = FromFlags();
+  if (!config.ok())
+    frameworm::FlagErrorExit(Config(), std::string(config.status().message()));
+  const frameworm::coordinator::CoordinatorOptions& o = config->core;
+  const std::string& listen = config->listen;
 
   // SIGINT/SIGTERM are taken by sigwait() below, in every thread.
   sigset_t sigs;

@@ -1,0 +1,230 @@
+#include "client/cli_commands.h"
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/cli_format.h"
+#include "jobspec/job_spec.h"
+
+namespace frameworm {
+namespace {
+
+using Stub = v1::JobService::Stub;
+
+// The error line "frameworm-cli: <command>: <message>"; exit code 1.
+int Fail(const Invocation& c, absl::string_view message) {
+  c.err << "frameworm-cli: " << c.command << ": " << message << "\n";
+  return 1;
+}
+// ... with the status's code first: "<CODE>: <message>".
+int Fail(const Invocation& c, const absl::Status& s) {
+  return Fail(c, absl::StrCat(absl::StatusCodeToString(s.code()), ": ",
+                              s.message()));
+}
+int Fail(const Invocation& c, const grpc::Status& s) {
+  return Fail(c, absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                              s.error_message()));
+}
+
+const std::string& JobId(const Invocation& c) { return c.args[0]; }
+
+// A request that names the command's job.
+template <typename Request>
+Request ForJob(const Invocation& c) {
+  Request r;
+  r.set_job_id(JobId(c));
+  return r;
+}
+
+template <typename Request, typename Response>
+using UnaryRpc = grpc::Status (Stub::*)(grpc::ClientContext*, const Request&,
+                                        Response*);
+
+// The whole of a unary command after its request is built: calls `rpc`
+// with the options' deadline; on failure prints the one error line and
+// returns 1; else prints the response (--json: ToJson and a newline;
+// otherwise format(response), which ends its own lines) and returns 0.
+template <typename Request, typename Response, typename Format>
+int CallAndPrint(const Invocation& c, UnaryRpc<Request, Response> rpc,
+                 const Request& request, Format format) {
+  Response response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + c.options.call_timeout));
+  grpc::Status s = (c.stub.*rpc)(&ctx, request, &response);
+  if (!s.ok()) return Fail(c, s);
+  c.out << (c.flags.json ? ToJson(response) + "\n" : format(response));
+  return 0;
+}
+
+int Submit(const Invocation& c) {
+  const std::string& path = c.args[0];
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return Fail(c, "cannot read " + path);
+  std::stringstream text;
+  text << f.rdbuf();
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(text.str(), path);
+  if (!spec.ok()) return Fail(c, spec.status());
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = *std::move(spec);
+  return CallAndPrint(c, &Stub::SubmitJob, request,
+                      [](const v1::SubmitJobResponse& r) {
+                        return r.job_id() + "\n";
+                      });
+}
+
+int List(const Invocation& c) {
+  return CallAndPrint(c, &Stub::ListJobs, v1::ListJobsRequest(),
+                      FormatJobTable);
+}
+
+int Status(const Invocation& c) {
+  return CallAndPrint(c, &Stub::GetJob, ForJob<v1::GetJobRequest>(c),
+                      FormatJobStatus);
+}
+
+// Streams the job's updates until it ends: a line on a change of state or
+// generation, otherwise at most one per refresh interval (a log stays
+// short); on a terminal one line rewritten in place.
+int Watch(const Invocation& c) {
+  grpc::ClientContext ctx;
+  auto reader = c.stub.WatchJob(&ctx, ForJob<v1::WatchJobRequest>(c));
+  const bool json = c.flags.json, live = c.options.live;
+  const absl::Duration refresh =
+      live ? absl::Milliseconds(200) : absl::Seconds(5);
+  v1::JobStatus st;
+  bool any = false, final_seen = false;
+  absl::Time last_print = absl::InfinitePast();
+  v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
+  int64_t last_generation = -1;
+  while (reader->Read(&st)) {
+    any = true;
+    final_seen = st.state() == v1::SUCCEEDED || st.state() == v1::FAILED ||
+                 st.state() == v1::CANCELLED;
+    const bool changed =
+        st.state() != last_state || st.generation() != last_generation;
+    if (json || final_seen || changed || absl::Now() - last_print >= refresh) {
+      if (json) {
+        c.out << ToJson(st) << "\n";
+      } else if (live) {
+        c.out << "\r\033[K" << FormatProgress(st);
+      } else {
+        c.out << FormatProgress(st) << "\n";
+      }
+      c.out.flush();
+      last_print = absl::Now();
+      last_state = st.state();
+      last_generation = st.generation();
+    }
+    if (final_seen) break;
+  }
+  if (final_seen) ctx.TryCancel();
+  grpc::Status s = reader->Finish();
+  if (live && any && !json) c.out << "\n";
+  if (!final_seen) {
+    if (!s.ok()) return Fail(c, s);
+    return Fail(c, absl::StrCat("the watch of ", JobId(c),
+                                " ended before the job finished"));
+  }
+  if (st.state() == v1::SUCCEEDED) return 0;
+  return Fail(c, absl::StrCat("job ", st.job_id(), " ", StateName(st.state()),
+                              st.reason().empty() ? "" : ": " + st.reason()));
+}
+
+// One rank: its raw bytes. Every rank: each line prefixed "[rank N] ",
+// tracked per (rank, stream) since chunks of several interleave.
+int Logs(const Invocation& c) {
+  v1::GetLogsRequest request = ForJob<v1::GetLogsRequest>(c);
+  request.set_rank(c.flags.rank);
+  request.set_follow(c.flags.follow);
+  grpc::ClientContext ctx;
+  auto reader = c.stub.GetLogs(&ctx, request);
+  v1::LogChunk chunk;
+  std::map<std::pair<int, std::string>, bool> at_line_start;
+  while (reader->Read(&chunk)) {
+    if (c.flags.json) {
+      c.out << ToJson(chunk) << "\n";
+    } else if (c.flags.rank >= 0) {
+      c.out << chunk.data();
+    } else {
+      auto [it, inserted] = at_line_start.try_emplace(
+          std::make_pair(chunk.rank(), chunk.stream()), true);
+      const std::string prefix = absl::StrCat("[rank ", chunk.rank(), "] ");
+      for (char ch : chunk.data()) {
+        if (it->second) c.out << prefix;
+        c.out << ch;
+        it->second = ch == '\n';
+      }
+    }
+    c.out.flush();
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) return Fail(c, s);
+  return 0;
+}
+
+int Cancel(const Invocation& c) {
+  return CallAndPrint(c, &Stub::CancelJob, ForJob<v1::CancelJobRequest>(c),
+                      [&c](const v1::CancelJobResponse& r) {
+                        return absl::StrCat("cancelled ", JobId(c), " (",
+                                            StateName(r.job().state()), ")\n");
+                      });
+}
+
+int Checkpoint(const Invocation& c) {
+  return CallAndPrint(c, &Stub::RequestCheckpoint,
+                      ForJob<v1::RequestCheckpointRequest>(c),
+                      [&c](const v1::RequestCheckpointResponse& r) {
+                        return absl::StrCat("checkpoint of ", JobId(c),
+                                            " requested at step ", r.at_step(),
+                                            "\n");
+                      });
+}
+
+int Checkpoints(const Invocation& c) {
+  return CallAndPrint(c, &Stub::ListCheckpoints,
+                      ForJob<v1::ListCheckpointsRequest>(c), FormatCheckpoints);
+}
+
+int Metrics(const Invocation& c) {
+  v1::GetMetricsRequest request = ForJob<v1::GetMetricsRequest>(c);
+  request.set_since_step(c.flags.since);
+  return CallAndPrint(c, &Stub::GetMetrics, request,
+                      c.flags.csv ? FormatMetricsCsv : FormatMetricsTable);
+}
+
+int Workers(const Invocation& c) {
+  return CallAndPrint(c, &Stub::ListWorkers, v1::ListWorkersRequest(),
+                      FormatWorkers);
+}
+
+constexpr Command kCommands[] = {
+    {"submit", Submit, 1, "one job file", "submit JOB.yaml",
+     "submit a job, print its id"},
+    {"list", List, 0, "no arguments", "list", "jobs"},
+    {"status", Status, 1, "one job id", "status ID", "one job"},
+    {"watch", Watch, 1, "one job id", "watch ID",
+     "live progress until the job ends\n(exit 0 only if it SUCCEEDED)"},
+    {"logs", Logs, 1, "one job id", "logs ID [--rank N] [-f]",
+     "trainer logs (-f: follow)"},
+    {"cancel", Cancel, 1, "one job id", "cancel ID", "cancel a job"},
+    {"checkpoint", Checkpoint, 1, "one job id", "checkpoint ID",
+     "request a checkpoint now"},
+    {"checkpoints", Checkpoints, 1, "one job id", "checkpoints ID",
+     "the checkpoint catalog of a job"},
+    {"metrics", Metrics, 1, "one job id", "metrics ID [--json|--csv]",
+     "per-step aggregated metrics"},
+    {"workers", Workers, 0, "no arguments", "workers", "registered workers"},
+};
+
+}  // namespace
+
+absl::Span<const Command> Commands() { return kCommands; }
+
+}  // namespace frameworm

@@ -1,0 +1,127 @@
+// The command lines of frameworm-coordinator and frameworm-cli, run as a
+// user runs them (binaries from $FRAMEWORM_BIN_DIR): --help, --version, a
+// bad flag and bad values, each exit code and each one-line error.
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/flags.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/process.h"
+
+namespace frameworm {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string Bin(const std::string& name) {
+  const char* d = std::getenv("FRAMEWORM_BIN_DIR");
+  return absl::StrCat(d ? d : ".", "/", name);
+}
+
+e2e::RunResult RunTool(const std::string& binary, std::vector<std::string> args,
+                   const std::map<std::string, std::string>& env = {}) {
+  args.insert(args.begin(), Bin(binary));
+  return e2e::RunCommand(args, env, absl::Seconds(10));
+}
+
+int Lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
+
+// The coordinator must not start whatever a test gets wrong: scratch state,
+// any free port.
+class CoordinatorFlagsTest : public ::testing::Test {
+ protected:
+  e2e::RunResult Coordinator(std::vector<std::string> args) {
+    // First, so that the test's own flags win.
+    args.insert(args.begin(), {absl::StrCat("--state-dir=", dir_, "/state"),
+                               "--listen=127.0.0.1:0"});
+    return RunTool("frameworm-coordinator", args);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_ = e2e::MakeTempDir("coordinator-flags");
+};
+
+TEST_F(CoordinatorFlagsTest, HelpListsFlagsWithDefaults) {
+  e2e::RunResult r = RunTool("frameworm-coordinator", {"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.output, StartsWith("usage: frameworm-coordinator [flags]\n"));
+  EXPECT_THAT(r.output,
+              HasSubstr("  --state-dir\n      durable state, logs, default "
+                        "checkpoints (default: ./frameworm-state)\n"));
+  for (const char* f :
+       {"--listen", "--advertise", "--port-range", "--heartbeat-timeout",
+        "--straggler-factor"})
+    EXPECT_THAT(r.output, HasSubstr(absl::StrCat("  ", f, "\n"))) << f;
+  EXPECT_THAT(r.output, HasSubstr("(default: 29500-29999)"));
+  EXPECT_THAT(r.output, HasSubstr("(default: 10s)"));
+  EXPECT_THAT(r.output, HasSubstr("(default: 1.5)"));
+}
+
+TEST_F(CoordinatorFlagsTest, VersionIsOneLine) {
+  e2e::RunResult r = RunTool("frameworm-coordinator", {"--version"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.output, absl::StrCat("frameworm-coordinator ", Version(), "\n"));
+}
+
+TEST_F(CoordinatorFlagsTest, BadFlagsAndValuesExitTwoWithOneLine) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  } cases[] = {
+      {{"--bogus"}, "frameworm-coordinator: unknown flag --bogus"},
+      {{"--stat-dir=/x"}, "unknown flag --stat-dir (did you mean --state-dir?)"},
+      {{"--port-range=5-1"},
+       "--port-range must be LO-HI within 1-65535 with LO <= HI, got '5-1'"},
+      {{"--port-range=0-10"}, "--port-range must be"},
+      {{"--port-range=29500"}, "--port-range must be"},
+      {{"--heartbeat-timeout=0s"},
+       "--heartbeat-timeout must be a positive duration like 10s, got '0'"},
+      {{"--heartbeat-timeout=soon"}, "--heartbeat-timeout: bad value 'soon'"},
+      {{"--straggler-factor=1"}, "--straggler-factor must be a number > 1"},
+      {{"--listen=7070"}, "--listen must be HOST:PORT, got '7070'"},
+      {{"serve"}, "unexpected argument 'serve'"},
+  };
+  for (const Case& c : cases) {
+    e2e::RunResult r = Coordinator(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args[0] << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr(c.expect)) << c.args[0];
+    EXPECT_THAT(r.output, StartsWith("frameworm-coordinator: ")) << c.args[0];
+    EXPECT_THAT(r.output, ::testing::EndsWith(" (see --help)\n")) << c.args[0];
+    EXPECT_EQ(Lines(r.output), 1) << r.output;
+  }
+  // A flag given as "--name value" and a later flag both count.
+  e2e::RunResult r = Coordinator({"--port-range", "9-8"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("got '9-8'"));
+}
+
+TEST(CliFlagsTest, HelpVersionAndBadFlag) {
+  e2e::RunResult r = RunTool("frameworm-cli", {"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.output, StartsWith("usage: frameworm-cli"));
+  EXPECT_THAT(r.output, HasSubstr("or $FRAMEWORM_COORDINATOR)"));
+  r = RunTool("frameworm-cli", {"--version"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.output, absl::StrCat("frameworm-cli ", Version(), "\n"));
+  r = RunTool("frameworm-cli", {"--bogus", "list"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output, "frameworm-cli: unknown flag --bogus (see --help)\n");
+}
+
+TEST(CliFlagsTest, CoordinatorComesFromTheEnvironment) {
+  // Nothing listens on port 1: the failure names the address it tried.
+  e2e::RunResult r = RunTool("frameworm-cli", {"list"},
+                         {{"FRAMEWORM_COORDINATOR", "127.0.0.1:1"}});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, StartsWith("frameworm-cli: list: UNAVAILABLE: "));
+  EXPECT_THAT(r.output, HasSubstr("127.0.0.1:1")) << r.output;
+}
+
+}  // namespace
+}  // namespace frameworm
