@@ -60,10 +60,11 @@ absl::Status Unknown(absl::string_view name) {
 absl::Status Set(absl::CommandLineFlag* f, absl::string_view value,
                  absl::string_view source) {
   std::string error;
-  if (!f->ParseFrom(value, &error))
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": bad value '", value, "'", error.empty() ? "" : ": ", error));
-  return absl::OkStatus();
+  if (f->ParseFrom(value, &error)) return absl::OkStatus();
+  // absl's own text only repeats the value and the flag's name.
+  if (absl::StartsWith(error, "Illegal value")) error.clear();
+  return absl::InvalidArgumentError(absl::StrCat(
+      source, ": bad value '", value, "'", error.empty() ? "" : ": ", error));
 }
 
 }  // namespace
