@@ -23,7 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "rpc/trainer_channel.h"
+#include "trainer/trainer_channel.h"
 #include "train/data.h"
 #include "train/launch.h"
 #include "train/models.h"
