@@ -1,0 +1,242 @@
+#include "trainer/run.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "train/data.h"
+#include "train/models.h"
+#include "train/trainer.h"
+#include "trainer/trainer_channel.h"
+
+namespace frameworm {
+namespace {
+
+// Newest <dir>/ckpt-<step>.pt, or NOT_FOUND.
+absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return absl::NotFoundError(absl::StrCat("no checkpoint directory ", dir));
+  int64_t best = -1;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n.rfind("ckpt-", 0) != 0 || n.size() < 9 || n.substr(n.size() - 3) != ".pt") continue;
+    int64_t s = 0;
+    if (absl::SimpleAtoi(n.substr(5, n.size() - 8), &s) && s > best) best = s;
+  }
+  ::closedir(d);
+  if (best < 0) return absl::NotFoundError(absl::StrCat("no ckpt-<step>.pt in ", dir));
+  return absl::StrCat(dir, "/ckpt-", best, ".pt");
+}
+
+int Fail(const std::string& what) {
+  std::cerr << "frameworm-train: " << what << std::endl;
+  return 1;
+}
+
+std::string J(double v) { return absl::StrFormat("%.6g", v); }
+
+}  // namespace
+
+int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
+  torch::set_num_threads(static_cast<int>(f.threads));
+  const int rank = env.rank;
+  absl::StatusOr<Dataset> train_set, val_set;
+  if (f.dataset == "fashion-mnist") {
+    train_set = LoadFashionMnist(f.data_dir, "train");
+    if (!train_set.ok()) return Fail(std::string(train_set.status().message()));
+    val_set = LoadFashionMnist(f.data_dir, "test");
+    if (!val_set.ok()) return Fail(std::string(val_set.status().message()));
+  } else {
+    train_set = MakeSyntheticDataset(f.synthetic_size, f.seed);
+    val_set = MakeSyntheticDataset(std::max<int64_t>(64, f.synthetic_size / 4), f.seed + 1);
+  }
+  DataLoader train_loader(*train_set, DataLoaderOptions{f.batch_size, true, f.seed, false});
+  DataLoader val_loader(*val_set, DataLoaderOptions{256, false, f.seed, false});
+
+  torch::manual_seed(f.seed);
+  auto model = MakeModel(f.model);
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+  std::shared_ptr<torch::optim::Optimizer> opt;
+  if (f.optimizer == "adam") {
+    opt = std::make_shared<torch::optim::Adam>((*model)->parameters(), torch::optim::AdamOptions(f.lr));
+  } else {
+    opt = std::make_shared<torch::optim::SGD>((*model)->parameters(),
+                                              torch::optim::SGDOptions(f.lr).momentum(f.momentum));
+  }
+
+  TrainerOptions to;
+  to.epochs = f.epochs;
+  to.max_steps = f.max_steps;
+  to.gradient_accumulation_steps = static_cast<int>(f.grad_accum);
+  to.warmup_steps = f.warmup_steps;
+  to.log_every = f.log_every;
+  to.checkpoint_dir = f.checkpoint_dir;
+  to.checkpoint_every = f.checkpoint_every;
+
+  // Step timing (steady state: the first steps are excluded).
+  double step_time_sum = 0;
+  int64_t step_time_n = 0;
+  // Cluster mode.
+  std::unique_ptr<ControlChannel> channel;
+  if (!env.coordinator.empty()) {
+    TrainerChannelOptions co;
+    co.coordinator = env.coordinator;
+    co.job_id = env.job_id;
+    co.generation = env.generation;
+    co.rank = rank;
+    auto ch = NewTrainerChannel(co);
+    if (!ch.ok()) return Fail(absl::StrCat("cannot reach the coordinator: ", ch.status().message()));
+    channel = std::move(*ch);
+    to.sync_step_actions = true;
+  }
+  int64_t last_requested = 0;
+  int64_t last_step = 0;
+  auto last_contact = std::chrono::steady_clock::now();
+  to.on_step = [&](const StepInfo& s) -> absl::StatusOr<StepAction> {
+    if (s.step > 5) {
+      step_time_sum += s.seconds;
+      ++step_time_n;
+    }
+    StepAction a;
+    if (!channel) return a;
+    StepReport r;
+    r.rank = rank;
+    r.step = s.step;
+    r.epoch = static_cast<int>(s.epoch);
+    r.samples = s.samples;
+    r.step_seconds = s.seconds;
+    // Planned steps (for progress and ETA): epochs x optimizer steps per
+    // epoch (the loader is split across ranks by now), capped by max-steps.
+    const int64_t per_epoch =
+        (train_loader.num_batches() + f.grad_accum - 1) / f.grad_accum;
+    r.total_steps = f.epochs * per_epoch;
+    if (f.max_steps > 0) r.total_steps = std::min(r.total_steps, f.max_steps);
+    r.values = {{"loss", s.loss}, {"accuracy", s.accuracy}, {"lr", s.lr}};
+    auto d = channel->ReportStep(r);
+    last_step = s.step;
+    last_contact = std::chrono::steady_clock::now();
+    if (!d.ok()) {
+      if (d.status().code() == absl::StatusCode::kAborted) {
+        return absl::AbortedError(absl::StrCat("the coordinator ended this generation: ", d.status().message()));
+      }
+      return a;  // coordinator away: keep training
+    }
+    if (d->checkpoint_at_step > last_requested && s.step >= d->checkpoint_at_step) {
+      last_requested = d->checkpoint_at_step;
+      a.checkpoint = true;
+    }
+    a.stop = d->stop;
+    return a;
+  };
+  // During evaluation and checkpointing (no steps), a sign of life at most
+  // once a second, so the coordinator does not take this rank for hung.
+  to.on_progress = [&]() {
+    if (!channel) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_contact < std::chrono::seconds(1)) return;
+    last_contact = now;
+    StepReport r;
+    r.rank = rank;
+    r.step = last_step;
+    r.progress_only = true;
+    (void)channel->ReportStep(r);  // best effort; a step report handles errors
+  };
+  to.on_checkpoint = [&](int64_t step, const std::string& path, const CheckpointFileInfo& info) {
+    if (!channel) return;
+    CheckpointReport cr;
+    cr.step = step;
+    cr.path = path;
+    cr.bytes = info.bytes;
+    cr.checksum = info.checksum;
+    absl::Status s = channel->ReportCheckpoint(cr);
+    if (!s.ok()) std::cerr << "frameworm-train: checkpoint report failed: " << s << std::endl;
+  };
+
+  std::unique_ptr<Trainer> trainer;
+  int world = 1;
+  // How gradients are averaged: "none" (one process), "shm" (intra-node
+  // shared memory) or the process group's backend.
+  std::string gradient_path = "none";
+  if (distributed) {
+    DistributedOptions o;
+    o.backend = f.backend;
+    o.gradient_accumulation_steps = static_cast<int>(f.grad_accum);
+    o.scale_lr = f.scale_lr;
+    o.find_unused_parameters = f.find_unused_parameters;
+    o.intra_node_shm = f.intra_node_shm;
+    o.trainer = to;
+    auto t = DistributedTrainer::Create(*model, opt, o);
+    if (!t.ok()) return Fail(std::string(t.status().message()));
+    world = (*t)->world_size();
+    gradient_path =
+        (*t)->intra_node_active() ? "shm" : (*t)->process_group()->getBackendName();
+    trainer = std::move(*t);
+  } else {
+    if (f.backend == "mpi" || f.backend == "nccl") {
+      ProcessGroupOptions po;
+      po.backend = f.backend;
+      auto pg = CreateProcessGroup(po);  // surfaces "mpi"/"nccl" errors
+      if (!pg.ok()) return Fail(std::string(pg.status().message()));
+    }
+    torch::Device device = torch::kCPU;
+    if (f.device == "cuda" || (f.device == "auto" && torch::cuda::is_available())) {
+      if (!torch::cuda::is_available()) return Fail("--device=cuda but CUDA is not available");
+      device = torch::Device(torch::kCUDA, 0);
+    }
+    trainer = std::make_unique<Trainer>(*model, opt, device, to);
+  }
+
+  std::string resume = env.resume_from.empty() ? f.resume : env.resume_from;
+  if (resume == "latest") {
+    auto l = LatestCheckpoint(f.checkpoint_dir);
+    if (!l.ok()) return Fail(std::string(l.status().message()));
+    resume = *l;
+  }
+  if (!resume.empty()) {
+    absl::Status s = trainer->load_checkpoint(resume);
+    if (!s.ok()) return Fail(std::string(s.message()));
+    if (rank == 0) {
+      std::cout << "{\"event\":\"resumed\",\"path\":\"" << resume << "\",\"step\":"
+                << trainer->state().step << ",\"epoch\":" << trainer->state().epoch << "}"
+                << std::endl;
+    }
+  }
+  if (rank == 0) {
+    std::cout << "{\"event\":\"start\",\"model\":\"" << f.model << "\",\"dataset\":\"" << f.dataset
+              << "\",\"world_size\":" << world << ",\"batch_size\":" << f.batch_size
+              << ",\"train_samples\":" << train_set->size() << ",\"threads\":" << f.threads
+              << ",\"gradient_allreduce\":\"" << gradient_path << "\"}"
+              << std::endl;
+  }
+  absl::Status s = trainer->train(train_loader, val_loader);
+  if (!s.ok()) return Fail(std::string(s.message()));
+  const TrainerState& st = trainer->state();
+  if (rank == 0) {
+    const int64_t epochs = st.epoch + (st.batch_in_epoch > 0 ? 1 : 0);
+    auto get = [](const std::map<std::string, double>& m, const char* k) {
+      auto it = m.find(k);
+      return it == m.end() ? 0.0 : it->second;
+    };
+    std::cout << "{\"event\":\"done\",\"epochs\":" << epochs << ",\"steps\":" << st.step
+              << ",\"train_loss\":" << J(get(st.train_metrics, "loss"))
+              << ",\"train_accuracy\":" << J(get(st.train_metrics, "accuracy"))
+              << ",\"val_loss\":" << J(get(st.val_metrics, "loss"))
+              << ",\"val_accuracy\":" << J(get(st.val_metrics, "accuracy"))
+              << ",\"world_size\":" << world << ",\"mean_step_seconds\":"
+              << J(step_time_n > 0 ? step_time_sum / step_time_n : 0.0) << "}" << std::endl;
+  }
+  if (distributed) cleanup_distributed();
+  return 0;
+}
+
+}  // namespace frameworm
