@@ -1,5 +1,5 @@
 // Conversions between grpc::Status and absl::Status. Canonical codes map
-// one-to-one (DESIGN.md "Errors are values").
+// one-to-one (docs/ARCHITECTURE.md, "Errors are values").
 //
 // Thread safety: free functions, no shared state.
 #ifndef FRAMEWORM_RPC_STATUS_UTIL_H_

@@ -16,10 +16,11 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 extern char** environ;
@@ -28,26 +29,6 @@ namespace frameworm {
 namespace {
 
 constexpr char kChildMarker[] = "FRAMEWORM_LAUNCH_CHILD";
-
-absl::StatusOr<int> ParseInt(const EnvLookup& lookup, const std::string& name,
-                             int min, int max) {
-  std::optional<std::string> v = lookup(name);
-  if (!v.has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("environment variable ", name, " is not set"));
-  }
-  int out = 0;
-  if (!absl::SimpleAtoi(*v, &out)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "environment variable ", name, "=\"", *v, "\" is not an integer"));
-  }
-  if (out < min || out > max) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "environment variable ", name, "=", out, " is outside [", min, ", ",
-        max, "]"));
-  }
-  return out;
-}
 
 std::vector<std::string> SelfCmdline() {
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
@@ -67,17 +48,6 @@ std::vector<std::string> SelfCmdline() {
   return out;
 }
 
-bool IsOurVar(const char* kv) {
-  static const char* kNames[] = {"RANK=",       "WORLD_SIZE=",
-                                 "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
-                                 "NODE_RANK=",  "MASTER_ADDR=",
-                                 "MASTER_PORT=", "FRAMEWORM_LAUNCH_CHILD="};
-  for (const char* n : kNames) {
-    if (std::strncmp(kv, n, std::strlen(n)) == 0) return true;
-  }
-  return false;
-}
-
 std::string DescribeExit(int status) {
   if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status));
@@ -86,48 +56,31 @@ std::string DescribeExit(int status) {
 
 }  // namespace
 
-absl::StatusOr<DistributedEnv> ParseDistributedEnv(const EnvLookup& lookup) {
-  DistributedEnv env;
-  std::optional<std::string> addr = lookup("MASTER_ADDR");
-  if (!addr.has_value()) {
-    return absl::InvalidArgumentError(
-        "environment variable MASTER_ADDR is not set");
-  }
-  if (addr->empty()) {
-    return absl::InvalidArgumentError(
-        "environment variable MASTER_ADDR is empty");
-  }
-  env.master_addr = *addr;
-  auto port = ParseInt(lookup, "MASTER_PORT", 1, 65535);
-  if (!port.ok()) return port.status();
-  env.master_port = *port;
-  auto world = ParseInt(lookup, "WORLD_SIZE", 1, 1 << 20);
-  if (!world.ok()) return world.status();
-  env.world_size = *world;
-  auto rank = ParseInt(lookup, "RANK", 0, 1 << 20);
-  if (!rank.ok()) return rank.status();
-  if (*rank >= env.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "environment variable RANK=", *rank, " must be < WORLD_SIZE=",
-        env.world_size));
-  }
-  env.rank = *rank;
-  auto local = ParseInt(lookup, "LOCAL_RANK", 0, 1 << 20);
-  if (!local.ok()) return local.status();
-  env.local_rank = *local;
+absl::StatusOr<RankEnv> ReadDistributedEnv() {
+  return ParseRankEnv(ProcessEnvLookup());
+}
+
+bool IsDistributedRun(const EnvLookup& lookup) {
+  return lookup("WORLD_SIZE").has_value();
+}
+
+absl::StatusOr<RankEnv> ReadRankEnv(const EnvLookup& lookup) {
+  if (IsDistributedRun(lookup)) return ParseRankEnv(lookup);
+  // A world of one: its torchrun variables stand in for the absent ones, so
+  // that ParseRankEnv reads and checks the FRAMEWORM_* variables.
+  RankEnv one;
+  one.master_addr = "127.0.0.1";
+  one.master_port = 1;
+  const std::map<std::string, std::string> vars = ToEnvironment(one);
+  absl::StatusOr<RankEnv> env =
+      ParseRankEnv([&](const std::string& name) -> std::optional<std::string> {
+        if (auto it = vars.find(name); it != vars.end()) return it->second;
+        return lookup(name);
+      });
+  if (!env.ok()) return env.status();
+  env->master_addr.clear();
+  env->master_port = 0;
   return env;
-}
-
-EnvLookup ProcessEnvLookup() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
-}
-
-absl::StatusOr<DistributedEnv> ReadDistributedEnv() {
-  return ParseDistributedEnv(ProcessEnvLookup());
 }
 
 bool IsLaunchedChild() {
@@ -202,17 +155,23 @@ absl::Status launch_distributed(const std::function<int(int, int)>& fn,
   std::vector<std::vector<std::string>> envs(options.nprocs);
   std::vector<std::vector<char*>> envps(options.nprocs);
   for (int r = 0; r < options.nprocs; ++r) {
+    RankEnv rank_env;
+    rank_env.rank = r;
+    rank_env.world_size = options.nprocs;
+    rank_env.local_rank = r;
+    rank_env.local_world_size = options.nprocs;
+    rank_env.master_addr = options.master_addr;
+    rank_env.master_port = port;
+    std::map<std::string, std::string> vars = ToEnvironment(rank_env);
+    vars[kChildMarker] = "1";
+    // This process's own environment, less what the children are told.
     for (char** e = environ; *e != nullptr; ++e) {
-      if (!IsOurVar(*e)) envs[r].push_back(*e);
+      const char* eq = std::strchr(*e, '=');
+      const std::string name(*e, eq == nullptr ? std::strlen(*e) : eq - *e);
+      if (!vars.count(name)) envs[r].push_back(*e);
     }
-    envs[r].push_back(absl::StrCat("RANK=", r));
-    envs[r].push_back(absl::StrCat("WORLD_SIZE=", options.nprocs));
-    envs[r].push_back(absl::StrCat("LOCAL_RANK=", r));
-    envs[r].push_back(absl::StrCat("LOCAL_WORLD_SIZE=", options.nprocs));
-    envs[r].push_back("NODE_RANK=0");
-    envs[r].push_back(absl::StrCat("MASTER_ADDR=", options.master_addr));
-    envs[r].push_back(absl::StrCat("MASTER_PORT=", port));
-    envs[r].push_back(absl::StrCat(kChildMarker, "=1"));
+    for (const auto& [name, value] : vars)
+      envs[r].push_back(absl::StrCat(name, "=", value));
     for (auto& s : envs[r]) envps[r].push_back(s.data());
     envps[r].push_back(nullptr);
   }

@@ -1,15 +1,17 @@
-// torchrun's environment contract and local multi-process launch, without
-// LibTorch (so this part compiles fast and is usable by any binary).
+// The training library's reading of the rank environment and local
+// multi-process launch, without LibTorch (so this part compiles fast and is
+// usable by any binary).
 //
-// ParseDistributedEnv reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and
-// LOCAL_RANK through an injected lookup (main() passes getenv; tests pass a
-// map). launch_distributed runs nprocs copies of this program on this
-// machine with those variables set and a free port: the parent re-executes
-// /proc/self/exe with the same arguments (never a bare fork() after torch
-// may have started threads) and marks the children with
-// FRAMEWORM_LAUNCH_CHILD=1. In a child, the same launch_distributed call
-// runs fn(rank, world_size) and exits the process with fn's return value,
-// so a program reaches fn by calling launch_distributed unconditionally.
+// The rank environment itself (RankEnv, its variables and their checks) is
+// common/rank_env.h; this header reads it for a training process
+// (ReadDistributedEnv, ReadRankEnv). launch_distributed runs nprocs copies
+// of this program on this machine with those variables set (ToEnvironment)
+// and a free port: the parent re-executes /proc/self/exe with the same
+// arguments (never a bare fork() after torch may have started threads) and
+// marks the children with FRAMEWORM_LAUNCH_CHILD=1. In a child, the same
+// launch_distributed call runs fn(rank, world_size) and exits the process
+// with fn's return value, so a program reaches fn by calling
+// launch_distributed unconditionally.
 //
 // Thread safety: free functions; launch_distributed blocks the calling
 // thread until every child has exited.
@@ -19,32 +21,29 @@
 #include <sys/types.h>
 
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/rank_env.h"
 
 namespace frameworm {
 
-struct DistributedEnv {
-  std::string master_addr;
-  int master_port = 0;
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-};
+// ParseRankEnv over the process environment: this process is one rank of
+// a distributed run. Errors: as ParseRankEnv (INVALID_ARGUMENT naming the
+// variable that is missing or malformed).
+absl::StatusOr<RankEnv> ReadDistributedEnv();
 
-using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+// True when `lookup` describes one rank of a distributed run: WORLD_SIZE is
+// set (torchrun, launch_distributed and frameworm-worker all set it).
+bool IsDistributedRun(const EnvLookup& lookup);
 
-// Errors: INVALID_ARGUMENT naming the variable that is missing or malformed
-// (not an integer, out of range, RANK >= WORLD_SIZE).
-absl::StatusOr<DistributedEnv> ParseDistributedEnv(const EnvLookup& lookup);
-// ParseDistributedEnv over the process environment.
-absl::StatusOr<DistributedEnv> ReadDistributedEnv();
-// The process environment as an EnvLookup.
-EnvLookup ProcessEnvLookup();
+// The rank environment of any training process: ParseRankEnv when
+// IsDistributedRun; otherwise a world of one (RankEnv's defaults, no
+// master) whose FRAMEWORM_* fields are still read and checked as
+// ParseRankEnv reads them. Errors: as ParseRankEnv.
+absl::StatusOr<RankEnv> ReadRankEnv(const EnvLookup& lookup);
 
 struct LaunchOptions {
   int nprocs = 1;

@@ -1,5 +1,6 @@
-// setup_distributed's environment contract and launch_distributed with real
-// child processes (this binary re-executed with a --gtest_filter).
+// A training process's rank environment (ReadRankEnv over ParseRankEnv)
+// and launch_distributed with real child processes (this binary
+// re-executed with a --gtest_filter).
 #include <signal.h>
 #include <unistd.h>
 
@@ -30,21 +31,25 @@ std::map<std::string, std::string> GoodEnv() {
           {"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}};
 }
 
-TEST(DistributedEnvTest, ParsesTorchrunVariables) {
-  auto env = ParseDistributedEnv(MapLookup(GoodEnv()));
+TEST(ReadRankEnvTest, ParsesTorchrunVariables) {
+  auto env = ReadRankEnv(MapLookup(GoodEnv()));
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->master_addr, "127.0.0.1");
   EXPECT_EQ(env->master_port, 29500);
   EXPECT_EQ(env->rank, 1);
   EXPECT_EQ(env->world_size, 4);
   EXPECT_EQ(env->local_rank, 1);
+  EXPECT_EQ(env->local_world_size, 4);  // torchrun's default: WORLD_SIZE
+  EXPECT_TRUE(env->job_id.empty());
 }
 
-TEST(DistributedEnvTest, EachMissingVariableIsNamed) {
+TEST(ReadRankEnvTest, EachMissingVariableIsNamed) {
+  // What ReadDistributedEnv reads (ReadRankEnv would take a missing
+  // WORLD_SIZE for a world of one; see below).
   for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"}) {
     auto m = GoodEnv();
     m.erase(name);
-    auto env = ParseDistributedEnv(MapLookup(m));
+    auto env = ParseRankEnv(MapLookup(m));
     ASSERT_FALSE(env.ok()) << name;
     EXPECT_EQ(env.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(env.status().message().find(name), std::string::npos) << env.status();
@@ -52,20 +57,48 @@ TEST(DistributedEnvTest, EachMissingVariableIsNamed) {
   }
 }
 
-TEST(DistributedEnvTest, EachMalformedVariableIsNamed) {
+TEST(ReadRankEnvTest, EachMalformedVariableIsNamed) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"MASTER_ADDR", ""},       {"MASTER_PORT", "http"}, {"MASTER_PORT", "70000"},
       {"MASTER_PORT", "0"},      {"RANK", "one"},         {"RANK", "-1"},
       {"RANK", "4"},             {"WORLD_SIZE", "0"},     {"WORLD_SIZE", "2x"},
-      {"LOCAL_RANK", "-3"},      {"LOCAL_RANK", ""}};
+      {"LOCAL_RANK", "-3"},      {"LOCAL_RANK", ""},
+      {"LOCAL_WORLD_SIZE", "0"}, {"FRAMEWORM_GENERATION", "g1"}};
   for (const auto& [name, value] : bad) {
     auto m = GoodEnv();
     m[name] = value;
-    auto env = ParseDistributedEnv(MapLookup(m));
+    auto env = ReadRankEnv(MapLookup(m));
     ASSERT_FALSE(env.ok()) << name << "=" << value;
     EXPECT_NE(env.status().message().find(name), std::string::npos)
         << name << "=" << value << ": " << env.status();
   }
+}
+
+TEST(ReadRankEnvTest, WithoutWorldSizeTheProcessIsAWorldOfOne) {
+  const std::map<std::string, std::string> cluster = {
+      {"FRAMEWORM_COORDINATOR", "10.0.0.9:7070"},
+      {"FRAMEWORM_JOB_ID", "job-7"},
+      {"FRAMEWORM_GENERATION", "3"},
+      {"FRAMEWORM_RESUME_FROM", "/ckpt/ckpt-10.pt"},
+      {"RANK", "5"}};  // ignored without WORLD_SIZE
+  EXPECT_FALSE(IsDistributedRun(MapLookup(cluster)));
+  auto env = ReadRankEnv(MapLookup(cluster));
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->rank, 0);
+  EXPECT_EQ(env->world_size, 1);
+  EXPECT_EQ(env->local_world_size, 1);
+  EXPECT_EQ(env->master_addr, "");
+  EXPECT_EQ(env->master_port, 0);
+  EXPECT_EQ(env->coordinator, "10.0.0.9:7070");
+  EXPECT_EQ(env->job_id, "job-7");
+  EXPECT_EQ(env->generation, 3);
+  EXPECT_EQ(env->resume_from, "/ckpt/ckpt-10.pt");
+
+  auto bad = ReadRankEnv(MapLookup({{"FRAMEWORM_GENERATION", "two"}}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("FRAMEWORM_GENERATION"), std::string::npos)
+      << bad.status();
+  EXPECT_TRUE(IsDistributedRun(MapLookup(GoodEnv())));
 }
 
 std::vector<std::string> SelfArgs() {
@@ -84,6 +117,7 @@ TEST(LaunchTest, AllRanksSucceedWithTheirEnvironment) {
         if (!env.ok()) return 20;
         if (env->rank != rank || env->world_size != 3 || world != 3) return 21;
         if (env->local_rank != rank || env->master_addr != "127.0.0.1") return 22;
+        if (env->local_world_size != 3 || env->node_rank != 0) return 23;
         return 0;
       },
       o);

@@ -37,9 +37,7 @@ absl::StatusOr<std::shared_ptr<ShmAllreduce>> MaybeIntraNode(
     const c10::intrusive_ptr<c10d::Backend>& pg, torch::nn::Module& module,
     const DistributedOptions& o) {
   auto env = ReadDistributedEnv();
-  if (!env.ok()) return std::shared_ptr<ShmAllreduce>();
-  const auto lws = ProcessEnvLookup()("LOCAL_WORLD_SIZE");
-  if (!lws.has_value() || *lws != std::to_string(pg->getSize()) ||
+  if (!env.ok() || env->local_world_size != pg->getSize() ||
       env->world_size != pg->getSize() || env->rank != pg->getRank()) {
     return std::shared_ptr<ShmAllreduce>();
   }
@@ -630,7 +628,7 @@ absl::Status setup_distributed(const std::string& backend) {
 }
 
 absl::Status setup_distributed(const std::string& backend, const EnvLookup& lookup) {
-  auto env = ParseDistributedEnv(lookup);
+  auto env = ParseRankEnv(lookup);
   if (!env.ok()) return env.status();
   ProcessGroupOptions po;
   po.backend = backend.empty() ? DefaultBackend() : backend;

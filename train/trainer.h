@@ -193,12 +193,14 @@ struct DistributedOptions {
   int gradient_accumulation_steps = 1;
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   bool scale_lr = false;  // lr x world_size (opt-in)
-  // Gloo on CPU with every rank on this machine (LOCAL_WORLD_SIZE ==
-  // WORLD_SIZE in the environment, as torchrun/launch_distributed/the
-  // worker set it): average float32 gradients through an intra-node
-  // shared-memory allreduce (ShmAllreduce) instead of Gloo over loopback.
-  // If its setup fails on any rank, every rank falls back to the process
-  // group and one line goes to stderr. false: always the process group.
+  // Gloo on CPU with every rank on this machine (the rank environment's
+  // local_world_size == world_size: LOCAL_WORLD_SIZE as torchrun,
+  // launch_distributed and the worker set it, WORLD_SIZE when unset):
+  // average float32 gradients through an intra-node shared-memory
+  // allreduce (ShmAllreduce) instead of Gloo over loopback. If its setup
+  // fails on any rank (e.g. a rank on another machine cannot map rank 0's
+  // segment), every rank falls back to the process group and one line goes
+  // to stderr. false: always the process group.
   bool intra_node_shm = true;
   // Process group to use; null: the default group of setup_distributed(),
   // created from the environment if there is none yet.
@@ -254,9 +256,10 @@ class DataParallelTrainer {
                                    std::vector<torch::Device> devices = {});
 };
 
-// setup_distributed: reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
-// LOCAL_RANK and creates the process-wide default process group.
-// Errors: as ParseDistributedEnv and CreateProcessGroup.
+// setup_distributed: reads the rank environment (ParseRankEnv over
+// `lookup`, by default the process environment) and creates the
+// process-wide default process group.
+// Errors: as ParseRankEnv and CreateProcessGroup.
 absl::Status setup_distributed(const std::string& backend = "");
 absl::Status setup_distributed(const std::string& backend,
                                const EnvLookup& lookup);

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -11,29 +12,44 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/flags.h"
 #include "worker/process_launcher.h"
 #include "worker/worker_agent.h"
 
 extern char** environ;
 
+ABSL_FLAG(std::string, coordinator, frameworm::WorkerAgent::Options{}.coordinator,
+          "the coordinator's address, HOST:PORT");
+ABSL_FLAG(std::string, name, "", "this worker's name; empty: <hostname>-<pid>");
+ABSL_FLAG(int, slots, 0,
+          "trainers this worker runs at once; 0: one per GPU (/dev/nvidiaN), "
+          "at least 1");
+ABSL_FLAG(std::string, work_dir, "",
+          "where trainer logs go; empty: /tmp/frameworm-worker-<name>");
+ABSL_FLAG(std::string, advertise, frameworm::WorkerAgent::Options{}.advertise,
+          "the address trainers use as MASTER_ADDR");
+ABSL_FLAG(double, heartbeat_interval,
+          absl::ToDoubleSeconds(frameworm::WorkerAgent::Options{}.heartbeat_interval),
+          "seconds between heartbeats (the coordinator may ask for another)");
+ABSL_FLAG(double, shutdown_grace,
+          absl::ToDoubleSeconds(frameworm::WorkerAgent::Options{}.shutdown_grace),
+          "on SIGTERM/SIGINT, seconds trainers get between SIGTERM and SIGKILL");
+
 namespace {
 
-constexpr char kUsage[] =
-    "usage: frameworm-worker [--coordinator HOST:PORT] [--name NAME]\n"
-    "         [--slots N] [--work-dir DIR] [--advertise HOST]\n"
-    "         [--heartbeat-interval SECONDS] [--shutdown-grace SECONDS]\n"
-    "  --coordinator  default $FRAMEWORM_COORDINATOR or 127.0.0.1:7070\n"
-    "  --name         default <hostname>-<pid>\n"
-    "  --slots        default: number of GPUs (/dev/nvidiaN), else 1\n"
-    "  --work-dir     trainer logs; default /tmp/frameworm-worker-<name>\n"
-    "  --advertise    address trainers use as MASTER_ADDR (default 127.0.0.1)\n";
-
-[[noreturn]] void UsageError(const std::string& msg) {
-  std::cerr << "frameworm-worker: " << msg << "\n" << kUsage;
-  std::exit(2);
+const frameworm::FlagsConfig& Config() {
+  static const auto* config = new frameworm::FlagsConfig{
+      "frameworm-worker",
+      "usage: frameworm-worker [flags]\n"
+      "  The per-node daemon: registers with the coordinator and runs the\n"
+      "  trainer processes it is sent.\n",
+      {{"coordinator", "FRAMEWORM_COORDINATOR"}},
+      {}};
+  return *config;
 }
 
 int CountGpus() {
@@ -47,67 +63,36 @@ int CountGpus() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      std::cout << kUsage;
-      return 0;
-    }
-    if (a.rfind("--", 0) != 0) UsageError("unexpected argument '" + a + "'");
-    std::string key = a.substr(2), value;
-    size_t eq = key.find('=');
-    if (eq != std::string::npos) {
-      value = key.substr(eq + 1);
-      key = key.substr(0, eq);
-    } else {
-      if (i + 1 >= argc) UsageError("flag --" + key + " needs a value");
-      value = argv[++i];
-    }
-    static const char* kKnown[] = {"coordinator", "name",     "slots",
-                                   "work-dir",    "advertise", "heartbeat-interval",
-                                   "shutdown-grace"};
-    bool known = false;
-    for (const char* k : kKnown) known |= key == k;
-    if (!known) UsageError("unknown flag --" + key);
-    flags[key] = value;
-  }
+  using frameworm::FlagErrorExit;
+  const std::vector<std::string> args =
+      frameworm::ParseFlagsOrExit(argc, argv, Config());
+  if (!args.empty()) FlagErrorExit(Config(), "unexpected argument '" + args[0] + "'");
 
   frameworm::WorkerAgent::Options o;
-  const char* env_coord = std::getenv("FRAMEWORM_COORDINATOR");
-  o.coordinator = flags.count("coordinator") ? flags["coordinator"]
-                  : env_coord && *env_coord  ? env_coord
-                                             : "127.0.0.1:7070";
-  if (flags.count("name")) {
-    o.name = flags["name"];
-  } else {
+  o.coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (o.coordinator.empty()) FlagErrorExit(Config(), "--coordinator must not be empty");
+  o.name = absl::GetFlag(FLAGS_name);
+  if (o.name.empty()) {
     char host[256] = {0};
     ::gethostname(host, sizeof(host) - 1);
     o.name = absl::StrCat(host, "-", ::getpid());
   }
-  if (o.name.empty()) UsageError("--name must not be empty");
-  o.slots = CountGpus();
-  if (o.slots == 0) o.slots = 1;
-  if (flags.count("slots") &&
-      (!absl::SimpleAtoi(flags["slots"], &o.slots) || o.slots < 1)) {
-    UsageError("--slots must be a positive integer, got '" + flags["slots"] + "'");
+  o.slots = absl::GetFlag(FLAGS_slots);
+  if (o.slots < 0) FlagErrorExit(Config(), "--slots must be >= 0");
+  if (o.slots == 0) o.slots = std::max(1, CountGpus());
+  o.advertise = absl::GetFlag(FLAGS_advertise);
+  const double heartbeat = absl::GetFlag(FLAGS_heartbeat_interval);
+  if (!(heartbeat > 0)) {
+    FlagErrorExit(Config(), "--heartbeat-interval must be a positive number of seconds");
   }
-  if (flags.count("advertise")) o.advertise = flags["advertise"];
-  double secs;
-  if (flags.count("heartbeat-interval")) {
-    if (!absl::SimpleAtod(flags["heartbeat-interval"], &secs) || secs <= 0) {
-      UsageError("--heartbeat-interval must be a positive number of seconds");
-    }
-    o.heartbeat_interval = absl::Seconds(secs);
+  o.heartbeat_interval = absl::Seconds(heartbeat);
+  const double grace = absl::GetFlag(FLAGS_shutdown_grace);
+  if (!(grace >= 0)) {
+    FlagErrorExit(Config(), "--shutdown-grace must be a number of seconds >= 0");
   }
-  if (flags.count("shutdown-grace")) {
-    if (!absl::SimpleAtod(flags["shutdown-grace"], &secs) || secs < 0) {
-      UsageError("--shutdown-grace must be a number of seconds >= 0");
-    }
-    o.shutdown_grace = absl::Seconds(secs);
-  }
-  o.work_dir = flags.count("work-dir") ? flags["work-dir"]
-                                       : "/tmp/frameworm-worker-" + o.name;
+  o.shutdown_grace = absl::Seconds(grace);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  if (o.work_dir.empty()) o.work_dir = "/tmp/frameworm-worker-" + o.name;
   std::error_code ec;
   std::filesystem::create_directories(o.work_dir, ec);
   if (ec) {

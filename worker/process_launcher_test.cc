@@ -60,8 +60,10 @@ class LauncherTest : public ::testing::Test {
   }
   TaskLaunch Shell(const std::string& script, int rank = 0) {
     TaskLaunch l;
-    l.key = {"job-x", 1, rank};
-    l.world_size = 4;
+    l.rank_env.job_id = "job-x";
+    l.rank_env.generation = 1;
+    l.rank_env.rank = rank;
+    l.rank_env.world_size = 4;
     l.argv = {"/bin/sh", "-c", script};
     return l;
   }
@@ -90,13 +92,13 @@ TEST_F(LauncherTest, PathLookupAndMissingProgram) {
   ASSERT_EQ(changes.size(), 1u);
   EXPECT_EQ(changes[0].exit_code, 0);
 
-  l.key.rank = 1;
+  l.rank_env.rank = 1;
   l.argv = {"no-such-program-xyz"};
   TaskStatusInfo st = sup_->Start(l);
   EXPECT_EQ(st.state, TaskState::kStartFailed);
   EXPECT_THAT(st.message, HasSubstr("'no-such-program-xyz' not found on PATH"));
 
-  l.key.rank = 2;
+  l.rank_env.rank = 2;
   l.argv = {"frameworm-train"};  // not in this test's bin dir
   st = sup_->Start(l);
   EXPECT_EQ(st.state, TaskState::kStartFailed);

@@ -20,64 +20,68 @@ std::string Supervisor::StderrPath(const TaskKey& k) const {
                       "/rank-", k.rank, ".stderr");
 }
 
+namespace {
+
+// Every name ToEnvironment may write (a RankEnv with every optional field
+// set yields them all).
+const std::map<std::string, std::string>& RankVariables() {
+  static const auto* vars = [] {
+    RankEnv all;
+    all.coordinator = all.job_id = all.resume_from = "-";
+    return new std::map<std::string, std::string>(ToEnvironment(all));
+  }();
+  return *vars;
+}
+
+}  // namespace
+
 std::map<std::string, std::string> Supervisor::EnvFor(
     const TaskLaunch& l) const {
   std::map<std::string, std::string> env = options_.base_env;
   for (const auto& [k, v] : l.env) env[k] = v;
-  env["RANK"] = absl::StrCat(l.key.rank);
-  env["WORLD_SIZE"] = absl::StrCat(l.world_size);
-  env["LOCAL_RANK"] = absl::StrCat(l.local_rank);
-  env["LOCAL_WORLD_SIZE"] = absl::StrCat(l.local_world_size);
-  env["NODE_RANK"] = absl::StrCat(l.node_rank);
-  env["MASTER_ADDR"] = l.master_addr;
-  env["MASTER_PORT"] = absl::StrCat(l.master_port);
-  env["FRAMEWORM_JOB_ID"] = l.key.job_id;
-  env["FRAMEWORM_GENERATION"] = absl::StrCat(l.key.generation);
-  if (!l.env.count("FRAMEWORM_COORDINATOR") && !options_.coordinator.empty()) {
-    env["FRAMEWORM_COORDINATOR"] = options_.coordinator;
-  }
-  if (!l.resume_from.empty()) {
-    env["FRAMEWORM_RESUME_FROM"] = l.resume_from;
-  } else if (!l.env.count("FRAMEWORM_RESUME_FROM")) {
-    env.erase("FRAMEWORM_RESUME_FROM");
-  }
+  for (const auto& [k, v] : RankVariables()) env.erase(k);
+  RankEnv rank_env = l.rank_env;
+  if (rank_env.coordinator.empty()) rank_env.coordinator = options_.coordinator;
+  for (auto& [k, v] : ToEnvironment(rank_env)) env[k] = std::move(v);
   return env;
 }
 
 TaskStatusInfo Supervisor::Start(const TaskLaunch& l) {
-  auto it = tasks_.find(l.key);
+  const TaskKey key = l.key();
+  auto it = tasks_.find(key);
   if (it != tasks_.end()) return it->second.status;
 
   TaskStatusInfo st;
-  st.key = l.key;
+  st.key = key;
   auto fail = [&](std::string why) {
     st.state = TaskState::kStartFailed;
     st.message = std::move(why);
-    tasks_[l.key].status = st;
+    tasks_[key].status = st;
     return st;
   };
-  if (l.key.job_id.empty() || l.key.job_id.find('/') != std::string::npos ||
-      l.key.job_id == "." || l.key.job_id == "..") {
-    return fail(absl::StrCat("invalid job id '", l.key.job_id, "'"));
+  if (key.job_id.empty() || key.job_id.find('/') != std::string::npos ||
+      key.job_id == "." || key.job_id == "..") {
+    return fail(absl::StrCat("invalid job id '", key.job_id, "'"));
   }
-  if (l.key.rank < 0 || l.world_size < 1 || l.key.rank >= l.world_size) {
-    return fail(absl::StrCat("invalid rank ", l.key.rank, " for world size ",
-                             l.world_size));
+  const int world = l.rank_env.world_size;
+  if (key.rank < 0 || world < 1 || key.rank >= world) {
+    return fail(absl::StrCat("invalid rank ", key.rank, " for world size ",
+                             world));
   }
   if (l.argv.empty() || l.argv[0].empty()) return fail("empty argv");
 
   LaunchSpec spec;
   spec.argv = l.argv;
   spec.env = EnvFor(l);
-  spec.stdout_path = StdoutPath(l.key);
-  spec.stderr_path = StderrPath(l.key);
+  spec.stdout_path = StdoutPath(key);
+  spec.stderr_path = StderrPath(key);
   auto pid = launcher_.Start(spec);
   if (!pid.ok()) return fail(std::string(pid.status().message()));
   st.state = TaskState::kRunning;
   st.pid = *pid;
   st.message = "running";
-  tasks_[l.key].status = st;
-  by_pid_[*pid] = l.key;
+  tasks_[key].status = st;
+  by_pid_[*pid] = key;
   return st;
 }
 

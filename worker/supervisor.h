@@ -18,6 +18,7 @@
 
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/rank_env.h"
 #include "worker/process_launcher.h"
 
 namespace frameworm {
@@ -41,25 +42,22 @@ struct TaskStatusInfo {
   bool final() const { return state != TaskState::kRunning; }
 };
 
-// What the coordinator asks to run (mirrors frameworm.v1.TaskSpec).
+// What the coordinator asks to run (frameworm.v1.TaskSpec in plain types).
 struct TaskLaunch {
-  TaskKey key;
-  int local_rank = 0;
-  int node_rank = 0;
-  int world_size = 1;
-  int local_world_size = 1;
-  std::string master_addr;
-  int master_port = 0;
+  RankEnv rank_env;  // who the trainer is (job, generation, rank, master...)
   std::vector<std::string> argv;
-  std::map<std::string, std::string> env;  // job env + FRAMEWORM_* variables
-  std::string resume_from;
+  std::map<std::string, std::string> env;  // the job's own variables only
+  TaskKey key() const {
+    return {rank_env.job_id, rank_env.generation, rank_env.rank};
+  }
 };
 
 class Supervisor {
  public:
   struct Options {
     std::string work_dir;  // logs: <work_dir>/<job>/g<gen>/rank-<r>.std{out,err}
-    std::string coordinator;  // default FRAMEWORM_COORDINATOR for trainers
+    // FRAMEWORM_COORDINATOR for trainers whose rank_env names none.
+    std::string coordinator;
     // The environment every trainer starts from (the worker's own, read in
     // main); the task's env and the rank variables are laid over it.
     std::map<std::string, std::string> base_env;
@@ -96,7 +94,12 @@ class Supervisor {
 
   std::string StdoutPath(const TaskKey& key) const;
   std::string StderrPath(const TaskKey& key) const;
-  // The complete environment a task starts with.
+  // The complete environment a task starts with: options.base_env, then
+  // the job's env, then ToEnvironment(launch.rank_env) with
+  // options.coordinator as FRAMEWORM_COORDINATOR when rank_env.coordinator
+  // is empty. The rank variables (every name ToEnvironment writes) come
+  // from rank_env only: a value in the base or job env is dropped, so a
+  // stale FRAMEWORM_RESUME_FROM never reaches a fresh start.
   std::map<std::string, std::string> EnvFor(const TaskLaunch& launch) const;
 
  private:

@@ -61,13 +61,15 @@ class SupervisorTest : public ::testing::Test {
 
   TaskLaunch Launch(const std::string& job, int64_t gen, int rank) {
     TaskLaunch l;
-    l.key = {job, gen, rank};
-    l.local_rank = rank % 2;
-    l.node_rank = rank / 2;
-    l.world_size = 4;
-    l.local_world_size = 2;
-    l.master_addr = "10.0.0.2";
-    l.master_port = 29500;
+    l.rank_env.job_id = job;
+    l.rank_env.generation = gen;
+    l.rank_env.rank = rank;
+    l.rank_env.local_rank = rank % 2;
+    l.rank_env.node_rank = rank / 2;
+    l.rank_env.world_size = 4;
+    l.rank_env.local_world_size = 2;
+    l.rank_env.master_addr = "10.0.0.2";
+    l.rank_env.master_port = 29500;
     l.argv = {"frameworm-train", "--max-steps=5"};
     l.env = {{"OMP_NUM_THREADS", "1"}};
     return l;
@@ -80,7 +82,7 @@ class SupervisorTest : public ::testing::Test {
 
 TEST_F(SupervisorTest, StartSetsEnvironmentAndLogPaths) {
   TaskLaunch l = Launch("job-1", 2, 3);
-  l.resume_from = "/ckpt/step-10.pt";
+  l.rank_env.resume_from = "/ckpt/step-10.pt";
   TaskStatusInfo st = sup_.Start(l);
   ASSERT_EQ(st.state, TaskState::kRunning) << st.message;
   const LaunchSpec& spec = launcher_.specs.at(st.pid);
@@ -102,6 +104,34 @@ TEST_F(SupervisorTest, StartSetsEnvironmentAndLogPaths) {
   EXPECT_EQ(env.at("FRAMEWORM_COORDINATOR"), "10.0.0.1:7070");
   EXPECT_EQ(env.at("FRAMEWORM_RESUME_FROM"), "/ckpt/step-10.pt");
   EXPECT_EQ(sup_.running_count(), 1);
+}
+
+TEST_F(SupervisorTest, RankVariablesComeFromTheRankEnvOnly) {
+  Supervisor sup({"/work", "10.0.0.1:7070",
+                  {{"PATH", "/bin"},
+                   {"FRAMEWORM_RESUME_FROM", "/stale/ckpt.pt"},
+                   {"FRAMEWORM_JOB_ID", "stale"},
+                   {"FRAMEWORM_NO_SHM", "1"}}},
+                 clock_, launcher_);
+  TaskLaunch l = Launch("job-1", 1, 0);
+  l.env["MASTER_PORT"] = "1";  // refused by the coordinator; dropped here
+  const auto env = sup.EnvFor(l);
+  EXPECT_FALSE(env.count("FRAMEWORM_RESUME_FROM")) << "fresh start";
+  EXPECT_EQ(env.at("FRAMEWORM_JOB_ID"), "job-1");
+  EXPECT_EQ(env.at("MASTER_PORT"), "29500");
+  EXPECT_EQ(env.at("FRAMEWORM_NO_SHM"), "1");  // the worker's own setting
+  EXPECT_EQ(env.at("FRAMEWORM_COORDINATOR"), "10.0.0.1:7070");
+  // The coordinator's address for its trainers wins over the worker's.
+  l.rank_env.coordinator = "10.0.0.9:7070";
+  const auto full = sup.EnvFor(l);
+  EXPECT_EQ(full.at("FRAMEWORM_COORDINATOR"), "10.0.0.9:7070");
+  // Exactly what the trainer reads back.
+  auto back = ParseRankEnv([&](const std::string& k) -> std::optional<std::string> {
+    if (auto it = full.find(k); it != full.end()) return it->second;
+    return std::nullopt;
+  });
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, l.rank_env);
 }
 
 TEST_F(SupervisorTest, StartIsIdempotentPerKey) {

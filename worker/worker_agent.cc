@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
+#include "proto/rank_env_proto.h"
 #include "rpc/rpc.h"
 
 namespace frameworm {
@@ -40,16 +41,9 @@ v1::TaskStatus ToProto(const TaskStatusInfo& s) {
 
 TaskLaunch FromProto(const v1::TaskSpec& t) {
   TaskLaunch l;
-  l.key = {t.ref().job_id(), t.ref().generation(), t.rank()};
-  l.local_rank = t.local_rank();
-  l.node_rank = t.node_rank();
-  l.world_size = t.world_size();
-  l.local_world_size = t.local_world_size();
-  l.master_addr = t.master_addr();
-  l.master_port = t.master_port();
+  l.rank_env = RankEnvOf(t);
   l.argv.assign(t.argv().begin(), t.argv().end());
   for (const auto& [k, v] : t.env()) l.env[k] = v;
-  l.resume_from = t.resume_from();
   return l;
 }
 
@@ -155,7 +149,7 @@ class WorkerAgentImpl final : public WorkerAgent {
     if (c.has_start()) {
       TaskLaunch l = FromProto(c.start().task());
       TaskStatusInfo st = supervisor_.Start(l);
-      logs_.try_emplace(l.key);
+      logs_.try_emplace(l.key());
       Report(st);
     } else if (c.has_kill()) {
       const v1::KillTask& k = c.kill();

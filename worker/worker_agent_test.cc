@@ -15,6 +15,7 @@
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/rank_env_proto.h"
 #include "rpc/rpc.h"
 
 namespace frameworm {
@@ -133,21 +134,34 @@ class TestCoordinator final : public v1::WorkerService::CallbackService {
   class Session* session_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
-v1::CoordinatorMessage StartCmd(const std::string& script, int rank,
-                                const std::string& job = "job-1") {
+// A task as the coordinator sends it: the rank environment as typed
+// TaskSpec fields (SetRankEnv), the job's own env apart.
+RankEnv TaskEnv(int rank, const std::string& job = "job-1") {
+  RankEnv e;
+  e.job_id = job;
+  e.generation = 1;
+  e.rank = rank;
+  e.world_size = 4;
+  e.local_rank = rank;
+  e.local_world_size = 4;
+  e.master_addr = "127.0.0.1";
+  e.master_port = 29500;
+  return e;
+}
+
+v1::CoordinatorMessage StartCmd(const std::string& script, const RankEnv& env) {
   v1::CoordinatorMessage m;
   v1::TaskSpec* t = m.mutable_start()->mutable_task();
-  t->mutable_ref()->set_job_id(job);
-  t->mutable_ref()->set_generation(1);
-  t->set_rank(rank);
-  t->set_world_size(4);
-  t->set_local_world_size(4);
-  t->set_master_addr("127.0.0.1");
-  t->set_master_port(29500);
+  SetRankEnv(env, t);
   t->add_argv("/bin/sh");
   t->add_argv("-c");
   t->add_argv(script);
   return m;
+}
+
+v1::CoordinatorMessage StartCmd(const std::string& script, int rank,
+                                const std::string& job = "job-1") {
+  return StartCmd(script, TaskEnv(rank, job));
 }
 
 int FindIndex(const std::vector<v1::WorkerMessage>& ms, int rank,
@@ -307,6 +321,34 @@ TEST_F(WorkerAgentTest, RegistersRunsTasksReportsAndShutsDown) {
   const v1::TaskStatus* killed = FindStatus(ms, 1, v1::TASK_KILLED);
   ASSERT_NE(killed, nullptr) << "final status sent before exiting";
   EXPECT_EQ(killed->signal(), SIGKILL);
+}
+
+TEST_F(WorkerAgentTest, TaskSpecFieldsBecomeTheTrainersEnvironment) {
+  StartAgent();
+  const std::string script =
+      "echo $RANK/$WORLD_SIZE $LOCAL_RANK/$LOCAL_WORLD_SIZE $NODE_RANK "
+      "$MASTER_ADDR:$MASTER_PORT $FRAMEWORM_JOB_ID/$FRAMEWORM_GENERATION "
+      "$FRAMEWORM_COORDINATOR [$FRAMEWORM_RESUME_FROM] $OWN";
+  v1::CoordinatorMessage plain = StartCmd(script, 0);
+  (*plain.mutable_start()->mutable_task()->mutable_env())["OWN"] = "mine";
+  RankEnv resumed = TaskEnv(1);
+  resumed.node_rank = 1;
+  resumed.coordinator = "10.9.9.9:7070";
+  resumed.resume_from = "/ckpt/ckpt-10.pt";
+  ASSERT_TRUE(coord_->SendWhenConnected(plain));
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd(script, resumed)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) {
+    return FindStatus(ms, 0, v1::TASK_EXITED) && FindStatus(ms, 1, v1::TASK_EXITED) &&
+           !LogText(ms, 0, "stdout").empty() && !LogText(ms, 1, "stdout").empty();
+  }));
+  auto ms = coord_->messages();
+  // No coordinator in the spec: the worker's own address.
+  EXPECT_EQ(LogText(ms, 0, "stdout"),
+            absl::StrCat("0/4 0/4 0 127.0.0.1:29500 job-1/1 127.0.0.1:", port_,
+                         " [] mine\n"));
+  EXPECT_EQ(LogText(ms, 1, "stdout"),
+            "1/4 1/4 1 127.0.0.1:29500 job-1/1 10.9.9.9:7070 "
+            "[/ckpt/ckpt-10.pt]\n");
 }
 
 TEST_F(WorkerAgentTest, KillTaskFromCoordinator) {

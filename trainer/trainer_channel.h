@@ -1,11 +1,11 @@
-// gRPC implementation of ControlChannel (train/control_channel.h): a
+// gRPC implementation of ControlChannel (trainer/control_channel.h): a
 // trainer process reports steps and checkpoints to the coordinator's
 // TrainerService. This header includes no gRPC or protobuf header, so a
 // LibTorch translation unit may include it.
 //
 // Thread safety: the returned channel is used from one thread at a time.
-#ifndef FRAMEWORM_RPC_TRAINER_CHANNEL_H_
-#define FRAMEWORM_RPC_TRAINER_CHANNEL_H_
+#ifndef FRAMEWORM_TRAINER_TRAINER_CHANNEL_H_
+#define FRAMEWORM_TRAINER_TRAINER_CHANNEL_H_
 
 #include <cstdint>
 #include <memory>
@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "train/control_channel.h"
+#include "trainer/control_channel.h"
 
 namespace frameworm {
 
@@ -33,4 +33,4 @@ absl::StatusOr<std::unique_ptr<ControlChannel>> NewTrainerChannel(
 
 }  // namespace frameworm
 
-#endif  // FRAMEWORM_RPC_TRAINER_CHANNEL_H_
+#endif  // FRAMEWORM_TRAINER_TRAINER_CHANNEL_H_

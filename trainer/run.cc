@@ -1,169 +1,26 @@
-// frameworm-train: built-in models (mlp, cnn) on Fashion-MNIST or a
-// synthetic dataset, alone, under launch_distributed (--nprocs N), under
-// torchrun-style variables, or as a cluster trainer (FRAMEWORM_COORDINATOR).
-// Flags and environment are read here only.
-//
-// Output on rank 0: one JSON object per line ({"event":"epoch",...},
-// {"event":"step",...} with --log-every, {"event":"checkpoint",...}); the
-// last line is {"event":"done",...}. Exit: 0 success, 2 bad flags, 1 any
-// other failure (one line on stderr).
-#include <dirent.h>
-#include <unistd.h>
+#include "trainer/run.h"
 
+#include <dirent.h>
+
+#include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include <torch/torch.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "rpc/trainer_channel.h"
 #include "train/data.h"
-#include "train/launch.h"
 #include "train/models.h"
 #include "train/trainer.h"
+#include "trainer/trainer_channel.h"
 
 namespace frameworm {
 namespace {
-
-struct Flags {
-  std::string model = "cnn";
-  std::string dataset = "fashion-mnist";
-  std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int64_t epochs = 1;
-  int64_t max_steps = 0;
-  int64_t batch_size = 64;
-  double lr = 0.05;
-  std::string optimizer = "sgd";
-  double momentum = 0.9;
-  int64_t warmup_steps = 0;
-  bool scale_lr = false;
-  int64_t grad_accum = 1;
-  std::string backend;  // default: nccl with CUDA, else gloo
-  std::string checkpoint_dir = "checkpoints";
-  int64_t checkpoint_every = 0;
-  std::string resume;
-  uint64_t seed = 0;
-  int64_t threads = 1;
-  int64_t nprocs = 1;
-  int64_t log_every = 0;
-  int64_t synthetic_size = 2048;
-  bool find_unused_parameters = false;
-  // One process: where it trains. auto = the first GPU if CUDA is
-  // available, else the CPU. (Distributed runs: nccl -> cuda:LOCAL_RANK.)
-  std::string device = "auto";
-};
-
-constexpr char kUsage[] =
-    "usage: frameworm-train [--model=cnn|mlp] [--dataset=fashion-mnist|synthetic]\n"
-    "  [--data-dir=DIR] [--epochs=N] [--max-steps=N] [--batch-size=N (per process)]\n"
-    "  [--lr=X] [--optimizer=sgd|adam] [--momentum=X] [--warmup-steps=N] [--scale-lr]\n"
-    "  [--grad-accum=N] [--backend=gloo|nccl|mpi] [--checkpoint-dir=DIR]\n"
-    "  [--checkpoint-every=N] [--resume=PATH|latest] [--seed=N] [--threads=N]\n"
-    "  [--nprocs=N] [--log-every=N] [--synthetic-size=N] [--find-unused-parameters]\n"
-    "  [--device=auto|cpu|cuda]\n";
-
-absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
-  Flags f;
-  std::map<std::string, std::string*> str = {
-      {"model", &f.model},           {"dataset", &f.dataset},
-      {"data-dir", &f.data_dir},     {"optimizer", &f.optimizer},
-      {"backend", &f.backend},       {"checkpoint-dir", &f.checkpoint_dir},
-      {"resume", &f.resume},         {"device", &f.device}};
-  std::map<std::string, std::pair<int64_t*, int64_t>> ints = {
-      {"epochs", {&f.epochs, 1}},          {"max-steps", {&f.max_steps, 0}},
-      {"batch-size", {&f.batch_size, 1}},  {"warmup-steps", {&f.warmup_steps, 0}},
-      {"grad-accum", {&f.grad_accum, 1}},  {"checkpoint-every", {&f.checkpoint_every, 0}},
-      {"threads", {&f.threads, 1}},        {"nprocs", {&f.nprocs, 1}},
-      {"log-every", {&f.log_every, 0}},    {"synthetic-size", {&f.synthetic_size, 1}}};
-  std::map<std::string, double*> dbl = {{"lr", &f.lr}, {"momentum", &f.momentum}};
-  std::map<std::string, bool*> bools = {{"scale-lr", &f.scale_lr},
-                                        {"find-unused-parameters", &f.find_unused_parameters}};
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", a, "\""));
-    }
-    a = a.substr(2);
-    std::string name = a, value;
-    bool has_value = false;
-    if (auto eq = a.find('='); eq != std::string::npos) {
-      name = a.substr(0, eq);
-      value = a.substr(eq + 1);
-      has_value = true;
-    }
-    if (auto b = bools.find(name); b != bools.end()) {
-      if (!has_value || value == "true" || value == "1") {
-        *b->second = true;
-      } else if (value == "false" || value == "0") {
-        *b->second = false;
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " takes true or false, got \"", value, "\""));
-      }
-      continue;
-    }
-    const bool known = str.count(name) || ints.count(name) || dbl.count(name) || name == "seed";
-    if (!known) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-    if (!has_value) {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
-      value = argv[++i];
-    }
-    if (auto s = str.find(name); s != str.end()) {
-      *s->second = value;
-    } else if (auto n = ints.find(name); n != ints.end()) {
-      int64_t v = 0;
-      if (!absl::SimpleAtoi(value, &v) || v < n->second.second) {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " must be an integer >= ",
-                                                       n->second.second, ", got \"", value, "\""));
-      }
-      *n->second.first = v;
-    } else if (auto d = dbl.find(name); d != dbl.end()) {
-      double v = 0;
-      if (!absl::SimpleAtod(value, &v) || !(v >= 0)) {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " must be a number >= 0, got \"", value, "\""));
-      }
-      *d->second = v;
-    } else if (name == "seed") {
-      uint64_t v = 0;
-      if (!absl::SimpleAtoi(value, &v)) {
-        return absl::InvalidArgumentError(absl::StrCat("--seed must be a non-negative integer, got \"", value, "\""));
-      }
-      f.seed = v;
-    }
-  }
-  if (f.model != "cnn" && f.model != "mlp") {
-    return absl::InvalidArgumentError(absl::StrCat("--model must be cnn or mlp, got \"", f.model, "\""));
-  }
-  if (f.dataset != "fashion-mnist" && f.dataset != "synthetic") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dataset must be fashion-mnist or synthetic, got \"", f.dataset, "\""));
-  }
-  if (f.optimizer != "sgd" && f.optimizer != "adam") {
-    return absl::InvalidArgumentError(absl::StrCat("--optimizer must be sgd or adam, got \"", f.optimizer, "\""));
-  }
-  if (!f.backend.empty() && f.backend != "gloo" && f.backend != "nccl" && f.backend != "mpi") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend must be gloo, nccl or mpi, got \"", f.backend, "\""));
-  }
-  if (f.device != "auto" && f.device != "cpu" && f.device != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device must be auto, cpu or cuda, got \"", f.device, "\""));
-  }
-  if (f.lr <= 0) return absl::InvalidArgumentError("--lr must be > 0");
-  return f;
-}
-
-std::optional<std::string> Env(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
 
 // Newest <dir>/ckpt-<step>.pt, or NOT_FOUND.
 absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
@@ -188,15 +45,11 @@ int Fail(const std::string& what) {
 
 std::string J(double v) { return absl::StrFormat("%.6g", v); }
 
-// One process's training. `distributed`: RANK/WORLD_SIZE are set.
-int RunTrainer(const Flags& f, bool distributed) {
+}  // namespace
+
+int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   torch::set_num_threads(static_cast<int>(f.threads));
-  int rank = 0;
-  if (distributed) {
-    auto env = ReadDistributedEnv();
-    if (!env.ok()) return Fail(std::string(env.status().message()));
-    rank = env->rank;
-  }
+  const int rank = env.rank;
   absl::StatusOr<Dataset> train_set, val_set;
   if (f.dataset == "fashion-mnist") {
     train_set = LoadFashionMnist(f.data_dir, "train");
@@ -235,15 +88,11 @@ int RunTrainer(const Flags& f, bool distributed) {
   int64_t step_time_n = 0;
   // Cluster mode.
   std::unique_ptr<ControlChannel> channel;
-  if (auto coord = Env("FRAMEWORM_COORDINATOR")) {
+  if (!env.coordinator.empty()) {
     TrainerChannelOptions co;
-    co.coordinator = *coord;
-    co.job_id = Env("FRAMEWORM_JOB_ID").value_or("");
-    int64_t gen = 0;
-    if (auto g = Env("FRAMEWORM_GENERATION"); g && !absl::SimpleAtoi(*g, &gen)) {
-      return Fail(absl::StrCat("environment variable FRAMEWORM_GENERATION=\"", *g, "\" is not an integer"));
-    }
-    co.generation = gen;
+    co.coordinator = env.coordinator;
+    co.job_id = env.job_id;
+    co.generation = env.generation;
     co.rank = rank;
     auto ch = NewTrainerChannel(co);
     if (!ch.ok()) return Fail(absl::StrCat("cannot reach the coordinator: ", ch.status().message()));
@@ -324,10 +173,7 @@ int RunTrainer(const Flags& f, bool distributed) {
     o.gradient_accumulation_steps = static_cast<int>(f.grad_accum);
     o.scale_lr = f.scale_lr;
     o.find_unused_parameters = f.find_unused_parameters;
-    // FRAMEWORM_NO_SHM=1: average gradients over the process group even
-    // when every rank is on this machine (no shared-memory allreduce).
-    const char* no_shm = std::getenv("FRAMEWORM_NO_SHM");
-    o.intra_node_shm = !(no_shm != nullptr && std::string(no_shm) == "1");
+    o.intra_node_shm = f.intra_node_shm;
     o.trainer = to;
     auto t = DistributedTrainer::Create(*model, opt, o);
     if (!t.ok()) return Fail(std::string(t.status().message()));
@@ -350,8 +196,7 @@ int RunTrainer(const Flags& f, bool distributed) {
     trainer = std::make_unique<Trainer>(*model, opt, device, to);
   }
 
-  std::string resume = f.resume;
-  if (auto r = Env("FRAMEWORM_RESUME_FROM")) resume = *r;
+  std::string resume = env.resume_from.empty() ? f.resume : env.resume_from;
   if (resume == "latest") {
     auto l = LatestCheckpoint(f.checkpoint_dir);
     if (!l.ok()) return Fail(std::string(l.status().message()));
@@ -394,33 +239,4 @@ int RunTrainer(const Flags& f, bool distributed) {
   return 0;
 }
 
-}  // namespace
 }  // namespace frameworm
-
-int main(int argc, char** argv) {
-  using namespace frameworm;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::cout << kUsage;
-      return 0;
-    }
-  }
-  auto flags = ParseFlags(argc, argv);
-  if (!flags.ok()) {
-    std::cerr << "frameworm-train: " << flags.status().message() << "\n" << kUsage;
-    return 2;
-  }
-  if (flags->nprocs > 1 || IsLaunchedChild()) {
-    // Children re-execute this program and run RunTrainer inside.
-    absl::Status s = launch_distributed(
-        [&](int, int) { return RunTrainer(*flags, /*distributed=*/true); },
-        static_cast<int>(flags->nprocs));
-    if (!s.ok()) {
-      std::cerr << "frameworm-train: " << s.message() << std::endl;
-      return 1;
-    }
-    return 0;
-  }
-  const bool distributed = std::getenv("WORLD_SIZE") != nullptr;
-  return RunTrainer(*flags, distributed);
-}

@@ -1,6 +1,6 @@
-// Implementation of rpc/trainer_channel.h. This TU includes gRPC and the
+// Implementation of trainer/trainer_channel.h. This TU includes gRPC and the
 // generated protobuf headers; it must never include LibTorch.
-#include "rpc/trainer_channel.h"
+#include "trainer/trainer_channel.h"
 
 #include "absl/strings/str_cat.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"

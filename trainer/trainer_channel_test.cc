@@ -1,4 +1,4 @@
-#include "rpc/trainer_channel.h"
+#include "trainer/trainer_channel.h"
 
 #include <memory>
 

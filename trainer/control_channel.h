@@ -1,15 +1,15 @@
-// The trainer's view of the cluster service, in plain C++ types.
+// The trainer program's view of the cluster service, in plain C++ types.
 //
-// The training library reports progress and checkpoints through this
-// interface and never sees gRPC or protobuf (LibTorch's include path
-// carries a protobuf of its own; see DESIGN.md "Build notes"). The gRPC
-// implementation lives in rpc/trainer_channel.{h,cc}; when a trainer runs
-// outside a cluster (no FRAMEWORM_COORDINATOR) it uses no channel at all.
+// frameworm-train reports progress and checkpoints through this interface;
+// its LibTorch translation units never see gRPC or protobuf (LibTorch's
+// include path carries a protobuf of its own; see docs/ARCHITECTURE.md).
+// The gRPC implementation is trainer/trainer_channel.{h,cc}; when a trainer
+// runs outside a cluster (no FRAMEWORM_COORDINATOR) it uses no channel.
 //
 // Thread safety: implementations must be safe to call from one thread at a
 // time; the trainer calls them from its training thread only.
-#ifndef FRAMEWORM_TRAIN_CONTROL_CHANNEL_H_
-#define FRAMEWORM_TRAIN_CONTROL_CHANNEL_H_
+#ifndef FRAMEWORM_TRAINER_CONTROL_CHANNEL_H_
+#define FRAMEWORM_TRAINER_CONTROL_CHANNEL_H_
 
 #include <cstdint>
 #include <map>
@@ -60,4 +60,4 @@ class ControlChannel {
 
 }  // namespace frameworm
 
-#endif  // FRAMEWORM_TRAIN_CONTROL_CHANNEL_H_
+#endif  // FRAMEWORM_TRAINER_CONTROL_CHANNEL_H_

@@ -57,10 +57,24 @@ double Field(const std::string& json, const std::string& key) {
   return std::atof(json.c_str() + p + key.size() + 3);
 }
 
+TEST(FramewormTrainTest, HelpListsEveryFlagAndVersionPrintsOne) {
+  Result r = RunTrain("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out.rfind("usage: frameworm-train", 0), 0u) << r.out;
+  for (const char* f : {"--batch-size\n", "(default: 64)", "--nprocs\n", "--device\n",
+                        "(default: auto)", "--find-unused-parameters\n", "--version"}) {
+    EXPECT_NE(r.out.find(f), std::string::npos) << f << " in " << r.out;
+  }
+  r = RunTrain("--version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out.rfind("frameworm-train ", 0), 0u) << r.out;
+}
+
 TEST(FramewormTrainTest, BadFlagsExitTwoWithMessage) {
   Result r = RunTrain("--no-such-flag");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("unknown flag --no-such-flag"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one line: " << r.err;
   r = RunTrain("--model=resnet");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--model"), std::string::npos) << r.err;
@@ -73,6 +87,15 @@ TEST(FramewormTrainTest, BadFlagsExitTwoWithMessage) {
   r = RunTrain("--device=tpu");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--device must be auto, cpu or cuda"), std::string::npos) << r.err;
+  r = RunTrain("--dataset=synthetic stray");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unexpected argument \"stray\""), std::string::npos) << r.err;
+}
+
+TEST(FramewormTrainTest, MalformedClusterVariableIsAClearFailure) {
+  Result r = RunTrain("--model=mlp --dataset=synthetic --max-steps=1", "FRAMEWORM_GENERATION=two");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("FRAMEWORM_GENERATION"), std::string::npos) << r.err;
 }
 
 TEST(FramewormTrainTest, CudaDeviceWithoutCudaIsAClearFailure) {
@@ -119,6 +142,13 @@ TEST(FramewormTrainTest, CheckpointEveryAndResumeLatest) {
   // Resume-then-continue equals the uninterrupted run.
   EXPECT_EQ(Field(second.last_line(), "val_loss"), Field(full.last_line(), "val_loss"))
       << second.last_line() << "\n" << full.last_line();
+  // The worker's FRAMEWORM_RESUME_FROM wins over --resume.
+  Result from_env = RunTrain(common + " --resume=latest",
+                             "FRAMEWORM_RESUME_FROM=" + dir + "/ckpt-10.pt");
+  ASSERT_EQ(from_env.code, 0) << from_env.err;
+  EXPECT_NE(from_env.out.find("\"event\":\"resumed\",\"path\":\"" + dir + "/ckpt-10.pt\""),
+            std::string::npos) << from_env.out;
+  EXPECT_EQ(Field(from_env.last_line(), "steps"), 48);
   // A corrupt checkpoint is refused.
   { std::ofstream(dir + "/ckpt-30.pt") << "garbage"; }
   Result bad = RunTrain(common + " --resume=latest");

@@ -1,0 +1,188 @@
+// frameworm-train: built-in models (mlp, cnn) on Fashion-MNIST or a
+// synthetic dataset, alone, as N local processes (--nprocs, through
+// launch_distributed), as one rank of a torchrun-style run, or as a cluster
+// trainer started by frameworm-worker. The command line (common/flags.h)
+// and the environment (the rank environment, FRAMEWORM_NO_SHM) are read
+// here only; the run itself is RunTrainer (trainer/run.h).
+//
+// Exit: 0 success, 2 bad flags (one line on stderr), 1 any other failure
+// (one line on stderr).
+#include <initializer_list>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/commandlineflag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "common/flags.h"
+#include "train/launch.h"
+#include "trainer/run.h"
+
+namespace {
+
+// The flags' defaults.
+const frameworm::TrainConfig& Defaults() {
+  static const auto* defaults = new frameworm::TrainConfig;
+  return *defaults;
+}
+
+}  // namespace
+
+ABSL_FLAG(std::string, model, Defaults().model, "cnn or mlp");
+ABSL_FLAG(std::string, dataset, Defaults().dataset,
+          "fashion-mnist or synthetic");
+ABSL_FLAG(std::string, data_dir, Defaults().data_dir,
+          "where the Fashion-MNIST files (*-ubyte.gz) are");
+ABSL_FLAG(int64_t, epochs, Defaults().epochs, "epochs to train (>= 1)");
+ABSL_FLAG(int64_t, max_steps, Defaults().max_steps,
+          "stop after this many optimizer steps; 0: no limit");
+ABSL_FLAG(int64_t, batch_size, Defaults().batch_size,
+          "samples per batch per process (>= 1)");
+ABSL_FLAG(double, lr, Defaults().lr, "learning rate (> 0)");
+ABSL_FLAG(std::string, optimizer, Defaults().optimizer, "sgd or adam");
+ABSL_FLAG(double, momentum, Defaults().momentum, "SGD momentum (>= 0)");
+ABSL_FLAG(int64_t, warmup_steps, Defaults().warmup_steps,
+          "linear learning-rate warm-up over this many steps");
+ABSL_FLAG(bool, scale_lr, Defaults().scale_lr,
+          "multiply the learning rate by the world size");
+ABSL_FLAG(int64_t, grad_accum, Defaults().grad_accum,
+          "micro-batches per optimizer step (>= 1)");
+ABSL_FLAG(std::string, backend, Defaults().backend,
+          "gloo, nccl or mpi; empty: nccl with CUDA, else gloo");
+ABSL_FLAG(std::string, checkpoint_dir, Defaults().checkpoint_dir,
+          "where ckpt-<step>.pt files go");
+ABSL_FLAG(int64_t, checkpoint_every, Defaults().checkpoint_every,
+          "checkpoint every N steps; 0: never on its own");
+ABSL_FLAG(std::string, resume, Defaults().resume,
+          "resume from this checkpoint, or 'latest' in --checkpoint-dir "
+          "($FRAMEWORM_RESUME_FROM, set by the worker, wins)");
+ABSL_FLAG(uint64_t, seed, Defaults().seed, "seed for data order and init");
+ABSL_FLAG(int64_t, threads, Defaults().threads,
+          "torch intra-op threads per process (>= 1)");
+ABSL_FLAG(int64_t, nprocs, 1,
+          "run N processes on this machine (launch_distributed)");
+ABSL_FLAG(int64_t, log_every, Defaults().log_every,
+          "print a step event every N steps; 0: none");
+ABSL_FLAG(int64_t, synthetic_size, Defaults().synthetic_size,
+          "samples in the synthetic training set (>= 1)");
+ABSL_FLAG(bool, find_unused_parameters, Defaults().find_unused_parameters,
+          "allow parameters that get no gradient in a step (DDP)");
+ABSL_FLAG(std::string, device, Defaults().device,
+          "one process: auto (the first GPU if CUDA is available, else the "
+          "CPU), cpu or cuda; distributed nccl runs use cuda:LOCAL_RANK");
+
+namespace frameworm {
+namespace {
+
+const FlagsConfig& Config() {
+  static const auto* config = new FlagsConfig{
+      "frameworm-train",
+      "usage: frameworm-train [flags]\n"
+      "  Trains a built-in model alone, as --nprocs local processes, as one\n"
+      "  rank of a torchrun-style run (RANK, WORLD_SIZE, LOCAL_RANK,\n"
+      "  MASTER_ADDR, MASTER_PORT set) or as a cluster trainer.\n"
+      "  Rank 0 prints one JSON object per line; the last is\n"
+      "  {\"event\":\"done\",...}. FRAMEWORM_NO_SHM=1: gradients always go\n"
+      "  over the process group. Exit: 0 success, 2 bad flags, 1 failure.\n",
+      {},
+      {}};
+  return *config;
+}
+
+std::string Dashed(const absl::CommandLineFlag& flag) {
+  return absl::StrReplaceAll(flag.Name(), {{"_", "-"}});
+}
+
+// The flag's value when it is at least `min`; exits 2 otherwise.
+int64_t AtLeast(const absl::Flag<int64_t>& flag, int64_t min) {
+  const int64_t v = absl::GetFlag(flag);
+  if (v < min) {
+    FlagErrorExit(Config(), absl::StrCat("--", Dashed(absl::GetFlagReflectionHandle(flag)),
+                                         " must be an integer >= ", min, ", got \"", v, "\""));
+  }
+  return v;
+}
+
+// The flag's value when it is one of `choices` (or empty, if `empty_ok`);
+// exits 2 otherwise.
+std::string OneOf(const absl::Flag<std::string>& flag,
+                  std::initializer_list<const char*> choices, bool empty_ok = false) {
+  const std::string v = absl::GetFlag(flag);
+  if (empty_ok && v.empty()) return v;
+  for (const char* c : choices) {
+    if (v == c) return v;
+  }
+  const std::vector<std::string> all(choices.begin(), choices.end());
+  const std::string head = absl::StrJoin(all.begin(), all.end() - 1, ", ");
+  FlagErrorExit(Config(), absl::StrCat("--", Dashed(absl::GetFlagReflectionHandle(flag)),
+                                       " must be ", head, " or ", all.back(), ", got \"", v,
+                                       "\""));
+}
+
+// The checked flags.
+TrainConfig ConfigFromFlags() {
+  TrainConfig c;
+  c.model = OneOf(FLAGS_model, {"cnn", "mlp"});
+  c.dataset = OneOf(FLAGS_dataset, {"fashion-mnist", "synthetic"});
+  c.data_dir = absl::GetFlag(FLAGS_data_dir);
+  c.epochs = AtLeast(FLAGS_epochs, 1);
+  c.max_steps = AtLeast(FLAGS_max_steps, 0);
+  c.batch_size = AtLeast(FLAGS_batch_size, 1);
+  c.lr = absl::GetFlag(FLAGS_lr);
+  if (!(c.lr > 0)) FlagErrorExit(Config(), "--lr must be > 0");
+  c.optimizer = OneOf(FLAGS_optimizer, {"sgd", "adam"});
+  c.momentum = absl::GetFlag(FLAGS_momentum);
+  if (!(c.momentum >= 0)) FlagErrorExit(Config(), "--momentum must be a number >= 0");
+  c.warmup_steps = AtLeast(FLAGS_warmup_steps, 0);
+  c.scale_lr = absl::GetFlag(FLAGS_scale_lr);
+  c.grad_accum = AtLeast(FLAGS_grad_accum, 1);
+  c.backend = OneOf(FLAGS_backend, {"gloo", "nccl", "mpi"}, /*empty_ok=*/true);
+  c.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  c.checkpoint_every = AtLeast(FLAGS_checkpoint_every, 0);
+  c.resume = absl::GetFlag(FLAGS_resume);
+  c.seed = absl::GetFlag(FLAGS_seed);
+  c.threads = AtLeast(FLAGS_threads, 1);
+  c.log_every = AtLeast(FLAGS_log_every, 0);
+  c.synthetic_size = AtLeast(FLAGS_synthetic_size, 1);
+  c.find_unused_parameters = absl::GetFlag(FLAGS_find_unused_parameters);
+  c.device = OneOf(FLAGS_device, {"auto", "cpu", "cuda"});
+  return c;
+}
+
+// This process's run, with its rank environment.
+int Run(TrainConfig config) {
+  const EnvLookup env = ProcessEnvLookup();
+  absl::StatusOr<RankEnv> rank_env = ReadRankEnv(env);
+  if (!rank_env.ok()) {
+    std::cerr << "frameworm-train: " << rank_env.status().message() << std::endl;
+    return 1;
+  }
+  config.intra_node_shm = env("FRAMEWORM_NO_SHM") != "1";
+  return RunTrainer(config, *rank_env, IsDistributedRun(env));
+}
+
+}  // namespace
+}  // namespace frameworm
+
+int main(int argc, char** argv) {
+  using namespace frameworm;
+  const std::vector<std::string> args = ParseFlagsOrExit(argc, argv, Config());
+  if (!args.empty()) FlagErrorExit(Config(), absl::StrCat("unexpected argument \"", args[0], "\""));
+  const TrainConfig config = ConfigFromFlags();
+  const int64_t nprocs = AtLeast(FLAGS_nprocs, 1);
+  if (nprocs > 1 || IsLaunchedChild()) {
+    // The children re-execute this program with the same arguments and
+    // run Run() inside this same call.
+    absl::Status s = launch_distributed([&](int, int) { return Run(config); },
+                                        static_cast<int>(nprocs));
+    if (!s.ok()) {
+      std::cerr << "frameworm-train: " << s.message() << std::endl;
+      return 1;
+    }
+    return 0;
+  }
+  return Run(config);
+}
