@@ -117,6 +117,15 @@ TEST(FramewormTrainTest, SyntheticRunPrintsDoneJson) {
   }
 }
 
+TEST(FramewormTrainTest, CoordinatorWithoutJobIdRunsLocally) {
+  // The CLI's FRAMEWORM_COORDINATOR exported in the shell: nothing listens
+  // there, and a trainer that is no job's runs on its own.
+  Result r = RunTrain("--model=mlp --dataset=synthetic --max-steps=3 --batch-size=16",
+                      "FRAMEWORM_COORDINATOR=127.0.0.1:1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Field(r.last_line(), "steps"), 3);
+}
+
 TEST(FramewormTrainTest, MpiBackendAndMissingDataAreClearFailures) {
   Result r = RunTrain("--dataset=synthetic --max-steps=1 --backend=mpi");
   EXPECT_EQ(r.code, 1);

@@ -86,9 +86,10 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   // Step timing (steady state: the first steps are excluded).
   double step_time_sum = 0;
   int64_t step_time_n = 0;
-  // Cluster mode.
+  // Cluster mode: a job's trainer (the worker sets both). A shell that only
+  // exports FRAMEWORM_COORDINATOR for the CLI runs a local trainer.
   std::unique_ptr<ControlChannel> channel;
-  if (!env.coordinator.empty()) {
+  if (!env.coordinator.empty() && !env.job_id.empty()) {
     TrainerChannelOptions co;
     co.coordinator = env.coordinator;
     co.job_id = env.job_id;

@@ -1,6 +1,6 @@
 // End-to-end: real frameworm-coordinator, frameworm-worker and
 // frameworm-train processes on 127.0.0.1, training the MLP/CNN on
-// Fashion-MNIST, and the failures of DESIGN.md's contract.
+// Fashion-MNIST, and the failures of docs/ARCHITECTURE.md's contract.
 #include <signal.h>
 #include <unistd.h>
 
