@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
+#include "coordinator/sqlite_store.h"
 #include "jobspec/job_spec.h"
 
 namespace frameworm::coordinator {
@@ -77,7 +78,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   o.state_dir = fs::absolute(o.state_dir, ec).lexically_normal().string();
   if (!o.state_dir.empty() && o.state_dir.back() == '/' && o.state_dir != "/")
     o.state_dir.pop_back();
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(o.state_dir);
+  absl::StatusOr<std::unique_ptr<SqliteStore>> store =
+      SqliteStore::Open(o.state_dir);
   if (!store.ok()) return store.status();
   std::unique_ptr<Coordinator> c(
       new Coordinator(o, clock, std::move(store).value()));
@@ -1112,9 +1114,8 @@ void Coordinator::Tick() {
     ScheduleLocked();
   }
   Flush();
-  // Outside mu_, on a second connection: commits are not held up.
-  absl::StatusOr<int> wal = store_->CheckpointIfLarge();
-  if (!wal.ok()) LogError(wal.status(), "wal checkpoint");
+  // Outside mu_: the store's housekeeping never holds up commits.
+  LogError(store_->Maintain(), "store maintenance");
 }
 
 }  // namespace frameworm::coordinator

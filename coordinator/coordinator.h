@@ -162,8 +162,8 @@ class Coordinator {
   absl::StatusOr<std::vector<std::string>> ReportCheckpoint(
       const v1::CheckpointRecord& record);
 
-  // Time-driven work; call periodically (e.g. every 100 ms). Also runs a
-  // passive WAL checkpoint (outside the mutex) when the WAL has grown.
+  // Time-driven work; call periodically (e.g. every 100 ms). Also runs the
+  // store's housekeeping (Store::Maintain) outside the mutex.
   void Tick();
 
  private:

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/time/clock.h"
+#include "coordinator/sqlite_store.h"
 #include "frameworm/v1/job_service.grpc.pb.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
@@ -339,7 +340,7 @@ TEST_F(ServiceTest, AcknowledgedReportIsCommitted) {
   v1::CoordinatorMessage msg;
   ASSERT_TRUE(s0->Read(&msg));
   ASSERT_TRUE(s1->Read(&msg));
-  auto reader = Store::Open(dir_);
+  auto reader = SqliteStore::Open(dir_);
   ASSERT_TRUE(reader.ok()) << reader.status();
   auto stored = [&](int64_t step) {
     v1::AggregatedStep agg;
@@ -394,7 +395,7 @@ TEST_F(ServiceTest, FailedCommitIsNotAcknowledged) {
             SQLITE_OK);
   sqlite3_close(other);
   ASSERT_TRUE(Step(id, 1, 0, 1, 1.0, 10, &resp).ok());
-  auto reader = Store::Open(dir_);
+  auto reader = SqliteStore::Open(dir_);
   ASSERT_TRUE(reader.ok());
   auto rows = (*reader)->LoadMetrics(id);
   ASSERT_TRUE(rows.ok());
