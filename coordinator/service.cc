@@ -1,18 +1,15 @@
 #include "coordinator/service.h"
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/job.h"
 #include "frameworm/v1/job_service.grpc.pb.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
@@ -21,12 +18,7 @@
 namespace frameworm::coordinator {
 namespace {
 
-namespace fs = std::filesystem;
 constexpr size_t kLogChunkBytes = 64 << 10;
-
-bool IsFinalState(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
-}
 
 // Something a notification can wake: a reactor that writes.
 class Pokeable {
@@ -228,7 +220,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus>,
   void OnWriteDone(bool ok) override {
     absl::MutexLock l(&mu_);
     writing_ = false;
-    if (!ok || IsFinalState(out_.state())) {
+    if (!ok || IsFinal(out_.state())) {
       FinishLocked(grpc::Status::OK);
       return;
     }
@@ -332,34 +324,23 @@ class LogsReactor final : public grpc::ServerWriteReactor<v1::LogChunk>,
       FinishLocked(grpc::Status::CANCELLED);
       return;
     }
+    const JobLogs& logs = impl_->core->logs();
     // Read the job's finality first: data appended before it ended is sent.
     const bool final = impl_->core->JobFinal(req_.job_id());
     if (req_.rank() < 0) {  // every rank's file, as they appear
-      std::error_code ec;
-      for (const auto& e :
-           fs::directory_iterator(impl_->core->LogDir(req_.job_id()), ec)) {
-        std::string name = e.path().filename().string();
-        int rank;
-        if (absl::StartsWith(name, "rank-") && absl::EndsWith(name, ".log") &&
-            absl::SimpleAtoi(name.substr(5, name.size() - 9), &rank) &&
-            !offsets_.count(rank))
-          offsets_[rank] = std::max<int64_t>(0, req_.offset());
-      }
+      absl::StatusOr<std::vector<int>> ranks = logs.Ranks(req_.job_id());
+      if (ranks.ok())
+        for (int rank : *ranks)
+          offsets_.try_emplace(rank, std::max<int64_t>(0, req_.offset()));
     }
     for (auto& [rank, offset] : offsets_) {
-      std::ifstream in(impl_->core->LogPath(req_.job_id(), rank),
-                       std::ios::binary);
-      if (!in) continue;
-      in.seekg(offset);
-      std::string buf(kLogChunkBytes, '\0');
-      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      const std::streamsize n = in.gcount();
-      if (n <= 0) continue;
-      buf.resize(n);
-      offset += n;
+      absl::StatusOr<std::string> data =
+          logs.Read(req_.job_id(), rank, offset, kLogChunkBytes);
+      if (!data.ok() || data->empty()) continue;  // no file or nothing new
+      offset += static_cast<int64_t>(data->size());
       out_.Clear();
       out_.set_rank(rank);
-      out_.set_data(std::move(buf));
+      out_.set_data(*std::move(data));
       writing_ = true;
       StartWrite(&out_);
       return;
