@@ -79,8 +79,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
 
 Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
                          std::unique_ptr<Store> owned, Store& store)
-    : options_(options),
-      clock_(clock),
+    : clock_(clock),
       owned_store_(std::move(owned)),
       store_(store),
       writer_(MetricWriter::Create(&store_)),

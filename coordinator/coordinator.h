@@ -197,7 +197,6 @@ class Coordinator {
   // Calls the listener for what the parts queued under the lock.
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);
 
-  const CoordinatorOptions options_;
   Clock& clock_;
   const std::unique_ptr<Store> owned_store_;  // null: not owned
   Store& store_;
