@@ -32,7 +32,7 @@
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/metrics.h"
-#include "coordinator/store.h"
+#include "coordinator/sqlite_store.h"
 
 namespace fc = frameworm::coordinator;
 namespace v1 = frameworm::v1;
@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
       return s != nullptr;
     });
 
-    auto store = fc::Store::Open((fs::path(dir) / "store2").string());
+    auto store = fc::SqliteStore::Open((fs::path(dir) / "store2").string());
     if (!store.ok()) return Fail(store.status().ToString());
     const double put_us = Time(ops, [&](int i) {
       fc::MetricRow row{"job-000001", i, sample_aggregate};

@@ -1,3 +1,6 @@
+// The Coordinator facade end to end on a MemoryStore (restarts: a second
+// Coordinator on the same MemoryStore) and the simulated clock; one test
+// restarts on the SQLite store that Create() opens.
 #include "coordinator/coordinator.h"
 
 #include <unistd.h>
@@ -8,7 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "common/rank_env.h"
+#include "coordinator/generation_plan.h"
+#include "coordinator/memory_store.h"
+#include "coordinator/test_dir.h"
 #include "gtest/gtest.h"
+#include "proto/rank_env_proto.h"
 
 namespace frameworm::coordinator {
 namespace {
@@ -18,20 +26,14 @@ namespace fs = std::filesystem;
 class CoordinatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (fs::temp_directory_path() /
-            ("fw-coord-" + std::string(::testing::UnitTest::GetInstance()
-                                           ->current_test_info()
-                                           ->name()) +
-             "-" + std::to_string(::getpid())))
-               .string();
-    fs::remove_all(dir_);
+    dir_ = FreshTestDir("coord");
     Open();
   }
   void TearDown() override {
     coord_.reset();
     fs::remove_all(dir_);
   }
-  void Open() {
+  CoordinatorOptions Options() const {
     CoordinatorOptions o;
     o.state_dir = dir_;
     o.advertise = "127.0.0.1:7070";
@@ -39,7 +41,11 @@ class CoordinatorTest : public ::testing::Test {
     o.port_max = 29509;
     o.default_heartbeat_timeout = absl::Seconds(10);
     o.reconnect_grace = absl::Seconds(2);
-    auto c = Coordinator::Create(o, clock_);
+    return o;
+  }
+  // A coordinator (re)started on store_: reopening is a restart.
+  void Open() {
+    auto c = Coordinator::CreateWithStore(Options(), clock_, &store_);
     ASSERT_TRUE(c.ok()) << c.status();
     coord_ = std::move(c).value();
   }
@@ -135,6 +141,7 @@ class CoordinatorTest : public ::testing::Test {
 
   SimulatedClock clock_;
   std::string dir_;
+  MemoryStore store_;  // declared before coord_: outlives it
   std::unique_ptr<Coordinator> coord_;
   std::map<std::string, std::string> sessions_;
 };
@@ -243,18 +250,22 @@ TEST_F(CoordinatorTest, RankAssignmentArgvAndEnv) {
     EXPECT_EQ(t.world_size(), 4);
     EXPECT_EQ(t.local_world_size(), 2);
     EXPECT_EQ(t.master_addr(), "w0.host");  // node rank 0's host
-    EXPECT_EQ(t.env().at("RANK"), std::to_string(t.rank()));
-    EXPECT_EQ(t.env().at("WORLD_SIZE"), "4");
-    EXPECT_EQ(t.env().at("LOCAL_RANK"), std::to_string(t.local_rank()));
-    EXPECT_EQ(t.env().at("LOCAL_WORLD_SIZE"), "2");
-    EXPECT_EQ(t.env().at("NODE_RANK"), std::to_string(t.node_rank()));
-    EXPECT_EQ(t.env().at("MASTER_ADDR"), "w0.host");
-    EXPECT_EQ(t.env().at("MASTER_PORT"), std::to_string(t.master_port()));
-    EXPECT_EQ(t.env().at("FRAMEWORM_COORDINATOR"), "127.0.0.1:7070");
-    EXPECT_EQ(t.env().at("FRAMEWORM_JOB_ID"), id);
-    EXPECT_EQ(t.env().at("FRAMEWORM_GENERATION"), "1");
+    // The process environment the worker builds from the typed fields.
+    const std::map<std::string, std::string> env = ToEnvironment(RankEnvOf(t));
+    EXPECT_EQ(env.at("RANK"), std::to_string(t.rank()));
+    EXPECT_EQ(env.at("WORLD_SIZE"), "4");
+    EXPECT_EQ(env.at("LOCAL_RANK"), std::to_string(t.local_rank()));
+    EXPECT_EQ(env.at("LOCAL_WORLD_SIZE"), "2");
+    EXPECT_EQ(env.at("NODE_RANK"), std::to_string(t.node_rank()));
+    EXPECT_EQ(env.at("MASTER_ADDR"), "w0.host");
+    EXPECT_EQ(env.at("MASTER_PORT"), std::to_string(t.master_port()));
+    EXPECT_EQ(env.at("FRAMEWORM_COORDINATOR"), "127.0.0.1:7070");
+    EXPECT_EQ(env.at("FRAMEWORM_JOB_ID"), id);
+    EXPECT_EQ(env.at("FRAMEWORM_GENERATION"), "1");
+    EXPECT_EQ(env.count("FRAMEWORM_RESUME_FROM"), 0u);
+    // TaskSpec.env carries the job's own env only.
     EXPECT_EQ(t.env().at("FOO"), "bar");
-    EXPECT_EQ(t.env().count("FRAMEWORM_RESUME_FROM"), 0u);
+    EXPECT_EQ(t.env_size(), 1);
     const std::vector<std::string> argv(t.argv().begin(), t.argv().end());
     const std::vector<std::string> want = {
         "frameworm-train", "--epochs=2", "--model=cnn",
@@ -421,7 +432,8 @@ TEST_F(CoordinatorTest, HeartbeatTimeoutRestartsFromNewestCheckpointThenFails) {
   auto starts = Starts("w1");  // placed on the healthy worker
   ASSERT_EQ(starts.size(), 1u);
   EXPECT_EQ(starts[0].resume_from(), dir_ + "/c20");
-  EXPECT_EQ(starts[0].env().at("FRAMEWORM_RESUME_FROM"), dir_ + "/c20");
+  EXPECT_EQ(ToEnvironment(RankEnvOf(starts[0])).at("FRAMEWORM_RESUME_FROM"),
+            dir_ + "/c20");
   auto kills = Take("w0");
   ASSERT_FALSE(kills.empty());
   EXPECT_TRUE(kills.back().has_kill());
@@ -668,7 +680,7 @@ TEST_F(CoordinatorTest, LogChunksAppendToRankFiles) {
     m.mutable_log()->set_data(part);
     ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
   }
-  std::ifstream in(coord_->LogPath(id, 0));
+  std::ifstream in(coord_->logs().Path(id, 0));
   std::string text((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(text, "hello world\n");
   v1::WorkerMessage bad;
@@ -679,6 +691,57 @@ TEST_F(CoordinatorTest, LogChunksAppendToRankFiles) {
   bad.set_session_id("nope");
   EXPECT_EQ(coord_->HandleWorkerMessage(bad).code(),
             absl::StatusCode::kNotFound);
+}
+
+// Create() keeps its state in SQLite under state_dir: a job, its running
+// generation and its checkpoints survive a restart.
+TEST_F(CoordinatorTest, CreateReloadsFromSqliteUnderStateDir) {
+  coord_.reset();
+  auto c = Coordinator::Create(Options(), clock_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  coord_ = std::move(c).value();
+  AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  ASSERT_TRUE(Checkpoint(id, 1, 4, dir_ + "/c4").ok());
+  const int port = Starts("w0")[0].master_port();
+  coord_.reset();
+  EXPECT_TRUE(fs::exists(dir_ + "/coordinator.db"));
+  EXPECT_EQ(store_.writes(), 0);  // the MemoryStore was not used
+  c = Coordinator::Create(Options(), clock_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  coord_ = std::move(c).value();
+  v1::JobStatus st = Job(id);
+  EXPECT_EQ(st.state(), v1::RUNNING);
+  EXPECT_EQ(st.generation(), 1);
+  ASSERT_EQ(coord_->ListCheckpoints(id)->size(), 1u);
+  // The reloaded generation still holds its MASTER_PORT.
+  AddWorker("w1", 1);
+  Submit(Spec(1, 1));
+  auto starts = Starts("w1");
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_NE(starts[0].master_port(), port);
+}
+
+// A store that refuses writes: nothing is acknowledged, nothing changes.
+TEST_F(CoordinatorTest, StoreFailuresAreNotAcknowledged) {
+  AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  store_.FailWrites(absl::UnavailableError("disk gone"));
+  auto refused = coord_->SubmitJob(Spec(1, 1));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(coord_->ListJobs().size(), 1u);
+  EXPECT_EQ(coord_->CancelJob(id).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  EXPECT_EQ(Checkpoint(id, 1, 3, dir_ + "/c3").status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(coord_->ListCheckpoints(id)->empty());
+  auto step = Step(id, 1, 0, 1);
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(step.status().message().find("not committed"), std::string::npos);
+  store_.FailWrites(absl::OkStatus());
+  EXPECT_TRUE(Step(id, 1, 0, 1).ok());  // the retry is acknowledged
+  EXPECT_EQ(coord_->CancelJob(id)->state(), v1::CANCELLED);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Group commit of aggregated metric rows: callers stage rows without
 // touching the disk, one flusher thread writes everything staged in one
-// SQLite transaction (Store::PutMetrics), then runs the callbacks of the
+// transaction (Store::PutMetrics), then runs the callbacks of the
 // callers whose rows (or whose wait) that transaction covered.
 //
 // Contract:

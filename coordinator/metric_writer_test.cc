@@ -12,6 +12,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "coordinator/sqlite_store.h"
 #include "gtest/gtest.h"
 
 namespace frameworm::coordinator {
@@ -37,7 +38,7 @@ std::string Stored(Store& store, const std::string& job, int64_t step) {
 TEST(MetricWriterTest, RowIsCommittedBeforeItsCallbackAndSurvivesReopen) {
   const std::string dir = TempDir("commit");
   {
-    auto store = Store::Open(dir);
+    auto store = SqliteStore::Open(dir);
     ASSERT_TRUE(store.ok()) << store.status();
     auto writer = MetricWriter::Create(store->get());
     absl::Mutex mu;
@@ -59,7 +60,7 @@ TEST(MetricWriterTest, RowIsCommittedBeforeItsCallbackAndSurvivesReopen) {
     for (const std::string& s : seen) EXPECT_EQ(s, "ok");
     EXPECT_LE(writer->commits(), 20);
   }
-  auto store = Store::Open(dir);
+  auto store = SqliteStore::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
   auto rows = (*store)->LoadMetrics("job");
   ASSERT_TRUE(rows.ok());
@@ -70,7 +71,7 @@ TEST(MetricWriterTest, RowIsCommittedBeforeItsCallbackAndSurvivesReopen) {
 
 TEST(MetricWriterTest, RewritesOfOneStepCollapseIntoOneRowPerCommit) {
   const std::string dir = TempDir("collapse");
-  auto store = Store::Open(dir);
+  auto store = SqliteStore::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
   auto writer = MetricWriter::Create(store->get());
   // The first commit's callback holds the flusher until 50 rewrites of the
@@ -102,7 +103,7 @@ TEST(MetricWriterTest, RewritesOfOneStepCollapseIntoOneRowPerCommit) {
 
 TEST(MetricWriterTest, FailedCommitReportsUnavailableAndIsRetried) {
   const std::string dir = TempDir("fail");
-  auto store = Store::Open(dir);
+  auto store = SqliteStore::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
   auto writer = MetricWriter::Create(store->get());
   // Another connection takes the write lock: the writer's commit fails

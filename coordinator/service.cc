@@ -1,18 +1,16 @@
 #include "coordinator/service.h"
 
+#include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include <deque>
 #include <map>
-#include <optional>
-#include <set>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/job.h"
+#include "coordinator/write_pump.h"
 #include "frameworm/v1/job_service.grpc.pb.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
@@ -21,19 +19,7 @@
 namespace frameworm::coordinator {
 namespace {
 
-namespace fs = std::filesystem;
 constexpr size_t kLogChunkBytes = 64 << 10;
-
-bool IsFinalState(v1::JobState s) {
-  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
-}
-
-// Something a notification can wake: a reactor that writes.
-class Pokeable {
- public:
-  virtual ~Pokeable() = default;
-  virtual void Poke() = 0;
-};
 
 }  // namespace
 
@@ -88,9 +74,12 @@ using Impl = CoordinatorService::Impl;
 
 // ------------------------------------------------------- worker session
 
+// Reads the worker's messages; writes the commands the core queues for its
+// session, in order.
 class SessionReactor final
-    : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
-      public Pokeable {
+    : public WritePump<
+          grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
+          v1::CoordinatorMessage> {
  public:
   explicit SessionReactor(Impl* impl) : impl_(impl) { StartRead(&in_); }
 
@@ -99,7 +88,8 @@ class SessionReactor final
       RequestFinish(grpc::Status::OK);
       return;
     }
-    const bool first = session_.empty();
+    const std::string session = Session();
+    const bool first = session.empty();
     if (first) {
       absl::Status s = impl_->core->AttachSession(in_.session_id());
       if (!s.ok()) {
@@ -110,12 +100,12 @@ class SessionReactor final
         absl::MutexLock l(&mu_);
         session_ = in_.session_id();
       }
-      impl_->AddSession(session_, this);
-    } else if (in_.session_id() != session_) {
+      impl_->AddSession(in_.session_id(), this);
+    } else if (in_.session_id() != session) {
       RequestFinish(grpc::Status(
           grpc::FAILED_PRECONDITION,
           absl::StrCat("message for session '", in_.session_id(),
-                       "' on the stream of session '", session_, "'")));
+                       "' on the stream of session '", session, "'")));
       return;
     }
     absl::Status s = impl_->core->HandleWorkerMessage(in_);
@@ -135,33 +125,8 @@ class SessionReactor final
     StartRead(&in_);
   }
 
-  void Poke() override {
-    absl::MutexLock l(&mu_);
-    PumpLocked();
-  }
-
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock l(&mu_);
-    writing_ = false;
-    if (!ok) {
-      FinishLocked(grpc::Status::OK);
-      return;
-    }
-    if (pending_finish_) {
-      FinishLocked(*pending_finish_);
-      return;
-    }
-    PumpLocked();
-  }
-
-  void OnCancel() override { RequestFinish(grpc::Status::CANCELLED); }
-
   void OnDone() override {
-    std::string session;
-    {
-      absl::MutexLock l(&mu_);
-      session = session_;
-    }
+    const std::string session = Session();
     if (!session.empty()) {
       impl_->RemoveSession(session, this);
       impl_->core->DetachSession(session);
@@ -170,74 +135,41 @@ class SessionReactor final
   }
 
  private:
-  void RequestFinish(grpc::Status s) {
+  std::string Session() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
-    if (writing_) {
-      if (!pending_finish_) pending_finish_ = std::move(s);
-      return;
-    }
-    FinishLocked(std::move(s));
+    return session_;
   }
-  void FinishLocked(grpc::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(std::move(s));
-  }
-  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (writing_ || finished_ || pending_finish_ || session_.empty()) return;
+  Next NextLocked(v1::CoordinatorMessage* out) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (session_.empty()) return Idle();
     if (queue_.empty()) {
       auto cmds = impl_->core->TakeCommands(session_);
-      if (!cmds.ok()) {
-        FinishLocked(ToGrpcStatus(cmds.status()));
-        return;
-      }
+      if (!cmds.ok()) return Finish(ToGrpcStatus(cmds.status()));
       for (auto& c : *cmds) queue_.push_back(std::move(c));
     }
-    if (queue_.empty()) return;
-    out_ = std::move(queue_.front());
+    if (queue_.empty()) return Idle();
+    *out = std::move(queue_.front());
     queue_.pop_front();
-    writing_ = true;
-    StartWrite(&out_);
+    return Write();
   }
 
   Impl* const impl_;
   v1::WorkerMessage in_;  // only touched by the read chain
-  absl::Mutex mu_;
   std::string session_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::CoordinatorMessage> queue_ ABSL_GUARDED_BY(mu_);
-  v1::CoordinatorMessage out_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
 };
 
 // ------------------------------------------------------------- watch job
 
-class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus>,
-                           public Pokeable {
+// The job's status now and after every change (coalesced: an unchanged
+// status is not sent again); ends OK after the final state is written.
+class WatchReactor final
+    : public WritePump<grpc::ServerWriteReactor<v1::JobStatus>, v1::JobStatus> {
  public:
-  WatchReactor(Impl* impl, std::string job) : impl_(impl), job_(std::move(job)) {
+  WatchReactor(Impl* impl, std::string job)
+      : impl_(impl), job_(std::move(job)) {
     impl_->AddWatcher(job_, this);
     Poke();
-  }
-
-  void Poke() override {
-    absl::MutexLock l(&mu_);
-    PumpLocked();
-  }
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock l(&mu_);
-    writing_ = false;
-    if (!ok || IsFinalState(out_.state())) {
-      FinishLocked(grpc::Status::OK);
-      return;
-    }
-    if (dirty_) PumpLocked();
-  }
-  void OnCancel() override {
-    absl::MutexLock l(&mu_);
-    if (!writing_) FinishLocked(grpc::Status::CANCELLED);
-    cancelled_ = true;
   }
   void OnDone() override {
     impl_->RemoveWatcher(job_, this);
@@ -245,75 +177,41 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobStatus>,
   }
 
  private:
-  void FinishLocked(grpc::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(std::move(s));
-  }
-  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    if (writing_) {
-      dirty_ = true;
-      return;
-    }
-    dirty_ = false;
-    if (cancelled_) {
-      FinishLocked(grpc::Status::CANCELLED);
-      return;
-    }
+  Next NextLocked(v1::JobStatus* out) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (final_sent_) return Finish(grpc::Status::OK);
     absl::StatusOr<v1::JobStatus> st = impl_->core->GetJob(job_);
-    if (!st.ok()) {
-      FinishLocked(ToGrpcStatus(st.status()));
-      return;
-    }
+    if (!st.ok()) return Finish(ToGrpcStatus(st.status()));
     std::string bytes = st->SerializeAsString();
-    if (bytes == last_) return;  // nothing new
+    if (bytes == last_) return Idle();  // nothing new
     last_ = std::move(bytes);
-    out_ = std::move(*st);
-    writing_ = true;
-    StartWrite(&out_);
+    final_sent_ = IsFinal(st->state());
+    *out = std::move(*st);
+    return Write();
   }
 
   Impl* const impl_;
   const std::string job_;
-  absl::Mutex mu_;
-  v1::JobStatus out_ ABSL_GUARDED_BY(mu_);
   std::string last_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool dirty_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool final_sent_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // -------------------------------------------------------------- get logs
 
-class LogsReactor final : public grpc::ServerWriteReactor<v1::LogChunk>,
-                          public Pokeable {
+// Chunks of the job's rank logs (JobLogs) from the requested offset; with
+// `follow`, new data as it is appended, until the job has ended and every
+// byte is sent.
+class LogsReactor final
+    : public WritePump<grpc::ServerWriteReactor<v1::LogChunk>, v1::LogChunk> {
  public:
   LogsReactor(Impl* impl, const v1::GetLogsRequest& req)
       : impl_(impl), req_(req) {
-    if (req_.rank() >= 0) offsets_[req_.rank()] = std::max<int64_t>(0, req_.offset());
+    {
+      absl::MutexLock l(&mu_);
+      if (req_.rank() >= 0) offsets_[req_.rank()] = FirstOffset();
+    }
     impl_->AddWatcher(req_.job_id(), this);
     Poke();
-  }
-
-  void Poke() override {
-    absl::MutexLock l(&mu_);
-    PumpLocked();
-  }
-  void OnWriteDone(bool ok) override {
-    absl::MutexLock l(&mu_);
-    writing_ = false;
-    if (!ok) {
-      FinishLocked(grpc::Status::OK);
-      return;
-    }
-    PumpLocked();
-  }
-  void OnCancel() override {
-    absl::MutexLock l(&mu_);
-    cancelled_ = true;
-    if (!writing_) FinishLocked(grpc::Status::CANCELLED);
   }
   void OnDone() override {
     impl_->RemoveWatcher(req_.job_id(), this);
@@ -321,60 +219,34 @@ class LogsReactor final : public grpc::ServerWriteReactor<v1::LogChunk>,
   }
 
  private:
-  void FinishLocked(grpc::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    finished_ = true;
-    Finish(std::move(s));
-  }
-  void PumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || writing_) return;
-    if (cancelled_) {
-      FinishLocked(grpc::Status::CANCELLED);
-      return;
-    }
+  int64_t FirstOffset() const { return std::max<int64_t>(0, req_.offset()); }
+  Next NextLocked(v1::LogChunk* out) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const JobLogs& logs = impl_->core->logs();
     // Read the job's finality first: data appended before it ended is sent.
     const bool final = impl_->core->JobFinal(req_.job_id());
     if (req_.rank() < 0) {  // every rank's file, as they appear
-      std::error_code ec;
-      for (const auto& e :
-           fs::directory_iterator(impl_->core->LogDir(req_.job_id()), ec)) {
-        std::string name = e.path().filename().string();
-        int rank;
-        if (absl::StartsWith(name, "rank-") && absl::EndsWith(name, ".log") &&
-            absl::SimpleAtoi(name.substr(5, name.size() - 9), &rank) &&
-            !offsets_.count(rank))
-          offsets_[rank] = std::max<int64_t>(0, req_.offset());
-      }
+      absl::StatusOr<std::vector<int>> ranks = logs.Ranks(req_.job_id());
+      if (ranks.ok())
+        for (int rank : *ranks) offsets_.try_emplace(rank, FirstOffset());
     }
     for (auto& [rank, offset] : offsets_) {
-      std::ifstream in(impl_->core->LogPath(req_.job_id(), rank),
-                       std::ios::binary);
-      if (!in) continue;
-      in.seekg(offset);
-      std::string buf(kLogChunkBytes, '\0');
-      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      const std::streamsize n = in.gcount();
-      if (n <= 0) continue;
-      buf.resize(n);
-      offset += n;
-      out_.Clear();
-      out_.set_rank(rank);
-      out_.set_data(std::move(buf));
-      writing_ = true;
-      StartWrite(&out_);
-      return;
+      absl::StatusOr<std::string> data =
+          logs.Read(req_.job_id(), rank, offset, kLogChunkBytes);
+      if (!data.ok() || data->empty()) continue;  // no file or nothing new
+      offset += static_cast<int64_t>(data->size());
+      out->Clear();
+      out->set_rank(rank);
+      out->set_data(*std::move(data));
+      return Write();
     }
-    if (!req_.follow() || final) FinishLocked(grpc::Status::OK);
+    if (!req_.follow() || final) return Finish(grpc::Status::OK);
+    return Idle();
   }
 
   Impl* const impl_;
   const v1::GetLogsRequest req_;
-  absl::Mutex mu_;
   std::map<int, int64_t> offsets_ ABSL_GUARDED_BY(mu_);
-  v1::LogChunk out_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // A unary reactor finished with `status`.
@@ -448,7 +320,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* ListWorkers(
       grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest*,
       v1::ListWorkersResponse* resp) override {
-    for (auto& w : impl_->core->ListWorkers()) *resp->add_workers() = std::move(w);
+    for (auto& w : impl_->core->ListWorkers())
+      *resp->add_workers() = std::move(w);
     return Done(ctx, absl::OkStatus());
   }
   grpc::ServerWriteReactor<v1::LogChunk>* GetLogs(
@@ -535,9 +408,7 @@ CoordinatorService::CoordinatorService(Coordinator* core)
   core->SetListener(this);
 }
 
-CoordinatorService::~CoordinatorService() {
-  impl_->core->SetListener(nullptr);
-}
+CoordinatorService::~CoordinatorService() { impl_->core->SetListener(nullptr); }
 
 std::vector<grpc::Service*> CoordinatorService::services() {
   return {&services_->job, &services_->worker, &services_->trainer};

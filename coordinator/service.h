@@ -14,8 +14,10 @@
 //  - JobService.GetLogs: <state-dir>/logs/<job>/rank-<r>.log from `offset`
 //    (rank -1: every rank's file); with `follow`, new data is streamed until
 //    the job ends.
-// Reactors never block: commands reach a session's reactor through the
-// Coordinator::Listener notification and StartWrite.
+// Every stream writes through one WritePump (write_pump.h). Reactors never
+// block: commands reach a session's reactor through the
+// Coordinator::Listener notification and StartWrite; log files are read
+// through the core's JobLogs.
 //
 // Thread safety: thread-safe. The CoordinatorService registers itself as the
 // core's listener and unregisters in its destructor; shut the grpc::Server

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "absl/time/clock.h"
+#include "coordinator/sqlite_store.h"
+#include "coordinator/test_dir.h"
 #include "frameworm/v1/job_service.grpc.pb.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
@@ -25,14 +27,7 @@ using Stream =
 class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (fs::temp_directory_path() /
-            ("fw-svc-" +
-             std::string(::testing::UnitTest::GetInstance()
-                             ->current_test_info()
-                             ->name()) +
-             "-" + std::to_string(::getpid())))
-               .string();
-    fs::remove_all(dir_);
+    dir_ = FreshTestDir("svc");
     CoordinatorOptions o;
     o.state_dir = dir_;
     o.advertise = "127.0.0.1:1";
@@ -208,8 +203,8 @@ TEST_F(ServiceTest, SessionGetsStartTaskThenKillTaskAfterCancel) {
   const v1::TaskSpec& t = msg.start().task();
   EXPECT_EQ(t.ref().job_id(), id);
   EXPECT_EQ(t.ref().generation(), 1);
-  EXPECT_EQ(t.env().at("MASTER_ADDR"), "127.0.0.1");
-  EXPECT_EQ(t.env().at("FRAMEWORM_COORDINATOR"), "127.0.0.1:1");
+  EXPECT_EQ(t.master_addr(), "127.0.0.1");
+  EXPECT_EQ(t.coordinator(), "127.0.0.1:1");
   EXPECT_EQ(t.argv(0), "frameworm-train");
   EXPECT_EQ(Get(id).state(), v1::RUNNING);
 
@@ -339,7 +334,7 @@ TEST_F(ServiceTest, AcknowledgedReportIsCommitted) {
   v1::CoordinatorMessage msg;
   ASSERT_TRUE(s0->Read(&msg));
   ASSERT_TRUE(s1->Read(&msg));
-  auto reader = Store::Open(dir_);
+  auto reader = SqliteStore::Open(dir_);
   ASSERT_TRUE(reader.ok()) << reader.status();
   auto stored = [&](int64_t step) {
     v1::AggregatedStep agg;
@@ -394,7 +389,7 @@ TEST_F(ServiceTest, FailedCommitIsNotAcknowledged) {
             SQLITE_OK);
   sqlite3_close(other);
   ASSERT_TRUE(Step(id, 1, 0, 1, 1.0, 10, &resp).ok());
-  auto reader = Store::Open(dir_);
+  auto reader = SqliteStore::Open(dir_);
   ASSERT_TRUE(reader.ok());
   auto rows = (*reader)->LoadMetrics(id);
   ASSERT_TRUE(rows.ok());

@@ -1,4 +1,4 @@
-#include "coordinator/store.h"
+#include "coordinator/sqlite_store.h"
 
 #include <filesystem>
 #include <string>
@@ -19,7 +19,7 @@ std::string TempDir(const std::string& name) {
 TEST(StoreTest, WriteReopenReadBack) {
   const std::string dir = TempDir("reopen");
   {
-    auto store = Store::Open(dir);
+    auto store = SqliteStore::Open(dir);
     ASSERT_TRUE(store.ok()) << store.status();
     JobRow job{"job-1", 1, std::string("spec\0bytes", 10), 2, 3, 1, "why",
                100, 200, 0};
@@ -36,7 +36,7 @@ TEST(StoreTest, WriteReopenReadBack) {
     ASSERT_TRUE((*store)->PutMetric({"job-1", 2, "agg2"}).ok());
     ASSERT_TRUE((*store)->PutJob({"job-2", 2, "s2", 1, 0, 0, "", 300, 0, 0}).ok());
   }
-  auto store = Store::Open(dir);
+  auto store = SqliteStore::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status();
   auto jobs = (*store)->LoadJobs();
   ASSERT_TRUE(jobs.ok());
@@ -73,7 +73,7 @@ TEST(StoreTest, WriteReopenReadBack) {
 
 TEST(StoreTest, EndGenerationUpdatesJobAndGeneration) {
   const std::string dir = TempDir("end");
-  auto store = Store::Open(dir);
+  auto store = SqliteStore::Open(dir);
   ASSERT_TRUE(store.ok());
   JobRow job{"j", 1, "s", 2, 1, 0, "", 1, 2, 0};
   ASSERT_TRUE((*store)->StartGeneration(job, {"j", 1, 2, 0, "", "h", 1, ""}, {}).ok());
@@ -90,7 +90,7 @@ TEST(StoreTest, EndGenerationUpdatesJobAndGeneration) {
 
 TEST(StoreTest, PutMetricsIsOneTransactionAndWalIsCheckpointed) {
   const std::string dir = TempDir("batch");
-  auto store = Store::Open(dir);
+  auto store = SqliteStore::Open(dir);
   ASSERT_TRUE(store.ok());
   std::vector<MetricRow> rows;
   for (int i = 0; i < 300; ++i)
@@ -112,11 +112,11 @@ TEST(StoreTest, OpenFailsOnUnusableDir) {
   // A regular file where the directory should be.
   const std::string file = TempDir("file");
   { std::FILE* f = std::fopen(file.c_str(), "w"); std::fclose(f); }
-  auto store = Store::Open(file + "/sub");
+  auto store = SqliteStore::Open(file + "/sub");
   EXPECT_FALSE(store.ok());
   EXPECT_NE(store.status().message().find("sub"), std::string::npos);
   std::filesystem::remove(file);
-  EXPECT_EQ(Store::Open("").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SqliteStore::Open("").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "coordinator/store.h"
+#include "coordinator/sqlite_store.h"
 
 #include <sqlite3.h>
 
@@ -44,6 +44,7 @@ class Stmt {
   }
   absl::Status status() { return ok() ? absl::OkStatus() : Error(); }
   int64_t Int(int col) { return sqlite3_column_int64(stmt_, col); }
+  int Int32(int col) { return sqlite3_column_int(stmt_, col); }
   std::string Str(int col) {
     const void* p = sqlite3_column_blob(stmt_, col);
     int n = sqlite3_column_bytes(stmt_, col);
@@ -64,6 +65,15 @@ class Stmt {
   int rc_ = SQLITE_OK;
   int idx_ = 0;
 };
+
+// Every row `st` yields, each read by `read(st)`; or the statement's error.
+template <typename Row, typename Read>
+absl::StatusOr<std::vector<Row>> Rows(Stmt& st, Read read) {
+  std::vector<Row> out;
+  while (st.Next()) out.push_back(read(st));
+  if (absl::Status s = st.status(); !s.ok()) return s;
+  return out;
+}
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS jobs(
@@ -87,7 +97,8 @@ CREATE TABLE IF NOT EXISTS metrics(
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
+    const std::string& dir) {
   if (dir.empty()) return absl::InvalidArgumentError("state dir is empty");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -103,8 +114,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
         absl::StrCat("cannot open '", path, "': ", msg));
   }
   sqlite3_busy_timeout(db, 2000);
-  std::unique_ptr<Store> store(new Store(db, path));
-  sqlite3_wal_hook(db, &Store::WalHook, store.get());
+  std::unique_ptr<SqliteStore> store(new SqliteStore(db, path));
+  sqlite3_wal_hook(db, &SqliteStore::WalHook, store.get());
   absl::MutexLock l(&store->mu_);
   // WAL with synchronous=NORMAL: a commit survives a crash of this process
   // (the WAL is in the OS cache); only power loss can drop the newest ones.
@@ -116,7 +127,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& dir) {
   return store;
 }
 
-Store::~Store() {
+SqliteStore::~SqliteStore() {
   {
     absl::MutexLock l(&ckpt_mu_);
     if (ckpt_db_) sqlite3_close(ckpt_db_);
@@ -128,8 +139,9 @@ Store::~Store() {
 
 // Replaces SQLite's auto-checkpoint (which would run inside the commit):
 // records the WAL size and checkpoints inline only past the hard limit.
-int Store::WalHook(void* self, sqlite3* db, const char* name, int pages) {
-  static_cast<Store*>(self)->wal_pages_.store(pages,
+int SqliteStore::WalHook(void* self, sqlite3* db, const char* name,
+                         int pages) {
+  static_cast<SqliteStore*>(self)->wal_pages_.store(pages,
                                               std::memory_order_relaxed);
   if (pages >= kHardWalPages)
     sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nullptr,
@@ -137,7 +149,7 @@ int Store::WalHook(void* self, sqlite3* db, const char* name, int pages) {
   return SQLITE_OK;
 }
 
-absl::StatusOr<int> Store::CheckpointIfLarge(int min_pages) {
+absl::StatusOr<int> SqliteStore::CheckpointIfLarge(int min_pages) {
   const int pages = wal_pages_.load(std::memory_order_relaxed);
   if (pages < min_pages) return pages;
   absl::MutexLock l(&ckpt_mu_);
@@ -160,7 +172,19 @@ absl::StatusOr<int> Store::CheckpointIfLarge(int min_pages) {
         "sqlite: ", sqlite3_errmsg(ckpt_db_), " in: wal_checkpoint(PASSIVE)"));
   return pages;
 }
-absl::Status Store::ExecLocked(const char* sql) {
+absl::Status SqliteStore::Maintain() { return CheckpointIfLarge().status(); }
+
+template <typename Body>
+absl::Status SqliteStore::TransactionLocked(Body body) {
+  absl::Status s = ExecLocked("BEGIN");
+  if (!s.ok()) return s;
+  s = body();
+  if (s.ok()) s = ExecLocked("COMMIT");
+  if (!s.ok()) ExecLocked("ROLLBACK").IgnoreError();
+  return s;
+}
+
+absl::Status SqliteStore::ExecLocked(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
     std::string msg = err ? err : "unknown error";
@@ -170,7 +194,7 @@ absl::Status Store::ExecLocked(const char* sql) {
   return absl::OkStatus();
 }
 
-absl::Status Store::PutJobLocked(const JobRow& j) {
+absl::Status SqliteStore::PutJobLocked(const JobRow& j) {
   return Stmt(db_,
               "INSERT OR REPLACE INTO jobs VALUES(?,?,?,?,?,?,?,?,?,?)")
       .Bind(j.job_id).Bind(j.seq).Bind(j.spec).Bind(int64_t{j.state})
@@ -179,61 +203,52 @@ absl::Status Store::PutJobLocked(const JobRow& j) {
       .Run();
 }
 
-absl::Status Store::PutJob(const JobRow& job) {
+absl::Status SqliteStore::PutJob(const JobRow& job) {
   absl::MutexLock l(&mu_);
   return PutJobLocked(job);
 }
 
-absl::Status Store::StartGeneration(
+absl::Status SqliteStore::StartGeneration(
     const JobRow& job, const GenerationRow& g,
     const std::vector<AssignmentRow>& assignments) {
   absl::MutexLock l(&mu_);
-  absl::Status s = ExecLocked("BEGIN");
-  if (!s.ok()) return s;
-  s = PutJobLocked(job);
-  if (s.ok())
-    s = Stmt(db_,
-             "INSERT OR REPLACE INTO generations VALUES(?,?,?,?,?,?,?,?)")
-            .Bind(g.job_id).Bind(g.generation).Bind(g.started_ms)
-            .Bind(g.ended_ms).Bind(g.end_reason).Bind(g.master_addr)
-            .Bind(int64_t{g.master_port}).Bind(g.resume_from)
-            .Run();
-  for (const AssignmentRow& a : assignments) {
-    if (!s.ok()) break;
-    s = Stmt(db_,
-             "INSERT OR REPLACE INTO assignments VALUES(?,?,?,?,?,?,?,?)")
-            .Bind(a.job_id).Bind(a.generation).Bind(int64_t{a.rank})
-            .Bind(a.worker).Bind(int64_t{a.node_rank})
-            .Bind(int64_t{a.local_rank}).Bind(a.task).Bind(int64_t{a.state})
-            .Run();
-  }
-  if (!s.ok()) {
-    ExecLocked("ROLLBACK").IgnoreError();
+  return TransactionLocked([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::Status s = PutJobLocked(job);
+    if (s.ok())
+      s = Stmt(db_,
+               "INSERT OR REPLACE INTO generations VALUES(?,?,?,?,?,?,?,?)")
+              .Bind(g.job_id).Bind(g.generation).Bind(g.started_ms)
+              .Bind(g.ended_ms).Bind(g.end_reason).Bind(g.master_addr)
+              .Bind(int64_t{g.master_port}).Bind(g.resume_from)
+              .Run();
+    for (const AssignmentRow& a : assignments) {
+      if (!s.ok()) break;
+      s = Stmt(db_,
+               "INSERT OR REPLACE INTO assignments VALUES(?,?,?,?,?,?,?,?)")
+              .Bind(a.job_id).Bind(a.generation).Bind(int64_t{a.rank})
+              .Bind(a.worker).Bind(int64_t{a.node_rank})
+              .Bind(int64_t{a.local_rank}).Bind(a.task).Bind(int64_t{a.state})
+              .Run();
+    }
     return s;
-  }
-  return ExecLocked("COMMIT");
+  });
 }
 
-absl::Status Store::EndGeneration(const JobRow& job, int64_t generation,
+absl::Status SqliteStore::EndGeneration(const JobRow& job, int64_t generation,
                                   int64_t ended_ms, const std::string& reason) {
   absl::MutexLock l(&mu_);
-  absl::Status s = ExecLocked("BEGIN");
-  if (!s.ok()) return s;
-  s = PutJobLocked(job);
-  if (s.ok())
-    s = Stmt(db_,
-             "UPDATE generations SET ended_ms=?, end_reason=? "
-             "WHERE job_id=? AND generation=?")
-            .Bind(ended_ms).Bind(reason).Bind(job.job_id).Bind(generation)
-            .Run();
-  if (!s.ok()) {
-    ExecLocked("ROLLBACK").IgnoreError();
-    return s;
-  }
-  return ExecLocked("COMMIT");
+  return TransactionLocked([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::Status s = PutJobLocked(job);
+    if (!s.ok()) return s;
+    return Stmt(db_,
+                "UPDATE generations SET ended_ms=?, end_reason=? "
+                "WHERE job_id=? AND generation=?")
+        .Bind(ended_ms).Bind(reason).Bind(job.job_id).Bind(generation)
+        .Run();
+  });
 }
 
-absl::Status Store::SetAssignmentState(const std::string& job_id,
+absl::Status SqliteStore::SetAssignmentState(const std::string& job_id,
                                        int64_t generation, int rank,
                                        int state) {
   absl::MutexLock l(&mu_);
@@ -244,7 +259,7 @@ absl::Status Store::SetAssignmentState(const std::string& job_id,
       .Run();
 }
 
-absl::Status Store::AddCheckpoint(const CheckpointRow& c) {
+absl::Status SqliteStore::AddCheckpoint(const CheckpointRow& c) {
   absl::MutexLock l(&mu_);
   return Stmt(db_,
               "INSERT OR REPLACE INTO checkpoints VALUES(?,?,?,?,?,?,?)")
@@ -253,16 +268,14 @@ absl::Status Store::AddCheckpoint(const CheckpointRow& c) {
       .Run();
 }
 
-absl::Status Store::DeleteCheckpoint(const std::string& job_id,
+absl::Status SqliteStore::DeleteCheckpoint(const std::string& job_id,
                                      const std::string& path) {
   absl::MutexLock l(&mu_);
   return Stmt(db_, "DELETE FROM checkpoints WHERE job_id=? AND path=?")
       .Bind(job_id).Bind(path).Run();
 }
 
-absl::Status Store::PutMetric(const MetricRow& m) { return PutMetrics({m}); }
-
-absl::Status Store::PutMetrics(const std::vector<MetricRow>& rows) {
+absl::Status SqliteStore::PutMetrics(const std::vector<MetricRow>& rows) {
   if (rows.empty()) return absl::OkStatus();
   absl::MutexLock l(&mu_);
   constexpr const char* kSql = "INSERT OR REPLACE INTO metrics VALUES(?,?,?)";
@@ -301,32 +314,19 @@ absl::Status Store::PutMetrics(const std::vector<MetricRow>& rows) {
   return s;
 }
 
-absl::StatusOr<std::vector<JobRow>> Store::LoadJobs() {
+absl::StatusOr<std::vector<JobRow>> SqliteStore::LoadJobs() {
   absl::MutexLock l(&mu_);
   Stmt st(db_,
           "SELECT job_id, seq, spec, state, generation, restarts, reason, "
           "submitted_ms, started_ms, finished_ms FROM jobs ORDER BY seq");
-  std::vector<JobRow> out;
-  while (st.Next()) {
-    JobRow j;
-    j.job_id = st.Str(0);
-    j.seq = st.Int(1);
-    j.spec = st.Str(2);
-    j.state = static_cast<int>(st.Int(3));
-    j.generation = st.Int(4);
-    j.restarts = static_cast<int>(st.Int(5));
-    j.reason = st.Str(6);
-    j.submitted_ms = st.Int(7);
-    j.started_ms = st.Int(8);
-    j.finished_ms = st.Int(9);
-    out.push_back(std::move(j));
-  }
-  if (absl::Status s = st.status(); !s.ok()) return s;
-  return out;
+  return Rows<JobRow>(st, [](Stmt& r) {
+    return JobRow{r.Str(0), r.Int(1), r.Str(2), r.Int32(3), r.Int(4),
+                  r.Int32(5), r.Str(6), r.Int(7), r.Int(8), r.Int(9)};
+  });
 }
 
-absl::StatusOr<GenerationRow> Store::LoadGeneration(const std::string& job_id,
-                                                    int64_t generation) {
+absl::StatusOr<GenerationRow> SqliteStore::LoadGeneration(
+    const std::string& job_id, int64_t generation) {
   absl::MutexLock l(&mu_);
   Stmt st(db_,
           "SELECT started_ms, ended_ms, end_reason, master_addr, master_port, "
@@ -337,81 +337,44 @@ absl::StatusOr<GenerationRow> Store::LoadGeneration(const std::string& job_id,
     return absl::NotFoundError(
         absl::StrCat("no generation ", generation, " of job ", job_id));
   }
-  GenerationRow g;
-  g.job_id = job_id;
-  g.generation = generation;
-  g.started_ms = st.Int(0);
-  g.ended_ms = st.Int(1);
-  g.end_reason = st.Str(2);
-  g.master_addr = st.Str(3);
-  g.master_port = static_cast<int>(st.Int(4));
-  g.resume_from = st.Str(5);
-  return g;
+  return GenerationRow{job_id,    generation, st.Int(0),   st.Int(1),
+                       st.Str(2), st.Str(3),  st.Int32(4), st.Str(5)};
 }
 
-absl::StatusOr<std::vector<AssignmentRow>> Store::LoadAssignments(
+absl::StatusOr<std::vector<AssignmentRow>> SqliteStore::LoadAssignments(
     const std::string& job_id, int64_t generation) {
   absl::MutexLock l(&mu_);
   Stmt st(db_,
           "SELECT rank, worker, node_rank, local_rank, task, state FROM "
           "assignments WHERE job_id=? AND generation=? ORDER BY rank");
   st.Bind(job_id).Bind(generation);
-  std::vector<AssignmentRow> out;
-  while (st.Next()) {
-    AssignmentRow a;
-    a.job_id = job_id;
-    a.generation = generation;
-    a.rank = static_cast<int>(st.Int(0));
-    a.worker = st.Str(1);
-    a.node_rank = static_cast<int>(st.Int(2));
-    a.local_rank = static_cast<int>(st.Int(3));
-    a.task = st.Str(4);
-    a.state = static_cast<int>(st.Int(5));
-    out.push_back(std::move(a));
-  }
-  if (absl::Status s = st.status(); !s.ok()) return s;
-  return out;
+  return Rows<AssignmentRow>(st, [&](Stmt& r) {
+    return AssignmentRow{job_id,     generation, r.Int32(0), r.Str(1),
+                         r.Int32(2), r.Int32(3), r.Str(4),   r.Int32(5)};
+  });
 }
 
-absl::StatusOr<std::vector<CheckpointRow>> Store::LoadCheckpoints(
+absl::StatusOr<std::vector<CheckpointRow>> SqliteStore::LoadCheckpoints(
     const std::string& job_id) {
   absl::MutexLock l(&mu_);
   Stmt st(db_,
           "SELECT generation, step, path, bytes, checksum, created_ms FROM "
           "checkpoints WHERE job_id=? ORDER BY step, created_ms");
   st.Bind(job_id);
-  std::vector<CheckpointRow> out;
-  while (st.Next()) {
-    CheckpointRow c;
-    c.job_id = job_id;
-    c.generation = st.Int(0);
-    c.step = st.Int(1);
-    c.path = st.Str(2);
-    c.bytes = st.Int(3);
-    c.checksum = st.Str(4);
-    c.created_ms = st.Int(5);
-    out.push_back(std::move(c));
-  }
-  if (absl::Status s = st.status(); !s.ok()) return s;
-  return out;
+  return Rows<CheckpointRow>(st, [&](Stmt& r) {
+    return CheckpointRow{job_id,   r.Int(0), r.Int(1), r.Str(2),
+                         r.Int(3), r.Str(4), r.Int(5)};
+  });
 }
 
-absl::StatusOr<std::vector<MetricRow>> Store::LoadMetrics(
+absl::StatusOr<std::vector<MetricRow>> SqliteStore::LoadMetrics(
     const std::string& job_id) {
   absl::MutexLock l(&mu_);
   Stmt st(db_,
           "SELECT step, aggregate FROM metrics WHERE job_id=? ORDER BY step");
   st.Bind(job_id);
-  std::vector<MetricRow> out;
-  while (st.Next()) {
-    MetricRow m;
-    m.job_id = job_id;
-    m.step = st.Int(0);
-    m.aggregate = st.Str(1);
-    out.push_back(std::move(m));
-  }
-  if (absl::Status s = st.status(); !s.ok()) return s;
-  return out;
+  return Rows<MetricRow>(
+      st, [&](Stmt& r) { return MetricRow{job_id, r.Int(0), r.Str(1)}; });
 }
 
 }  // namespace frameworm::coordinator

@@ -1,0 +1,80 @@
+#include "coordinator/checkpoint_catalog.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+bool ByStep(const v1::CheckpointRecord& a, const v1::CheckpointRecord& b) {
+  return a.step() < b.step();
+}
+
+}  // namespace
+
+absl::Status CheckpointCatalog::Load(const std::string& job_id) {
+  absl::StatusOr<std::vector<CheckpointRow>> rows =
+      store_.LoadCheckpoints(job_id);
+  if (!rows.ok()) return rows.status();
+  std::vector<v1::CheckpointRecord>& list = jobs_[job_id];
+  list.clear();
+  for (const CheckpointRow& c : *rows) {
+    v1::CheckpointRecord r;
+    r.mutable_ref()->set_job_id(c.job_id);
+    r.mutable_ref()->set_generation(c.generation);
+    r.set_step(c.step);
+    r.set_path(c.path);
+    r.set_bytes(c.bytes);
+    r.set_checksum(c.checksum);
+    r.set_created_unix_ms(c.created_ms);
+    list.push_back(std::move(r));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> CheckpointCatalog::Record(
+    const v1::CheckpointRecord& rec, int keep_last) {
+  if (rec.path().empty())
+    return absl::InvalidArgumentError("checkpoint path is empty");
+  if (rec.step() < 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint step must be >= 0, got ", rec.step()));
+  const std::string& job_id = rec.ref().job_id();
+  const CheckpointRow row{
+      job_id,      rec.ref().generation(), rec.step(),           rec.path(),
+      rec.bytes(), rec.checksum(),         rec.created_unix_ms()};
+  if (absl::Status s = store_.AddCheckpoint(row); !s.ok()) return s;
+  std::vector<v1::CheckpointRecord>& list = jobs_[job_id];
+  list.erase(std::remove_if(list.begin(), list.end(),
+                            [&](const v1::CheckpointRecord& c) {
+                              return c.path() == rec.path();
+                            }),
+             list.end());
+  list.insert(std::upper_bound(list.begin(), list.end(), rec, ByStep), rec);
+  std::vector<std::string> expired;
+  while (keep_last > 0 && static_cast<int>(list.size()) > keep_last) {
+    const std::string path = list.front().path();
+    LogStoreError(store_.DeleteCheckpoint(job_id, path), "delete checkpoint");
+    list.erase(list.begin());
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);  // best effort
+    expired.push_back(path);
+  }
+  return expired;
+}
+
+const std::vector<v1::CheckpointRecord>& CheckpointCatalog::List(
+    const std::string& job_id) const {
+  static const std::vector<v1::CheckpointRecord> kNone;
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? kNone : it->second;
+}
+
+std::string CheckpointCatalog::Newest(const std::string& job_id) const {
+  const std::vector<v1::CheckpointRecord>& list = List(job_id);
+  return list.empty() ? "" : list.back().path();
+}
+
+}  // namespace frameworm::coordinator

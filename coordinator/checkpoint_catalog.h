@@ -1,0 +1,54 @@
+// The checkpoint catalog: per job, the complete checkpoints rank 0 reported,
+// ordered by step, and their retention (keep the newest `keep_last`). The
+// newest record is where a restarted generation resumes from.
+//
+// Durability: Record commits the record to the Store before it changes the
+// catalog; retention deletes the expired rows (best effort: a failed delete
+// is logged, the record is dropped from memory anyway) and then the expired
+// checkpoint files or directories themselves (best effort; the trainer is
+// told the paths and may delete them too). Load reads a job's records back
+// after a coordinator restart.
+//
+// Ownership: the Store is not owned and must outlive the catalog.
+// Thread safety: not thread-safe; owned by the Coordinator under its mutex.
+// Errors: Record: INVALID_ARGUMENT for an empty path or a negative step,
+// the Store's errors (then nothing changed); Load: the Store's errors.
+#ifndef FRAMEWORM_COORDINATOR_CHECKPOINT_CATALOG_H_
+#define FRAMEWORM_COORDINATOR_CHECKPOINT_CATALOG_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/store.h"
+#include "frameworm/v1/common.pb.h"
+
+namespace frameworm::coordinator {
+
+class CheckpointCatalog {
+ public:
+  explicit CheckpointCatalog(Store& store) : store_(store) {}
+
+  // Reads the job's records from the store (replacing what is in memory).
+  absl::Status Load(const std::string& job_id);
+  // Adds `record` (a record with the same path is replaced), then keeps the
+  // newest `keep_last` records (0: all). Returns the expired paths.
+  absl::StatusOr<std::vector<std::string>> Record(
+      const v1::CheckpointRecord& record, int keep_last);
+
+  // The job's records, oldest step first (empty for an unknown job).
+  const std::vector<v1::CheckpointRecord>& List(
+      const std::string& job_id) const;
+  // The newest record's path; empty when the job has none.
+  std::string Newest(const std::string& job_id) const;
+
+ private:
+  Store& store_;
+  std::map<std::string, std::vector<v1::CheckpointRecord>> jobs_;
+};
+
+}  // namespace frameworm::coordinator
+
+#endif  // FRAMEWORM_COORDINATOR_CHECKPOINT_CATALOG_H_

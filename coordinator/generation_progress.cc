@@ -1,0 +1,85 @@
+#include "coordinator/generation_progress.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace frameworm::coordinator {
+
+void GenerationProgress::Start(int world, absl::Time now) {
+  ranks_.assign(static_cast<size_t>(std::max(0, world)), Rank{});
+  any_report_ = false;
+  checkpoint_at_ = 0;
+  last_checkpoint_ = now;
+}
+
+int64_t GenerationProgress::Step(int rank, int64_t step, int64_t total_steps,
+                                 absl::Time now) {
+  Rank& r = ranks_[rank];
+  r.reported = true;
+  r.last_report = now;
+  r.last_step = step;
+  if (!any_report_) {
+    any_report_ = true;
+    first_report_ = now;
+  }
+  max_step_ = std::max(max_step_, step);
+  if (total_steps > 0) reported_total_steps_ = total_steps;
+  // A pending checkpoint every rank has long passed was missed: drop it.
+  if (checkpoint_at_ > 0 &&
+      std::none_of(ranks_.begin(), ranks_.end(), [&](const Rank& x) {
+        return !x.done && x.last_step <= checkpoint_at_ + 10;
+      }))
+    checkpoint_at_ = 0;
+  return checkpoint_at_;
+}
+
+int64_t GenerationProgress::Progress(int rank, absl::Time now) {
+  ranks_[rank].last_report = now;
+  return checkpoint_at_;
+}
+
+bool GenerationProgress::MarkDone(int rank) {
+  if (ranks_[rank].done) return false;
+  ranks_[rank].done = true;
+  return true;
+}
+
+bool GenerationProgress::AllDone() const {
+  return std::all_of(ranks_.begin(), ranks_.end(),
+                     [](const Rank& r) { return r.done; });
+}
+
+int64_t GenerationProgress::RequestCheckpoint(int lead) {
+  if (checkpoint_at_ == 0) checkpoint_at_ = max_step_ + lead;
+  return checkpoint_at_;
+}
+
+void GenerationProgress::CheckpointRecorded(int64_t step, absl::Time now) {
+  if (checkpoint_at_ > 0 && step >= checkpoint_at_) checkpoint_at_ = 0;
+  last_checkpoint_ = now;
+}
+
+void GenerationProgress::MaybeTimedCheckpoint(absl::Time now,
+                                              absl::Duration every, int lead) {
+  if (every > absl::ZeroDuration() && any_report_ && checkpoint_at_ == 0 &&
+      now - last_checkpoint_ >= every)
+    checkpoint_at_ = max_step_ + lead;
+}
+
+std::optional<std::string> GenerationProgress::Hung(
+    absl::Time now, absl::Duration timeout) const {
+  if (!any_report_) return std::nullopt;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const Rank& r = ranks_[i];
+    if (r.done) continue;
+    const absl::Time last = r.reported ? r.last_report : first_report_;
+    if (now - last > timeout)
+      return absl::StrCat("rank ", i, " hung: no step report for ",
+                          absl::FormatDuration(now - last), " (last step ",
+                          r.last_step, ")");
+  }
+  return std::nullopt;
+}
+
+}  // namespace frameworm::coordinator

@@ -1,0 +1,86 @@
+// What the ranks of a job's current generation have done: step and
+// progress reports, clean exits, and the checkpoint they are asked to take.
+// From that it answers the time-driven questions: is a rank hung (no step
+// report for longer than the timeout, counted from the generation's first
+// report), and is an every_n_minutes checkpoint due.
+//
+// Checkpoint steps are always ahead of every rank's progress: a request
+// asks for max reported step + lead. A pending request that every running
+// rank has passed by more than 10 steps was missed and is dropped.
+//
+// Across generations (Start) the per-rank state, the first report and the
+// pending request reset; the highest step and the trainers' total_steps
+// carry over.
+//
+// Time: every method that needs the time takes it (the owner reads its
+// injected Clock); nothing here reads a clock.
+// Thread safety: not thread-safe; owned by a Job, under the Coordinator's
+// mutex.
+// Errors: none; ranks are checked by the caller (0 <= rank < world()).
+#ifndef FRAMEWORM_COORDINATOR_GENERATION_PROGRESS_H_
+#define FRAMEWORM_COORDINATOR_GENERATION_PROGRESS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace frameworm::coordinator {
+
+class GenerationProgress {
+ public:
+  // A generation of `world` ranks starts (or is reloaded) at `now`; the
+  // checkpoint timer starts too.
+  void Start(int world, absl::Time now);
+  int world() const { return static_cast<int>(ranks_.size()); }
+
+  // A step report; returns the checkpoint step to tell the rank (0: none).
+  int64_t Step(int rank, int64_t step, int64_t total_steps, absl::Time now);
+  // A progress-only report (evaluating, checkpointing): refreshes the
+  // rank's hang timer only. Returns the checkpoint step.
+  int64_t Progress(int rank, absl::Time now);
+  // The rank exited 0; false when it already had.
+  bool MarkDone(int rank);
+  bool AllDone() const;
+  bool done(int rank) const { return ranks_[rank].done; }
+
+  // The pending checkpoint step, or a new one at max step + `lead`.
+  int64_t RequestCheckpoint(int lead);
+  // A checkpoint of `step` completed at `now`.
+  void CheckpointRecorded(int64_t step, absl::Time now);
+  // Requests a checkpoint (max step + `lead`) when `every` > 0 has passed
+  // since the last one and nothing is pending; only once ranks report.
+  void MaybeTimedCheckpoint(absl::Time now, absl::Duration every, int lead);
+  int64_t checkpoint_at() const { return checkpoint_at_; }
+
+  // "rank <r> hung: ..." for the first running rank silent for longer than
+  // `timeout`; nullopt when none is (or no rank reported yet).
+  std::optional<std::string> Hung(absl::Time now, absl::Duration timeout) const;
+
+  // Highest step reported in any generation (RestoreMaxStep after reload).
+  int64_t max_step() const { return max_step_; }
+  void RestoreMaxStep(int64_t step) { max_step_ = step; }
+  // total_steps as the trainers last reported it; 0: never.
+  int64_t reported_total_steps() const { return reported_total_steps_; }
+
+ private:
+  struct Rank {
+    bool done = false;      // exited 0
+    bool reported = false;  // sent a step report this generation
+    absl::Time last_report;
+    int64_t last_step = 0;
+  };
+  std::vector<Rank> ranks_;
+  bool any_report_ = false;
+  absl::Time first_report_;
+  int64_t checkpoint_at_ = 0;  // pending checkpoint step, 0: none
+  absl::Time last_checkpoint_;
+  int64_t max_step_ = 0;
+  int64_t reported_total_steps_ = 0;
+};
+
+}  // namespace frameworm::coordinator
+
+#endif  // FRAMEWORM_COORDINATOR_GENERATION_PROGRESS_H_

@@ -1,0 +1,125 @@
+#include "coordinator/generation_progress.h"
+
+#include "common/clock.h"
+#include "gtest/gtest.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+constexpr int kLead = 2;
+
+TEST(GenerationProgressTest, NoHangBeforeTheFirstReport) {
+  SimulatedClock clock;
+  GenerationProgress p;
+  p.Start(2, clock.Now());
+  clock.Advance(absl::Hours(1));  // e.g. a long dataset download
+  EXPECT_FALSE(p.Hung(clock.Now(), absl::Seconds(5)));
+}
+
+TEST(GenerationProgressTest, SilentRankIsHungAfterTheTimeout) {
+  SimulatedClock clock;
+  const absl::Duration timeout = absl::Seconds(5);
+  GenerationProgress p;
+  p.Start(2, clock.Now());
+  p.Step(0, 1, 0, clock.Now());
+  // Rank 1 never reported: counted from the generation's first report.
+  clock.Advance(timeout);
+  p.Step(0, 2, 0, clock.Now());
+  EXPECT_FALSE(p.Hung(clock.Now(), timeout));
+  clock.Advance(absl::Milliseconds(1));
+  std::optional<std::string> hung = p.Hung(clock.Now(), timeout);
+  ASSERT_TRUE(hung);
+  EXPECT_NE(hung->find("rank 1 hung"), std::string::npos) << *hung;
+  p.Step(1, 1, 0, clock.Now());
+  EXPECT_FALSE(p.Hung(clock.Now(), timeout));
+  // A progress report keeps a rank that reported steps alive.
+  clock.Advance(absl::Seconds(4));
+  p.Progress(1, clock.Now());
+  clock.Advance(absl::Seconds(2));
+  hung = p.Hung(clock.Now(), timeout);
+  ASSERT_TRUE(hung);
+  EXPECT_NE(hung->find("rank 0 hung"), std::string::npos) << *hung;
+  EXPECT_NE(hung->find("(last step 2)"), std::string::npos) << *hung;
+  // A rank that exited 0 is never hung.
+  EXPECT_TRUE(p.MarkDone(0));
+  EXPECT_FALSE(p.MarkDone(0));
+  EXPECT_FALSE(p.Hung(clock.Now(), timeout));
+  clock.Advance(absl::Seconds(4));
+  hung = p.Hung(clock.Now(), timeout);
+  ASSERT_TRUE(hung);
+  EXPECT_NE(hung->find("rank 1 hung"), std::string::npos) << *hung;
+  EXPECT_FALSE(p.AllDone());
+  p.MarkDone(1);
+  EXPECT_TRUE(p.AllDone());
+  EXPECT_FALSE(p.Hung(clock.Now(), timeout));
+}
+
+TEST(GenerationProgressTest, CheckpointRequestsAreAheadOfProgress) {
+  SimulatedClock clock;
+  GenerationProgress p;
+  p.Start(2, clock.Now());
+  p.Step(0, 5, 0, clock.Now());
+  p.Step(1, 4, 0, clock.Now());
+  EXPECT_EQ(p.RequestCheckpoint(kLead), 7);
+  EXPECT_EQ(p.RequestCheckpoint(kLead), 7);  // pending: the same step
+  EXPECT_EQ(p.Step(1, 5, 0, clock.Now()), 7);
+  p.CheckpointRecorded(6, clock.Now());  // too early: still pending
+  EXPECT_EQ(p.checkpoint_at(), 7);
+  p.CheckpointRecorded(7, clock.Now());
+  EXPECT_EQ(p.checkpoint_at(), 0);
+}
+
+TEST(GenerationProgressTest, MissedCheckpointIsDropped) {
+  SimulatedClock clock;
+  GenerationProgress p;
+  p.Start(2, clock.Now());
+  p.Step(0, 1, 0, clock.Now());
+  EXPECT_EQ(p.RequestCheckpoint(kLead), 3);
+  EXPECT_EQ(p.Step(0, 14, 0, clock.Now()), 3);  // rank 1 not past it yet
+  EXPECT_EQ(p.Step(1, 13, 0, clock.Now()), 3);  // 13 <= 3 + 10
+  EXPECT_EQ(p.Step(1, 14, 0, clock.Now()), 0);  // everyone long past it
+}
+
+TEST(GenerationProgressTest, TimedCheckpointOnlyOnceRanksReport) {
+  SimulatedClock clock;
+  GenerationProgress p;
+  p.Start(1, clock.Now());
+  clock.Advance(absl::Minutes(2));
+  p.MaybeTimedCheckpoint(clock.Now(), absl::Minutes(1), kLead);
+  EXPECT_EQ(p.checkpoint_at(), 0);  // nobody reported
+  p.Step(0, 10, 0, clock.Now());
+  p.MaybeTimedCheckpoint(clock.Now(), absl::ZeroDuration(), kLead);
+  EXPECT_EQ(p.checkpoint_at(), 0);  // not configured
+  p.MaybeTimedCheckpoint(clock.Now(), absl::Minutes(1), kLead);
+  EXPECT_EQ(p.checkpoint_at(), 12);
+  p.CheckpointRecorded(12, clock.Now());
+  clock.Advance(absl::Seconds(59));
+  p.MaybeTimedCheckpoint(clock.Now(), absl::Minutes(1), kLead);
+  EXPECT_EQ(p.checkpoint_at(), 0);
+  clock.Advance(absl::Seconds(1));
+  p.MaybeTimedCheckpoint(clock.Now(), absl::Minutes(1), kLead);
+  EXPECT_EQ(p.checkpoint_at(), 12);
+}
+
+TEST(GenerationProgressTest, NewGenerationResetsRanksButKeepsMaxStep) {
+  SimulatedClock clock;
+  GenerationProgress p;
+  p.RestoreMaxStep(40);
+  p.Start(1, clock.Now());
+  p.Step(0, 12, 100, clock.Now());
+  EXPECT_EQ(p.max_step(), 40);
+  EXPECT_EQ(p.reported_total_steps(), 100);
+  p.RequestCheckpoint(kLead);
+  p.MarkDone(0);
+  p.Start(3, clock.Now());
+  EXPECT_EQ(p.world(), 3);
+  EXPECT_EQ(p.checkpoint_at(), 0);
+  EXPECT_FALSE(p.done(0));
+  EXPECT_EQ(p.max_step(), 40);
+  EXPECT_EQ(p.reported_total_steps(), 100);
+  clock.Advance(absl::Hours(1));
+  EXPECT_FALSE(p.Hung(clock.Now(), absl::Seconds(1)));  // no report yet
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator

@@ -1,0 +1,65 @@
+// One job as the coordinator keeps it: the spec, where it is in its
+// lifecycle, and (while RUNNING) its current generation: the ranks, where
+// they run, and what they reported. Plain data; the JobScheduler
+// (job_scheduler.h) is the only one that changes it.
+//
+// Job: PENDING -> RUNNING -> (RESTARTING -> RUNNING)* -> SUCCEEDED | FAILED |
+// CANCELLED. Each (re)start of a job's process group is a new generation.
+//
+// Thread safety: plain data, guarded by whoever owns the Job.
+#ifndef FRAMEWORM_COORDINATOR_JOB_H_
+#define FRAMEWORM_COORDINATOR_JOB_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "coordinator/generation_progress.h"
+#include "coordinator/metrics.h"
+#include "coordinator/store.h"
+#include "frameworm/v1/common.pb.h"
+#include "frameworm/v1/worker_service.pb.h"
+
+namespace frameworm::coordinator {
+
+// Where one rank of the current generation runs, and what it was told.
+// (node_rank, local_rank and the rest of the rank environment are in
+// `task`, proto/rank_env_proto.h RankEnvOf.)
+struct RankState {
+  std::string worker;
+  v1::TaskSpec task;
+  int64_t pid = 0;
+};
+
+struct Job {
+  explicit Job(const MetricAggregator::Options& o) : metrics(o) {}
+  std::string id;
+  int64_t seq = 0;
+  v1::JobSpec spec;  // normalized (jobspec/job_spec.h NormalizeJobSpec)
+  v1::JobState state = v1::PENDING;
+  int64_t generation = 0;
+  int restarts = 0;
+  std::string reason;
+  int64_t submitted_ms = 0, started_ms = 0, finished_ms = 0;
+  absl::Duration heartbeat_timeout;
+  // Current generation (ranks empty unless RUNNING).
+  std::vector<RankState> ranks;
+  std::vector<std::string> workers;  // node_rank order
+  std::string master_addr;
+  int master_port = 0;
+  std::string resume_from;
+  GenerationProgress progress;
+  MetricAggregator metrics;
+};
+
+inline bool IsFinal(v1::JobState s) {
+  return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED;
+}
+
+// The job's row in the Store.
+JobRow RowOf(const Job& job);
+
+}  // namespace frameworm::coordinator
+
+#endif  // FRAMEWORM_COORDINATOR_JOB_H_

@@ -1,0 +1,60 @@
+// Rank logs of jobs: <root>/<job_id>/rank-<r>.log, where the root is
+// <state_dir>/logs. Workers upload a trainer's output in chunks (Append);
+// JobService.GetLogs reads them back from an offset (Ranks, Read). The
+// files are the only state: nothing is cached, so a reader sees every byte
+// appended before its call.
+//
+// Paths: a job id must be one path component (IsPathComponent) and a rank
+// >= 0, so no caller can reach outside the root.
+// Thread safety: immutable after construction (only the root); every
+// method may run concurrently from any thread. A Read concurrent with an
+// Append of the same file sees a prefix of the appended data.
+// Errors: INVALID_ARGUMENT for a bad job id, rank or offset; INTERNAL when
+// a file cannot be written; Read: NOT_FOUND when the rank has no file yet.
+#ifndef FRAMEWORM_COORDINATOR_JOB_LOGS_H_
+#define FRAMEWORM_COORDINATOR_JOB_LOGS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace frameworm::coordinator {
+
+// True for a name usable as one path component: non-empty, not "." or "..",
+// no '/' and no NUL. Job ids and worker names obey it.
+bool IsPathComponent(absl::string_view name);
+
+class JobLogs {
+ public:
+  struct Options {
+    std::string root;  // <state_dir>/logs; created on the first Append
+  };
+  explicit JobLogs(const Options& options) : options_(options) {}
+
+  // <root>/<job_id>, and the file of one rank in it.
+  std::string Dir(const std::string& job_id) const;
+  std::string Path(const std::string& job_id, int rank) const;
+
+  // Appends `data` to the rank's file (creating it and its directory).
+  absl::Status Append(const std::string& job_id, int rank,
+                      absl::string_view data) const;
+  // Ranks that have a file, ascending; empty when the job has none.
+  absl::StatusOr<std::vector<int>> Ranks(const std::string& job_id) const;
+  // Up to `max_bytes` of the rank's file from `offset`; empty at or past
+  // the end.
+  absl::StatusOr<std::string> Read(const std::string& job_id, int rank,
+                                   int64_t offset, size_t max_bytes) const;
+
+ private:
+  absl::Status Check(const std::string& job_id, int rank) const;
+
+  const Options options_;
+};
+
+}  // namespace frameworm::coordinator
+
+#endif  // FRAMEWORM_COORDINATOR_JOB_LOGS_H_

@@ -1,0 +1,494 @@
+#include "coordinator/job_scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/generation_plan.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+int64_t ToMs(absl::Time t) { return absl::ToUnixMillis(t); }
+
+}  // namespace
+
+JobScheduler::JobScheduler(const Options& options, Clock& clock, Store& store,
+                           WorkerRegistry& workers, PortAllocator& ports,
+                           const CheckpointCatalog& checkpoints)
+    : options_(options),
+      clock_(clock),
+      store_(store),
+      workers_(workers),
+      ports_(ports),
+      checkpoints_(checkpoints) {}
+
+std::unique_ptr<Job> JobScheduler::NewJob() const {
+  return std::make_unique<Job>(options_.metrics);
+}
+
+absl::Duration JobScheduler::HeartbeatTimeout(const v1::JobSpec& spec) const {
+  return spec.heartbeat_timeout_s() > 0
+             ? absl::Seconds(spec.heartbeat_timeout_s())
+             : options_.default_heartbeat_timeout;
+}
+
+// ------------------------------------------------------------------ reload
+
+absl::Status JobScheduler::Reload() {
+  const absl::Time now = clock_.Now();
+  absl::StatusOr<std::vector<JobRow>> rows = store_.LoadJobs();
+  if (!rows.ok()) return rows.status();
+  for (const JobRow& row : *rows) {
+    std::unique_ptr<Job> job = NewJob();
+    job->id = row.job_id;
+    job->seq = row.seq;
+    if (!job->spec.ParseFromString(row.spec))
+      return absl::InternalError(
+          absl::StrCat("corrupt spec of job ", row.job_id, " in the store"));
+    job->state = static_cast<v1::JobState>(row.state);
+    job->generation = row.generation;
+    job->restarts = row.restarts;
+    job->reason = row.reason;
+    job->submitted_ms = row.submitted_ms;
+    job->started_ms = row.started_ms;
+    job->finished_ms = row.finished_ms;
+    job->heartbeat_timeout = HeartbeatTimeout(job->spec);
+    next_seq_ = std::max(next_seq_, row.seq + 1);
+
+    absl::StatusOr<std::vector<MetricRow>> metrics =
+        store_.LoadMetrics(row.job_id);
+    if (!metrics.ok()) return metrics.status();
+    for (const MetricRow& m : *metrics) {
+      v1::AggregatedStep s;
+      if (s.ParseFromString(m.aggregate)) job->metrics.Restore(s);
+    }
+    if (const v1::AggregatedStep* last = job->metrics.Last())
+      job->progress.RestoreMaxStep(last->step());
+
+    if (job->state == v1::RUNNING) {
+      absl::StatusOr<GenerationRow> gen =
+          store_.LoadGeneration(row.job_id, row.generation);
+      if (!gen.ok()) return gen.status();
+      absl::StatusOr<std::vector<AssignmentRow>> as =
+          store_.LoadAssignments(row.job_id, row.generation);
+      if (!as.ok()) return as.status();
+      job->master_addr = gen->master_addr;
+      job->master_port = gen->master_port;
+      job->resume_from = gen->resume_from;
+      ports_.Reserve(job->master_port);
+      job->progress.Start(static_cast<int>(as->size()), now);
+      for (const AssignmentRow& a : *as) {
+        RankState r;
+        r.worker = a.worker;
+        r.task.ParseFromString(a.task);
+        if (a.state == 1)
+          job->progress.MarkDone(static_cast<int>(job->ranks.size()));
+        job->ranks.push_back(std::move(r));
+        if (static_cast<int>(job->workers.size()) <= a.node_rank)
+          job->workers.resize(a.node_rank + 1);
+        job->workers[a.node_rank] = a.worker;
+      }
+      // The job's workers get heartbeat timeout + grace to re-register.
+      for (const std::string& w : job->workers)
+        workers_.Expect(w, now + options_.reconnect_grace);
+    }
+    jobs_[job->id] = std::move(job);
+  }
+  return absl::OkStatus();
+}
+
+// -------------------------------------------------------------------- jobs
+
+absl::StatusOr<std::string> JobScheduler::Submit(v1::JobSpec spec) {
+  std::unique_ptr<Job> job = NewJob();
+  job->seq = next_seq_;
+  job->id = absl::StrFormat("job-%06d", job->seq);
+  job->spec = std::move(spec);
+  job->state = v1::PENDING;
+  job->submitted_ms = ToMs(clock_.Now());
+  job->heartbeat_timeout = HeartbeatTimeout(job->spec);
+  if (absl::Status s = store_.PutJob(RowOf(*job)); !s.ok()) return s;
+  next_seq_++;
+  Changed(*job);
+  std::string id = job->id;
+  jobs_[id] = std::move(job);
+  return id;
+}
+
+absl::StatusOr<const Job*> JobScheduler::Cancel(const std::string& job_id) {
+  Job* job = FindMutable(job_id);
+  if (!job) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (IsFinal(job->state))
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " already ended: ", v1::JobState_Name(job->state)));
+  JobRow row = RowOf(*job);
+  row.state = v1::CANCELLED;
+  row.finished_ms = ToMs(clock_.Now());
+  row.reason = "cancelled by user";
+  const bool running = job->state == v1::RUNNING;
+  absl::Status s = running ? store_.EndGeneration(row, job->generation,
+                                                  row.finished_ms, row.reason)
+                           : store_.PutJob(row);
+  if (!s.ok()) return s;
+  if (running) {
+    KillAll(*job);
+    LeaveRunning(*job);
+  }
+  job->state = v1::CANCELLED;
+  job->finished_ms = row.finished_ms;
+  job->reason = row.reason;
+  Changed(*job);
+  return job;
+}
+
+absl::StatusOr<int64_t> JobScheduler::RequestCheckpoint(
+    const std::string& job_id) {
+  Job* job = FindMutable(job_id);
+  if (!job) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (job->state != v1::RUNNING)
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job->state),
+                     ", not RUNNING"));
+  return job->progress.RequestCheckpoint(options_.checkpoint_lead_steps);
+}
+
+// -------------------------------------------------------------- placement
+
+void JobScheduler::Schedule() {
+  std::vector<Job*> queue;
+  for (const auto& [id, job] : jobs_)
+    if (job->state == v1::PENDING || job->state == v1::RESTARTING)
+      queue.push_back(job.get());
+  // Highest priority first, FIFO (submission order) within a priority.
+  std::sort(queue.begin(), queue.end(), [](const Job* a, const Job* b) {
+    if (a->spec.priority() != b->spec.priority())
+      return a->spec.priority() > b->spec.priority();
+    return a->seq < b->seq;
+  });
+  for (Job* job : queue) {
+    const int nproc = job->spec.nproc_per_node();
+    const std::map<std::string, int> used = SlotsInUse();
+    int capable = 0;
+    std::vector<std::string> free;
+    for (const WorkerRegistry::Worker* w : workers_.All()) {
+      if (!workers_.Schedulable(*w) || w->slots < nproc) continue;
+      ++capable;
+      auto u = used.find(w->name);
+      if (w->slots - (u == used.end() ? 0 : u->second) >= nproc)
+        free.push_back(w->name);
+    }
+    // Never fits the live cluster: skipped. Waits for busy slots: blocks.
+    if (capable < job->spec.nodes_min()) continue;
+    if (static_cast<int>(free.size()) < job->spec.nodes_min()) break;
+    if (static_cast<int>(free.size()) > job->spec.nodes_max())
+      free.resize(job->spec.nodes_max());
+    if (!StartGeneration(*job, free)) break;
+  }
+}
+
+bool JobScheduler::StartGeneration(Job& job,
+                                   const std::vector<std::string>& workers) {
+  const absl::Time now = clock_.Now();
+  absl::StatusOr<int> port = ports_.Acquire();
+  if (!port.ok()) {
+    job.reason = "waiting for a free MASTER_PORT";
+    return false;
+  }
+  GenerationInputs in;
+  in.generation = job.generation + 1;
+  in.workers = workers;
+  // MASTER_ADDR: the node-rank-0 worker's advertised host.
+  in.master_addr = MasterHost(workers_.Find(workers[0])->address);
+  in.master_port = *port;
+  in.resume_from = checkpoints_.Newest(job.id);
+  in.coordinator = options_.advertise;
+  in.state_dir = options_.state_dir;
+  in.started_ms = ToMs(now);
+  GenerationPlan plan = PlanGeneration(job.id, job.spec, in);
+  JobRow row = RowOf(job);
+  row.state = v1::RUNNING;
+  row.generation = in.generation;
+  row.reason = job.state == v1::RESTARTING ? job.reason : "";
+  if (row.started_ms == 0) row.started_ms = in.started_ms;
+  if (absl::Status s = store_.StartGeneration(row, plan.row, plan.assignments);
+      !s.ok()) {
+    LogStoreError(s, "start generation");
+    ports_.Release(*port);
+    job.reason = s.ToString();
+    return false;
+  }
+  job.state = v1::RUNNING;
+  job.generation = in.generation;
+  job.reason = row.reason;
+  job.started_ms = row.started_ms;
+  job.ranks = std::move(plan.ranks);
+  job.workers = workers;
+  job.master_addr = in.master_addr;
+  job.master_port = in.master_port;
+  job.resume_from = in.resume_from;
+  job.progress.Start(static_cast<int>(job.ranks.size()), now);
+  job.metrics.ResetWindows();
+  for (const RankState& r : job.ranks) {
+    v1::CoordinatorMessage msg;
+    *msg.mutable_start()->mutable_task() = r.task;
+    workers_.Send(r.worker, std::move(msg));
+  }
+  Changed(job);
+  return true;
+}
+
+// ------------------------------------------------------ ending generations
+
+void JobScheduler::KillAll(Job& job) {
+  v1::JobRef ref;
+  ref.set_job_id(job.id);
+  ref.set_generation(job.generation);
+  std::set<std::string> done;
+  for (const std::string& w : job.workers)
+    if (done.insert(w).second) workers_.SendKill(w, ref, -1);
+}
+
+void JobScheduler::LeaveRunning(Job& job) {
+  ports_.Release(job.master_port);
+  job.ranks.clear();
+}
+
+void JobScheduler::FailGeneration(Job& job, const std::string& reason) {
+  if (job.state != v1::RUNNING) return;
+  const absl::Time now = clock_.Now();
+  KillAll(job);
+  if (job.restarts < job.spec.max_restarts()) {
+    job.restarts++;
+    job.state = v1::RESTARTING;
+    job.reason = absl::StrCat(reason, " (restart ", job.restarts, " of ",
+                              job.spec.max_restarts(), ")");
+  } else {
+    job.state = v1::FAILED;
+    job.finished_ms = ToMs(now);
+    job.reason = job.spec.max_restarts() > 0
+                     ? absl::StrCat(reason, " (no restarts left)")
+                     : reason;
+  }
+  LogStoreError(
+      store_.EndGeneration(RowOf(job), job.generation, ToMs(now), reason),
+      "end generation");
+  LeaveRunning(job);
+  Changed(job);
+}
+
+void JobScheduler::Succeed(Job& job) {
+  const absl::Time now = clock_.Now();
+  job.state = v1::SUCCEEDED;
+  job.finished_ms = ToMs(now);
+  job.reason = "";
+  LogStoreError(
+      store_.EndGeneration(RowOf(job), job.generation, ToMs(now), "succeeded"),
+      "end generation");
+  LeaveRunning(job);
+  Changed(job);
+}
+
+// ----------------------------------------------------------------- workers
+
+bool JobScheduler::IsCurrentTask(const Job* job, const std::string& worker,
+                                 const v1::TaskStatus& t) const {
+  return job && job->state == v1::RUNNING &&
+         t.ref().generation() == job->generation && t.rank() >= 0 &&
+         t.rank() < static_cast<int>(job->ranks.size()) &&
+         job->ranks[t.rank()].worker == worker;
+}
+
+void JobScheduler::HandleTaskStatus(const std::string& worker,
+                                    const v1::TaskStatus& t) {
+  Job* job = FindMutable(t.ref().job_id());
+  if (!IsCurrentTask(job, worker, t)) {
+    // A task of an old generation or an ended job still runs: stop it.
+    if (t.state() == v1::TASK_RUNNING)
+      workers_.SendKill(worker, t.ref(), t.rank());
+    return;
+  }
+  RankState& rank = job->ranks[t.rank()];
+  const std::string where = absl::StrCat(" on worker ", worker);
+  switch (t.state()) {
+    case v1::TASK_RUNNING:
+      rank.pid = t.pid();
+      return;
+    case v1::TASK_EXITED:
+      if (t.exit_code() != 0) {
+        FailGeneration(*job,
+                       absl::StrCat("rank ", t.rank(), " exited with code ",
+                                    t.exit_code(), where));
+        return;
+      }
+      if (!job->progress.MarkDone(t.rank())) return;
+      LogStoreError(
+          store_.SetAssignmentState(job->id, job->generation, t.rank(), 1),
+          "assignment state");
+      Changed(*job);
+      if (job->progress.AllDone()) Succeed(*job);
+      return;
+    case v1::TASK_KILLED:
+      FailGeneration(*job, absl::StrCat("rank ", t.rank(), " killed by signal ",
+                                        t.signal(), where));
+      return;
+    case v1::TASK_START_FAILED:
+      FailGeneration(*job, absl::StrCat("rank ", t.rank(), " failed to start",
+                                        where, ": ", t.message()));
+      return;
+    default:
+      return;
+  }
+}
+
+void JobScheduler::Reconcile(
+    const std::string& worker,
+    const google::protobuf::RepeatedPtrField<v1::TaskStatus>& running) {
+  std::set<std::pair<std::string, int>> reported;
+  for (const v1::TaskStatus& t : running) {
+    if (IsCurrentTask(FindMutable(t.ref().job_id()), worker, t))
+      reported.insert({t.ref().job_id(), t.rank()});
+    HandleTaskStatus(worker, t);  // current: progresses; stale: killed
+  }
+  for (const auto& [id, job] : jobs_) {
+    if (job->state != v1::RUNNING) continue;
+    for (size_t r = 0; r < job->ranks.size(); ++r) {
+      if (job->ranks[r].worker != worker || job->progress.done(r) ||
+          reported.count({job->id, static_cast<int>(r)}))
+        continue;
+      FailGeneration(*job, absl::StrCat("rank ", r, " lost: worker ", worker,
+                                        " re-registered without it"));
+      break;
+    }
+  }
+}
+
+void JobScheduler::Supervise() {
+  const absl::Time now = clock_.Now();
+  for (const auto& [id, job_ptr] : jobs_) {
+    Job& job = *job_ptr;
+    if (job.state != v1::RUNNING) continue;
+    const absl::Duration timeout = job.heartbeat_timeout;
+    auto silent = std::find_if(job.workers.begin(), job.workers.end(),
+                               [&](const std::string& w) {
+                                 return now - workers_.LastSeen(w) > timeout;
+                               });
+    if (silent != job.workers.end()) {
+      FailGeneration(job,
+                     absl::StrCat("worker ", *silent, " missed heartbeats for ",
+                                  absl::FormatDuration(timeout)));
+      continue;
+    }
+    if (std::optional<std::string> hung = job.progress.Hung(now, timeout)) {
+      FailGeneration(job, *hung);
+      continue;
+    }
+    job.progress.MaybeTimedCheckpoint(
+        now, absl::Seconds(job.spec.checkpoint().every_n_minutes() * 60),
+        options_.checkpoint_lead_steps);
+  }
+}
+
+// ---------------------------------------------------------------- trainers
+
+absl::Status JobScheduler::CheckGeneration(const Job& job,
+                                           const v1::JobRef& ref,
+                                           bool running) const {
+  const bool live =
+      running ? job.state == v1::RUNNING : job.state != v1::CANCELLED;
+  if (ref.generation() == job.generation && live) return absl::OkStatus();
+  return absl::AbortedError(
+      absl::StrCat("generation ", ref.generation(), " of job ", job.id,
+                   " is not current (current generation ", job.generation, ", ",
+                   v1::JobState_Name(job.state), ")"));
+}
+
+absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
+    const v1::StepMetrics& m) {
+  Job* job = FindMutable(m.ref().job_id());
+  if (!job)
+    return absl::NotFoundError(absl::StrCat("no job '", m.ref().job_id(), "'"));
+  if (absl::Status s = CheckGeneration(*job, m.ref(), true); !s.ok()) return s;
+  if (m.rank() < 0 || m.rank() >= static_cast<int>(job->ranks.size()))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", m.rank(), " outside world of ", job->ranks.size()));
+  const absl::Time now = clock_.Now();
+  StepOutcome out;
+  if (m.progress_only()) {
+    out.checkpoint_at = job->progress.Progress(m.rank(), now);
+    return out;
+  }
+  const v1::AggregatedStep* agg = job->metrics.Add(
+      job->generation, static_cast<int>(job->ranks.size()), m, ToMs(now));
+  if (agg != nullptr) {  // nullptr: a duplicate
+    out.row.emplace();
+    out.row->job_id = job->id;
+    out.row->step = agg->step();
+    agg->SerializeToString(&out.row->aggregate);
+  }
+  out.checkpoint_at =
+      job->progress.Step(m.rank(), m.step(), m.total_steps(), now);
+  Changed(*job);
+  return out;
+}
+
+absl::StatusOr<const Job*> JobScheduler::CheckpointTarget(
+    const v1::JobRef& ref) const {
+  const Job* job = Find(ref.job_id());
+  if (!job)
+    return absl::NotFoundError(absl::StrCat("no job '", ref.job_id(), "'"));
+  if (absl::Status s = CheckGeneration(*job, ref, false); !s.ok()) return s;
+  return job;
+}
+
+void JobScheduler::CheckpointRecorded(const std::string& job_id, int64_t step) {
+  Job* job = FindMutable(job_id);
+  if (!job) return;
+  job->progress.CheckpointRecorded(step, clock_.Now());
+  Changed(*job);
+}
+
+// ------------------------------------------------------------------- views
+
+Job* JobScheduler::FindMutable(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+const Job* JobScheduler::Find(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+std::vector<const Job*> JobScheduler::Jobs() const {
+  std::vector<const Job*> all;
+  for (const auto& [id, job] : jobs_) all.push_back(job.get());
+  std::sort(all.begin(), all.end(),
+            [](const Job* a, const Job* b) { return a->seq < b->seq; });
+  return all;
+}
+
+std::map<std::string, int> JobScheduler::SlotsInUse() const {
+  std::map<std::string, int> used;
+  for (const auto& [id, job] : jobs_)
+    if (job->state == v1::RUNNING)
+      for (const RankState& r : job->ranks) ++used[r.worker];
+  return used;
+}
+
+std::vector<std::string> JobScheduler::TasksOn(
+    const std::string& worker) const {
+  std::vector<std::string> out;
+  for (const auto& [id, job] : jobs_)
+    for (size_t r = 0; r < job->ranks.size(); ++r)
+      if (job->ranks[r].worker == worker)
+        out.push_back(absl::StrCat(id, "/", r));
+  return out;
+}
+
+std::set<std::string> JobScheduler::TakeChangedJobs() {
+  return std::exchange(changed_, {});
+}
+
+}  // namespace frameworm::coordinator

@@ -1,0 +1,159 @@
+// Scheduling: the job table and every job's lifecycle (job.h). Jobs queue
+// by priority, then submission order; a job starts as a gang on nodes.min
+// to nodes.max schedulable workers with nproc_per_node free slots each, or
+// not at all. Starting a generation assigns ranks (node-major), takes a
+// MASTER_PORT (PortAllocator), resumes from the newest checkpoint
+// (CheckpointCatalog) and queues a StartTask per rank (WorkerRegistry). A
+// failed generation (a rank exiting non-zero or killed, a worker missing
+// heartbeats, a hung rank, a worker re-registering without its task) kills
+// every rank and restarts while max_restarts allows, else FAILED; all ranks
+// exiting 0 is SUCCEEDED. Trainer calls naming an older generation get
+// ABORTED.
+//
+// Queue order: a job that the live cluster cannot hold even when idle does
+// not block the queue; one that merely waits for busy slots does (strict
+// order).
+//
+// Time: decisions use the injected Clock; Supervise() does the time-driven
+// work (heartbeat timeouts, hang detection, every_n_minutes checkpoints).
+//
+// Durability: a job's row is committed before Submit/Cancel return OK; a
+// generation's start (job row, generation, assignments) is committed before
+// its StartTask commands are queued. Failures to record a generation's end
+// are logged (the in-memory state moves on). Reload() rebuilds the table
+// from the Store after a restart: RUNNING jobs stay RUNNING, their workers
+// get heartbeat timeout + reconnect_grace to re-register.
+//
+// Notifications: every job that changed is recorded; TakeChangedJobs hands
+// the owner that set (it notifies outside its lock).
+//
+// Ownership: owns the jobs. The Store, WorkerRegistry, PortAllocator and
+// CheckpointCatalog are not owned; they and the Clock must outlive it.
+// Thread safety: not thread-safe; owned by the Coordinator under its mutex,
+// which also guards the collaborators it is given.
+// Errors: NOT_FOUND for an unknown job, FAILED_PRECONDITION for a job in the
+// wrong state, ABORTED for a stale generation, INVALID_ARGUMENT for a rank
+// outside the world, the Store's errors (then nothing changed).
+#ifndef FRAMEWORM_COORDINATOR_JOB_SCHEDULER_H_
+#define FRAMEWORM_COORDINATOR_JOB_SCHEDULER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/checkpoint_catalog.h"
+#include "coordinator/job.h"
+#include "coordinator/port_allocator.h"
+#include "coordinator/store.h"
+#include "coordinator/worker_registry.h"
+#include "frameworm/v1/trainer_service.pb.h"
+
+namespace frameworm::coordinator {
+
+class JobScheduler {
+ public:
+  struct Options {
+    std::string state_dir;  // default checkpoint directories live here
+    std::string advertise;  // the trainers' coordinator address
+    absl::Duration default_heartbeat_timeout = absl::Seconds(10);
+    absl::Duration reconnect_grace = absl::Seconds(5);
+    MetricAggregator::Options metrics;
+    int checkpoint_lead_steps = 2;  // checkpoint_at = max step + this
+  };
+  // A step report's effect: the checkpoint step to tell the rank, and the
+  // step's updated aggregate to commit (none for a progress-only or a
+  // duplicate report).
+  struct StepOutcome {
+    int64_t checkpoint_at = 0;
+    std::optional<MetricRow> row;
+  };
+
+  JobScheduler(const Options& options, Clock& clock, Store& store,
+               WorkerRegistry& workers, PortAllocator& ports,
+               const CheckpointCatalog& checkpoints);
+
+  absl::Status Reload();
+  // Queues a job with a normalized spec; returns its id.
+  absl::StatusOr<std::string> Submit(v1::JobSpec spec);
+  // Kills every rank; FAILED_PRECONDITION when the job already ended.
+  absl::StatusOr<const Job*> Cancel(const std::string& job_id);
+  // The step every rank will checkpoint after; FAILED_PRECONDITION unless
+  // RUNNING.
+  absl::StatusOr<int64_t> RequestCheckpoint(const std::string& job_id);
+  // Starts what the queue allows now.
+  void Schedule();
+  void set_advertise(const std::string& address) {
+    options_.advertise = address;
+  }
+
+  // ---- Workers ----
+  // A task status from `worker`: current ranks progress, stale running
+  // tasks (older generation, ended job) are killed.
+  void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& t);
+  // After `worker` (re)registered with the tasks it still runs: those are
+  // handled as statuses; a current rank it no longer runs fails its
+  // generation.
+  void Reconcile(
+      const std::string& worker,
+      const google::protobuf::RepeatedPtrField<v1::TaskStatus>& running);
+  // Heartbeat timeouts, hung ranks, timed checkpoints.
+  void Supervise();
+
+  // ---- Trainers ----
+  absl::StatusOr<StepOutcome> ReportStep(const v1::StepMetrics& m);
+  // The job a checkpoint of `ref` belongs to: NOT_FOUND, or ABORTED for an
+  // older generation or a cancelled job.
+  absl::StatusOr<const Job*> CheckpointTarget(const v1::JobRef& ref) const;
+  // A checkpoint of `step` was recorded: the pending request it satisfies
+  // is done, the every_n_minutes timer restarts.
+  void CheckpointRecorded(const std::string& job_id, int64_t step);
+
+  // ---- Views ----
+  const Job* Find(const std::string& job_id) const;
+  std::vector<const Job*> Jobs() const;  // submission order
+  // Slots each worker's running ranks hold.
+  std::map<std::string, int> SlotsInUse() const;
+  // "<job_id>/<rank>" of every rank running on `worker`.
+  std::vector<std::string> TasksOn(const std::string& worker) const;
+  std::set<std::string> TakeChangedJobs();
+
+ private:
+  Job* FindMutable(const std::string& job_id);
+  std::unique_ptr<Job> NewJob() const;
+  absl::Duration HeartbeatTimeout(const v1::JobSpec& spec) const;
+  // Job `j` of the current generation of `ref`, or ABORTED.
+  absl::Status CheckGeneration(const Job& j, const v1::JobRef& ref,
+                               bool running) const;
+  bool IsCurrentTask(const Job* job, const std::string& worker,
+                     const v1::TaskStatus& t) const;
+  bool StartGeneration(Job& job, const std::vector<std::string>& workers);
+  void KillAll(Job& job);
+  void FailGeneration(Job& job, const std::string& reason);
+  void Succeed(Job& job);
+  // The RUNNING generation of `job` ended: its port is given back and its
+  // ranks are dropped. Only for a job that was RUNNING.
+  void LeaveRunning(Job& job);
+  void Changed(const Job& job) { changed_.insert(job.id); }
+
+  Options options_;
+  Clock& clock_;
+  Store& store_;
+  WorkerRegistry& workers_;
+  PortAllocator& ports_;
+  const CheckpointCatalog& checkpoints_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;
+  int64_t next_seq_ = 1;
+  std::set<std::string> changed_;
+};
+
+}  // namespace frameworm::coordinator
+
+#endif  // FRAMEWORM_COORDINATOR_JOB_SCHEDULER_H_

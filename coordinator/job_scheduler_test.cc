@@ -1,0 +1,238 @@
+// JobScheduler with its real collaborators (WorkerRegistry, PortAllocator,
+// CheckpointCatalog) on a MemoryStore and the simulated clock.
+#include "coordinator/job_scheduler.h"
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "coordinator/memory_store.h"
+#include "gtest/gtest.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+class JobSchedulerTest : public ::testing::Test {
+ protected:
+  JobSchedulerTest() { Restart(); }
+
+  // A fresh set of parts on the same store (a coordinator restart); the
+  // new scheduler reloads.
+  void Restart(int port_max = 29509) {
+    jobs_.reset();
+    WorkerRegistry::Options wo;
+    wo.session_prefix = std::to_string(++boots_);
+    workers_ = std::make_unique<WorkerRegistry>(wo, clock_);
+    ports_ = std::make_unique<PortAllocator>(
+        PortAllocator::Options{29500, port_max});
+    checkpoints_ = std::make_unique<CheckpointCatalog>(store_);
+    JobScheduler::Options o;
+    o.state_dir = "/state";
+    o.advertise = "coord:1";
+    o.reconnect_grace = absl::Seconds(2);
+    jobs_ = std::make_unique<JobScheduler>(o, clock_, store_, *workers_,
+                                           *ports_, *checkpoints_);
+    ASSERT_TRUE(jobs_->Reload().ok());
+  }
+  void AddWorker(const std::string& name, int slots) {
+    v1::RegisterWorkerRequest r;
+    r.set_name(name);
+    r.set_address(name + ":9000");
+    r.set_slots(slots);
+    absl::StatusOr<std::string> s = workers_->Register(r);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE(workers_->Attach(*s).ok());
+    sessions_[name] = *s;
+  }
+  static v1::JobSpec Spec(int nodes_min, int nodes_max, int nproc = 1) {
+    v1::JobSpec s;
+    s.set_name("t");
+    s.set_nodes_min(nodes_min);
+    s.set_nodes_max(nodes_max);
+    s.set_nproc_per_node(nproc);
+    return s;
+  }
+  std::string Submit(const v1::JobSpec& spec) {
+    absl::StatusOr<std::string> id = jobs_->Submit(spec);
+    EXPECT_TRUE(id.ok()) << id.status();
+    jobs_->Schedule();
+    return id.ok() ? *id : "";
+  }
+  const Job& Get(const std::string& id) { return *jobs_->Find(id); }
+  void Exit(const std::string& worker, const std::string& id, int rank,
+            int code) {
+    v1::TaskStatus t;
+    t.mutable_ref()->set_job_id(id);
+    t.mutable_ref()->set_generation(Get(id).generation);
+    t.set_rank(rank);
+    t.set_state(v1::TASK_EXITED);
+    t.set_exit_code(code);
+    jobs_->HandleTaskStatus(worker, t);
+  }
+
+  SimulatedClock clock_;
+  MemoryStore store_;
+  int boots_ = 0;
+  std::unique_ptr<WorkerRegistry> workers_;
+  std::unique_ptr<PortAllocator> ports_;
+  std::unique_ptr<CheckpointCatalog> checkpoints_;
+  std::unique_ptr<JobScheduler> jobs_;
+  std::map<std::string, std::string> sessions_;
+};
+
+TEST_F(JobSchedulerTest, ElasticGangTakesUpToNodesMaxOfCapableWorkers) {
+  AddWorker("w0", 2);
+  AddWorker("w1", 1);  // too small for nproc 2: not capable
+  AddWorker("w2", 2);
+  AddWorker("w3", 4);
+  const std::string id = Submit(Spec(2, 2, 2));
+  const Job& job = Get(id);
+  ASSERT_EQ(job.state, v1::RUNNING);
+  EXPECT_EQ(job.workers, (std::vector<std::string>{"w0", "w2"}));
+  EXPECT_EQ(job.ranks.size(), 4u);
+  EXPECT_EQ(job.master_addr, "w0");
+  EXPECT_EQ(jobs_->SlotsInUse(),
+            (std::map<std::string, int>{{"w0", 2}, {"w2", 2}}));
+  EXPECT_EQ(jobs_->TasksOn("w2"),
+            (std::vector<std::string>{id + "/2", id + "/3"}));
+  // An elastic job takes what is free between min and max.
+  const std::string elastic = Submit(Spec(1, 3, 2));
+  EXPECT_EQ(Get(elastic).workers, (std::vector<std::string>{"w3"}));
+  // Both of w3's gangs fit: two more ranks on it.
+  const std::string more = Submit(Spec(1, 1, 2));
+  EXPECT_EQ(Get(more).workers, (std::vector<std::string>{"w3"}));
+  EXPECT_EQ(jobs_->SlotsInUse().at("w3"), 4);
+}
+
+TEST_F(JobSchedulerTest, PortsAreHeldByRunningGenerationsOnly) {
+  Restart(/*port_max=*/29500);  // one MASTER_PORT
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  const std::string a = Submit(Spec(1, 1));
+  const std::string b = Submit(Spec(1, 1));
+  EXPECT_EQ(Get(a).state, v1::RUNNING);
+  EXPECT_EQ(Get(a).master_port, 29500);
+  EXPECT_EQ(Get(b).state, v1::PENDING);
+  EXPECT_EQ(Get(b).reason, "waiting for a free MASTER_PORT");
+  Exit("w0", a, 0, 0);
+  EXPECT_EQ(Get(a).state, v1::SUCCEEDED);
+  jobs_->Schedule();
+  EXPECT_EQ(Get(b).state, v1::RUNNING);
+  EXPECT_EQ(Get(b).master_port, 29500);
+  ASSERT_TRUE(jobs_->Cancel(b).ok());
+  EXPECT_EQ(ports_->in_use(), 0);
+  // Cancelling a job that waits never frees a port it does not hold.
+  const std::string c = Submit(Spec(1, 1));
+  const std::string d = Submit(Spec(5, 5));
+  ASSERT_TRUE(jobs_->Cancel(d).ok());
+  EXPECT_EQ(ports_->in_use(), 1);
+  EXPECT_EQ(Get(c).state, v1::RUNNING);
+}
+
+TEST_F(JobSchedulerTest, FailedGenerationStartKeepsTheJobQueued) {
+  AddWorker("w0", 1);
+  absl::StatusOr<std::string> id = jobs_->Submit(Spec(1, 1));
+  ASSERT_TRUE(id.ok());
+  store_.FailWrites(absl::UnavailableError("disk"));
+  jobs_->Schedule();
+  EXPECT_EQ(Get(*id).state, v1::PENDING);
+  EXPECT_NE(Get(*id).reason.find("disk"), std::string::npos);
+  EXPECT_EQ(ports_->in_use(), 0);  // the port was given back
+  EXPECT_TRUE(workers_->Take(sessions_["w0"])->empty());  // nothing sent
+  store_.FailWrites(absl::OkStatus());
+  jobs_->Schedule();
+  EXPECT_EQ(Get(*id).state, v1::RUNNING);
+  EXPECT_EQ(Get(*id).generation, 1);
+  EXPECT_EQ(workers_->Take(sessions_["w0"])->size(), 1u);
+}
+
+TEST_F(JobSchedulerTest, ChangedJobsAreReportedOnce) {
+  AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  EXPECT_EQ(jobs_->TakeChangedJobs(), std::set<std::string>{id});
+  EXPECT_TRUE(jobs_->TakeChangedJobs().empty());
+  jobs_->Schedule();  // nothing to do: nothing changed
+  EXPECT_TRUE(jobs_->TakeChangedJobs().empty());
+  Exit("w0", id, 0, 0);
+  EXPECT_EQ(jobs_->TakeChangedJobs(), std::set<std::string>{id});
+}
+
+TEST_F(JobSchedulerTest, ReloadRestoresRunningGenerationPortAndDoneRanks) {
+  AddWorker("w0", 2);
+  const std::string id = Submit(Spec(1, 1, 2));
+  const int port = Get(id).master_port;
+  Exit("w0", id, 1, 0);  // rank 1 finished before the restart
+  clock_.Advance(absl::Seconds(1));
+  Restart();
+  const Job& job = Get(id);
+  EXPECT_EQ(job.state, v1::RUNNING);
+  EXPECT_EQ(job.master_port, port);
+  EXPECT_EQ(job.workers, std::vector<std::string>{"w0"});
+  ASSERT_EQ(job.ranks.size(), 2u);
+  EXPECT_TRUE(job.progress.done(1));
+  EXPECT_FALSE(job.progress.done(0));
+  EXPECT_EQ(ports_->in_use(), 1);
+  // The worker gets timeout + grace to come back; it is not schedulable.
+  EXPECT_EQ(workers_->LastSeen("w0"), clock_.Now() + absl::Seconds(2));
+  EXPECT_FALSE(workers_->Schedulable(*workers_->Find("w0")));
+  // New jobs get a different port; the reloaded rank 0 finishing succeeds.
+  AddWorker("w1", 1);
+  const std::string other = Submit(Spec(1, 1));
+  EXPECT_NE(Get(other).master_port, port);
+  EXPECT_EQ(jobs_->Submit(Spec(1, 1)).value(), "job-000003");  // seq goes on
+  AddWorker("w0", 2);
+  v1::TaskStatus t;
+  t.mutable_ref()->set_job_id(id);
+  t.mutable_ref()->set_generation(1);
+  t.set_rank(0);
+  t.set_state(v1::TASK_RUNNING);
+  google::protobuf::RepeatedPtrField<v1::TaskStatus> running;
+  *running.Add() = t;
+  jobs_->Reconcile("w0", running);
+  EXPECT_EQ(Get(id).state, v1::RUNNING);
+  Exit("w0", id, 0, 0);
+  EXPECT_EQ(Get(id).state, v1::SUCCEEDED);
+}
+
+TEST_F(JobSchedulerTest, StepReportsFeedMetricsAndProgress) {
+  AddWorker("w0", 2);
+  const std::string id = Submit(Spec(1, 1, 2));
+  v1::StepMetrics m;
+  m.mutable_ref()->set_job_id(id);
+  m.mutable_ref()->set_generation(1);
+  m.set_rank(0);
+  m.set_step(4);
+  m.set_samples(8);
+  (*m.mutable_values())["loss"] = 0.5;
+  absl::StatusOr<JobScheduler::StepOutcome> out = jobs_->ReportStep(m);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_TRUE(out->row.has_value());
+  EXPECT_EQ(out->row->job_id, id);
+  EXPECT_EQ(out->row->step, 4);
+  EXPECT_FALSE(jobs_->ReportStep(m)->row.has_value());  // a duplicate
+  m.set_progress_only(true);
+  EXPECT_FALSE(jobs_->ReportStep(m)->row.has_value());
+  EXPECT_EQ(Get(id).progress.max_step(), 4);
+  EXPECT_EQ(*jobs_->RequestCheckpoint(id), 6);
+  m.set_rank(2);
+  EXPECT_EQ(jobs_->ReportStep(m).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  m.set_rank(0);
+  m.mutable_ref()->set_generation(2);
+  EXPECT_EQ(jobs_->ReportStep(m).status().code(), absl::StatusCode::kAborted);
+  v1::JobRef ref = m.ref();
+  EXPECT_EQ(jobs_->CheckpointTarget(ref).status().code(),
+            absl::StatusCode::kAborted);
+  ref.set_generation(1);
+  ASSERT_TRUE(jobs_->CheckpointTarget(ref).ok());
+  jobs_->CheckpointRecorded(id, 6);
+  EXPECT_EQ(Get(id).progress.checkpoint_at(), 0);
+  ref.set_job_id("job-none");
+  EXPECT_EQ(jobs_->CheckpointTarget(ref).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator

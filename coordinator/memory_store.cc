@@ -1,0 +1,148 @@
+#include "coordinator/memory_store.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+
+namespace frameworm::coordinator {
+
+void MemoryStore::FailWrites(absl::Status status) {
+  absl::MutexLock l(&mu_);
+  fail_ = std::move(status);
+}
+
+int64_t MemoryStore::writes() const {
+  absl::MutexLock l(&mu_);
+  return writes_;
+}
+
+absl::Status MemoryStore::WriteLocked() {
+  if (!fail_.ok()) return fail_;
+  ++writes_;
+  return absl::OkStatus();
+}
+
+absl::Status MemoryStore::PutJob(const JobRow& job) {
+  absl::MutexLock l(&mu_);
+  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  jobs_[job.job_id] = job;
+  return absl::OkStatus();
+}
+
+absl::Status MemoryStore::StartGeneration(
+    const JobRow& job, const GenerationRow& gen,
+    const std::vector<AssignmentRow>& assignments) {
+  absl::MutexLock l(&mu_);
+  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  jobs_[job.job_id] = job;
+  generations_[{gen.job_id, gen.generation}] = gen;
+  for (const AssignmentRow& a : assignments)
+    assignments_[{a.job_id, a.generation, a.rank}] = a;
+  return absl::OkStatus();
+}
+
+absl::Status MemoryStore::EndGeneration(const JobRow& job, int64_t generation,
+                                        int64_t ended_ms,
+                                        const std::string& reason) {
+  absl::MutexLock l(&mu_);
+  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  jobs_[job.job_id] = job;
+  auto it = generations_.find({job.job_id, generation});
+  if (it != generations_.end()) {
+    it->second.ended_ms = ended_ms;
+    it->second.end_reason = reason;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MemoryStore::SetAssignmentState(const std::string& job_id,
+                                             int64_t generation, int rank,
+                                             int state) {
+  absl::MutexLock l(&mu_);
+  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  auto it = assignments_.find({job_id, generation, rank});
+  if (it != assignments_.end()) it->second.state = state;
+  return absl::OkStatus();
+}
+
+absl::Status MemoryStore::AddCheckpoint(const CheckpointRow& row) {
+  absl::MutexLock l(&mu_);
+  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  checkpoints_[{row.job_id, row.path}] = row;
+  return absl::OkStatus();
+}
+
+absl::Status MemoryStore::DeleteCheckpoint(const std::string& job_id,
+                                           const std::string& path) {
+  absl::MutexLock l(&mu_);
+  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  checkpoints_.erase({job_id, path});
+  return absl::OkStatus();
+}
+
+absl::Status MemoryStore::PutMetrics(const std::vector<MetricRow>& rows) {
+  absl::MutexLock l(&mu_);
+  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  for (const MetricRow& m : rows) metrics_[{m.job_id, m.step}] = m;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<JobRow>> MemoryStore::LoadJobs() {
+  absl::MutexLock l(&mu_);
+  std::vector<JobRow> out;
+  for (const auto& [id, row] : jobs_) out.push_back(row);
+  std::stable_sort(
+      out.begin(), out.end(),
+      [](const JobRow& a, const JobRow& b) { return a.seq < b.seq; });
+  return out;
+}
+
+absl::StatusOr<GenerationRow> MemoryStore::LoadGeneration(
+    const std::string& job_id, int64_t generation) {
+  absl::MutexLock l(&mu_);
+  auto it = generations_.find({job_id, generation});
+  if (it == generations_.end())
+    return absl::NotFoundError(
+        absl::StrCat("no generation ", generation, " of job ", job_id));
+  return it->second;
+}
+
+absl::StatusOr<std::vector<AssignmentRow>> MemoryStore::LoadAssignments(
+    const std::string& job_id, int64_t generation) {
+  absl::MutexLock l(&mu_);
+  std::vector<AssignmentRow> out;  // the key orders them by rank
+  for (auto it = assignments_.lower_bound({job_id, generation, INT32_MIN});
+       it != assignments_.end() && it->second.job_id == job_id &&
+       it->second.generation == generation;
+       ++it)
+    out.push_back(it->second);
+  return out;
+}
+
+absl::StatusOr<std::vector<CheckpointRow>> MemoryStore::LoadCheckpoints(
+    const std::string& job_id) {
+  absl::MutexLock l(&mu_);
+  std::vector<CheckpointRow> out;
+  for (const auto& [key, row] : checkpoints_)
+    if (key.first == job_id) out.push_back(row);
+  std::stable_sort(out.begin(), out.end(),
+                   [](const CheckpointRow& a, const CheckpointRow& b) {
+                     return std::tie(a.step, a.created_ms) <
+                            std::tie(b.step, b.created_ms);
+                   });
+  return out;
+}
+
+absl::StatusOr<std::vector<MetricRow>> MemoryStore::LoadMetrics(
+    const std::string& job_id) {
+  absl::MutexLock l(&mu_);
+  std::vector<MetricRow> out;  // the key orders them by step
+  for (auto it = metrics_.lower_bound({job_id, INT64_MIN});
+       it != metrics_.end() && it->first.first == job_id; ++it)
+    out.push_back(it->second);
+  return out;
+}
+
+}  // namespace frameworm::coordinator

@@ -1,0 +1,88 @@
+// The Store (store.h) in memory, for tests of the coordinator core without
+// SQLite. Rows live as long as the object: share one MemoryStore between
+// two Coordinators (one after the other) to test reloading state after a
+// coordinator restart.
+//
+// Fault injection: while FailWrites(s) is set to an error, every write
+// returns `s` and changes nothing (readers still work), like a database
+// whose writes fail; FailWrites(OkStatus()) ends it.
+//
+// Thread safety: thread-safe; one absl::Mutex guards every table.
+// Errors: only injected ones, and LoadGeneration's NOT_FOUND.
+#ifndef FRAMEWORM_COORDINATOR_MEMORY_STORE_H_
+#define FRAMEWORM_COORDINATOR_MEMORY_STORE_H_
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/store.h"
+
+namespace frameworm::coordinator {
+
+class MemoryStore final : public Store {
+ public:
+  MemoryStore() = default;
+  MemoryStore(const MemoryStore&) = delete;
+  MemoryStore& operator=(const MemoryStore&) = delete;
+
+  void FailWrites(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Number of successful writes so far (every Put/Add/Delete/Set/Start/End).
+  int64_t writes() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The Store, table by table.
+  // jobs
+  absl::Status PutJob(const JobRow& job) override;
+  absl::StatusOr<std::vector<JobRow>> LoadJobs() override;
+  // generations, in their lifecycle's order (the start writes the
+  // assignments too)
+  absl::Status StartGeneration(
+      const JobRow& job, const GenerationRow& gen,
+      const std::vector<AssignmentRow>& assignments) override;
+  absl::StatusOr<GenerationRow> LoadGeneration(const std::string& job_id,
+                                               int64_t generation) override;
+  absl::Status EndGeneration(const JobRow& job, int64_t generation,
+                             int64_t ended_ms,
+                             const std::string& reason) override;
+  // assignments
+  absl::Status SetAssignmentState(const std::string& job_id, int64_t generation,
+                                  int rank, int state) override;
+  absl::StatusOr<std::vector<AssignmentRow>> LoadAssignments(
+      const std::string& job_id, int64_t generation) override;
+  // checkpoints
+  absl::Status AddCheckpoint(const CheckpointRow& row) override;
+  absl::Status DeleteCheckpoint(const std::string& job_id,
+                                const std::string& path) override;
+  absl::StatusOr<std::vector<CheckpointRow>> LoadCheckpoints(
+      const std::string& job_id) override;
+  // metrics
+  absl::Status PutMetrics(const std::vector<MetricRow>& rows) override;
+  absl::StatusOr<std::vector<MetricRow>> LoadMetrics(
+      const std::string& job_id) override;
+  // Nothing to maintain.
+  absl::Status Maintain() override { return absl::OkStatus(); }
+
+ private:
+  using Key = std::pair<std::string, int64_t>;  // (job_id, generation|step)
+  // The injected failure, or OK after counting a write. Requires mu_.
+  absl::Status WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  absl::Status fail_ ABSL_GUARDED_BY(mu_);
+  int64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, JobRow> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<Key, GenerationRow> generations_ ABSL_GUARDED_BY(mu_);
+  std::map<std::tuple<std::string, int64_t, int>, AssignmentRow> assignments_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, CheckpointRow> checkpoints_
+      ABSL_GUARDED_BY(mu_);
+  std::map<Key, MetricRow> metrics_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace frameworm::coordinator
+
+#endif  // FRAMEWORM_COORDINATOR_MEMORY_STORE_H_

@@ -1,0 +1,132 @@
+#include "coordinator/worker_registry.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/job_logs.h"
+
+namespace frameworm::coordinator {
+
+absl::StatusOr<std::string> WorkerRegistry::Register(
+    const v1::RegisterWorkerRequest& req) {
+  if (!IsPathComponent(req.name()))
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker name '", req.name(), "' is empty or invalid"));
+  if (req.address().empty())
+    return absl::InvalidArgumentError("worker address is required");
+  if (req.slots() < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker slots must be >= 1, got ", req.slots()));
+  Worker& w = workers_[req.name()];
+  if (!w.session_id.empty()) sessions_.erase(w.session_id);
+  w.name = req.name();
+  w.address = req.address();
+  w.slots = req.slots();
+  w.registered = true;
+  w.attached = false;
+  w.last_seen = clock_.Now();
+  w.outbox.clear();  // undelivered commands are superseded by reconcile
+  w.session_id = absl::StrCat("s", options_.session_prefix, "-",
+                              next_session_++, "-", req.name());
+  sessions_[w.session_id] = w.name;
+  return w.session_id;
+}
+
+void WorkerRegistry::Expect(const std::string& name, absl::Time deadline) {
+  Worker& w = workers_[name];
+  if (!w.name.empty()) return;
+  w.name = name;
+  w.last_seen = deadline;
+}
+
+absl::StatusOr<WorkerRegistry::Worker*> WorkerRegistry::BySession(
+    const std::string& session_id) {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end())
+    return absl::NotFoundError(absl::StrCat("unknown session '", session_id,
+                                            "': register the worker again"));
+  return &workers_[it->second];
+}
+
+absl::Status WorkerRegistry::Attach(const std::string& session_id) {
+  absl::StatusOr<Worker*> w = BySession(session_id);
+  if (!w.ok()) return w.status();
+  (*w)->attached = true;
+  (*w)->last_seen = clock_.Now();
+  notify_.insert(session_id);
+  return absl::OkStatus();
+}
+
+void WorkerRegistry::Detach(const std::string& session_id) {
+  absl::StatusOr<Worker*> w = BySession(session_id);
+  if (w.ok()) (*w)->attached = false;
+}
+
+absl::StatusOr<WorkerRegistry::Heard> WorkerRegistry::Hear(
+    const std::string& session_id) {
+  absl::StatusOr<Worker*> w = BySession(session_id);
+  if (!w.ok()) return w.status();
+  const bool was = Schedulable(**w);
+  (*w)->last_seen = clock_.Now();
+  return Heard{*w, !was && Schedulable(**w)};
+}
+
+absl::StatusOr<std::vector<v1::CoordinatorMessage>> WorkerRegistry::Take(
+    const std::string& session_id) {
+  absl::StatusOr<Worker*> w = BySession(session_id);
+  if (!w.ok()) return w.status();
+  std::deque<v1::CoordinatorMessage>& box = (*w)->outbox;
+  std::vector<v1::CoordinatorMessage> out(std::make_move_iterator(box.begin()),
+                                          std::make_move_iterator(box.end()));
+  box.clear();
+  return out;
+}
+
+void WorkerRegistry::Send(const std::string& worker,
+                          v1::CoordinatorMessage msg) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return;
+  it->second.outbox.push_back(std::move(msg));
+  if (!it->second.session_id.empty()) notify_.insert(it->second.session_id);
+}
+
+void WorkerRegistry::SendKill(const std::string& worker, const v1::JobRef& ref,
+                              int rank) {
+  v1::CoordinatorMessage msg;
+  *msg.mutable_kill()->mutable_ref() = ref;
+  msg.mutable_kill()->set_rank(rank);
+  msg.mutable_kill()->set_grace_s(options_.kill_grace_s);
+  Send(worker, std::move(msg));
+}
+
+std::set<std::string> WorkerRegistry::TakeSessionsToNotify() {
+  return std::exchange(notify_, {});
+}
+
+bool WorkerRegistry::Schedulable(const Worker& w) const {
+  const absl::Duration fresh =
+      std::min(options_.heartbeat_timeout,
+               absl::Seconds(3 * options_.heartbeat_interval_s));
+  return w.registered && w.attached && clock_.Now() - w.last_seen <= fresh;
+}
+
+const WorkerRegistry::Worker* WorkerRegistry::Find(
+    const std::string& name) const {
+  auto it = workers_.find(name);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+std::vector<const WorkerRegistry::Worker*> WorkerRegistry::All() const {
+  std::vector<const Worker*> out;
+  out.reserve(workers_.size());
+  for (const auto& [name, w] : workers_) out.push_back(&w);
+  return out;
+}
+
+absl::Time WorkerRegistry::LastSeen(const std::string& name) const {
+  const Worker* w = Find(name);
+  return w == nullptr ? absl::InfinitePast() : w->last_seen;
+}
+
+}  // namespace frameworm::coordinator

@@ -1,0 +1,119 @@
+// Workers and their sessions: registration, the one session lookup, the
+// liveness every message refreshes, and each worker's outbox of commands
+// (StartTask, KillTask) waiting for its Session stream.
+//
+// Sessions: each (re)registration replaces the worker's session with a new
+// id; calls naming an unknown or replaced session get NOT_FOUND "unknown
+// session '<id>': register the worker again". A registration also drops
+// the undelivered commands of the old session (the registration's
+// reconciliation supersedes them).
+//
+// Liveness: a worker is schedulable while it is registered, its session is
+// attached and it was heard from within min(heartbeat timeout, three
+// heartbeat intervals): one that has gone quiet gets no new work even
+// before its jobs' timeouts fail them. Workers known only from state
+// reloaded after a coordinator restart (Expect) are not schedulable until
+// they register.
+//
+// Notifications: Send records the session that got a command;
+// TakeSessionsToNotify hands the owner that set (it pokes the transport
+// outside its lock).
+//
+// Ownership: owns every Worker; pointers returned stay valid for the
+// registry's lifetime (workers are never removed).
+// Thread safety: not thread-safe; owned by the Coordinator under its mutex.
+// Errors: Register: INVALID_ARGUMENT for a bad name or address or slots
+// < 1; session calls: NOT_FOUND as above.
+#ifndef FRAMEWORM_COORDINATOR_WORKER_REGISTRY_H_
+#define FRAMEWORM_COORDINATOR_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "frameworm/v1/worker_service.pb.h"
+
+namespace frameworm::coordinator {
+
+class WorkerRegistry {
+ public:
+  struct Options {
+    double heartbeat_interval_s = 1.0;
+    absl::Duration heartbeat_timeout = absl::Seconds(10);
+    double kill_grace_s = 3.0;  // KillTask: SIGTERM, SIGKILL after this
+    // Distinguishes this coordinator process's session ids from those of
+    // an earlier one (they must never match after a restart).
+    std::string session_prefix;
+  };
+  struct Worker {
+    std::string name;
+    std::string address;
+    int slots = 0;
+    std::string session_id;
+    bool registered = false;  // false: known only from reloaded state
+    bool attached = false;
+    absl::Time last_seen;
+    std::deque<v1::CoordinatorMessage> outbox;
+  };
+  // What a message on a session tells: who sent it and whether it made a
+  // quiet worker schedulable again.
+  struct Heard {
+    const Worker* worker = nullptr;
+    bool became_schedulable = false;
+  };
+
+  // `clock` is not owned and must outlive the registry.
+  WorkerRegistry(const Options& options, Clock& clock)
+      : options_(options), clock_(clock) {}
+
+  // (Re)registers the worker under a new session; returns the session id.
+  absl::StatusOr<std::string> Register(const v1::RegisterWorkerRequest& req);
+  // A worker of reloaded state, given until `deadline` to register (its
+  // last_seen); nothing changes for a worker already known.
+  void Expect(const std::string& name, absl::Time deadline);
+
+  // The session's stream opened (refreshes liveness).
+  absl::Status Attach(const std::string& session_id);
+  // The session's stream closed; unknown sessions are ignored.
+  void Detach(const std::string& session_id);
+  // A message arrived on the session: refreshes liveness.
+  absl::StatusOr<Heard> Hear(const std::string& session_id);
+  // The session's queued commands, oldest first (and removes them).
+  absl::StatusOr<std::vector<v1::CoordinatorMessage>> Take(
+      const std::string& session_id);
+
+  // Queues a command for the worker; unknown workers are ignored.
+  void Send(const std::string& worker, v1::CoordinatorMessage msg);
+  // Queues KillTask for one rank (-1: every rank of `ref` on the worker).
+  void SendKill(const std::string& worker, const v1::JobRef& ref, int rank);
+  std::set<std::string> TakeSessionsToNotify();
+
+  bool Schedulable(const Worker& w) const;
+  const Worker* Find(const std::string& name) const;
+  // Every worker, by name.
+  std::vector<const Worker*> All() const;
+  // When the worker was last heard from; InfinitePast for an unknown one.
+  absl::Time LastSeen(const std::string& name) const;
+  double heartbeat_interval_s() const { return options_.heartbeat_interval_s; }
+
+ private:
+  absl::StatusOr<Worker*> BySession(const std::string& session_id);
+
+  const Options options_;
+  Clock& clock_;
+  std::map<std::string, Worker> workers_;
+  std::map<std::string, std::string> sessions_;  // session id -> worker
+  int64_t next_session_ = 1;
+  std::set<std::string> notify_;  // sessions with new commands
+};
+
+}  // namespace frameworm::coordinator
+
+#endif  // FRAMEWORM_COORDINATOR_WORKER_REGISTRY_H_

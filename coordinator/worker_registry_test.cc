@@ -1,0 +1,131 @@
+#include "coordinator/worker_registry.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+class WorkerRegistryTest : public ::testing::Test {
+ protected:
+  WorkerRegistryTest() : registry_(Options(), clock_) {}
+  static WorkerRegistry::Options Options() {
+    WorkerRegistry::Options o;
+    o.heartbeat_interval_s = 1;
+    o.heartbeat_timeout = absl::Seconds(10);
+    o.kill_grace_s = 2.5;
+    o.session_prefix = "boot";
+    return o;
+  }
+  static v1::RegisterWorkerRequest Req(const std::string& name, int slots) {
+    v1::RegisterWorkerRequest r;
+    r.set_name(name);
+    r.set_address(name + ":9000");
+    r.set_slots(slots);
+    return r;
+  }
+  static v1::CoordinatorMessage Start(const std::string& job) {
+    v1::CoordinatorMessage m;
+    m.mutable_start()->mutable_task()->mutable_ref()->set_job_id(job);
+    return m;
+  }
+
+  SimulatedClock clock_;
+  WorkerRegistry registry_;
+};
+
+TEST_F(WorkerRegistryTest, RegisterValidatesAndReplacesTheSession) {
+  EXPECT_EQ(registry_.Register(Req("", 1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_.Register(Req("a/b", 1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_.Register(Req("w0", 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::RegisterWorkerRequest no_addr = Req("w0", 1);
+  no_addr.clear_address();
+  EXPECT_EQ(registry_.Register(no_addr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(registry_.All().empty());
+
+  absl::StatusOr<std::string> s1 = registry_.Register(Req("w0", 2));
+  ASSERT_TRUE(s1.ok());
+  EXPECT_NE(s1->find("boot"), std::string::npos);
+  ASSERT_TRUE(registry_.Attach(*s1).ok());
+  absl::StatusOr<std::string> s2 = registry_.Register(Req("w0", 4));
+  ASSERT_TRUE(s2.ok());
+  EXPECT_NE(*s1, *s2);
+  // One lookup, one error, for every call on a replaced session.
+  for (const absl::Status& s :
+       {registry_.Attach(*s1), registry_.Hear(*s1).status(),
+        registry_.Take(*s1).status()}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+    EXPECT_NE(s.message().find("register the worker again"), std::string::npos);
+  }
+  registry_.Detach(*s1);  // ignored
+  ASSERT_EQ(registry_.All().size(), 1u);
+  EXPECT_EQ(registry_.Find("w0")->slots, 4);
+  EXPECT_FALSE(registry_.Find("w0")->attached);  // the new session is not yet
+}
+
+TEST_F(WorkerRegistryTest, OutboxIsPerSessionInOrderAndNotifies) {
+  const std::string s = *registry_.Register(Req("w0", 1));
+  registry_.Send("w0", Start("a"));
+  v1::JobRef ref;
+  ref.set_job_id("b");
+  ref.set_generation(3);
+  registry_.SendKill("w0", ref, -1);
+  registry_.Send("nobody", Start("c"));  // unknown: dropped
+  EXPECT_EQ(registry_.TakeSessionsToNotify(), std::set<std::string>{s});
+  EXPECT_TRUE(registry_.TakeSessionsToNotify().empty());
+  auto cmds = registry_.Take(s);
+  ASSERT_TRUE(cmds.ok());
+  ASSERT_EQ(cmds->size(), 2u);
+  EXPECT_EQ((*cmds)[0].start().task().ref().job_id(), "a");
+  EXPECT_EQ((*cmds)[1].kill().ref().generation(), 3);
+  EXPECT_EQ((*cmds)[1].kill().rank(), -1);
+  EXPECT_DOUBLE_EQ((*cmds)[1].kill().grace_s(), 2.5);
+  EXPECT_TRUE(registry_.Take(s)->empty());
+  // A new registration drops what the old session did not deliver.
+  registry_.Send("w0", Start("d"));
+  const std::string s2 = *registry_.Register(Req("w0", 1));
+  EXPECT_TRUE(registry_.Take(s2)->empty());
+}
+
+TEST_F(WorkerRegistryTest, SchedulableWhileAttachedAndFresh) {
+  const std::string s = *registry_.Register(Req("w0", 1));
+  const WorkerRegistry::Worker* w = registry_.Find("w0");
+  EXPECT_FALSE(registry_.Schedulable(*w));  // not attached yet
+  ASSERT_TRUE(registry_.Attach(s).ok());
+  EXPECT_TRUE(registry_.Schedulable(*w));
+  // Quiet for three heartbeat intervals: still; a moment more: not.
+  clock_.Advance(absl::Seconds(3));
+  EXPECT_TRUE(registry_.Schedulable(*w));
+  clock_.Advance(absl::Milliseconds(1));
+  EXPECT_FALSE(registry_.Schedulable(*w));
+  absl::StatusOr<WorkerRegistry::Heard> heard = registry_.Hear(s);
+  ASSERT_TRUE(heard.ok());
+  EXPECT_EQ(heard->worker, w);
+  EXPECT_TRUE(heard->became_schedulable);
+  EXPECT_EQ(registry_.LastSeen("w0"), clock_.Now());
+  EXPECT_FALSE(registry_.Hear(s)->became_schedulable);  // already was
+  registry_.Detach(s);
+  EXPECT_FALSE(registry_.Schedulable(*w));
+}
+
+TEST_F(WorkerRegistryTest, ExpectedWorkersWaitForRegistration) {
+  const absl::Time deadline = clock_.Now() + absl::Seconds(5);
+  registry_.Expect("w0", deadline);
+  EXPECT_EQ(registry_.LastSeen("w0"), deadline);
+  EXPECT_FALSE(registry_.Schedulable(*registry_.Find("w0")));
+  registry_.Expect("w0", deadline + absl::Seconds(60));  // known: unchanged
+  EXPECT_EQ(registry_.LastSeen("w0"), deadline);
+  EXPECT_EQ(registry_.LastSeen("nobody"), absl::InfinitePast());
+  const std::string s = *registry_.Register(Req("w0", 1));
+  ASSERT_TRUE(registry_.Attach(s).ok());
+  EXPECT_TRUE(registry_.Schedulable(*registry_.Find("w0")));
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator
