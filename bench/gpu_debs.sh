@@ -57,7 +57,15 @@ unpack() {
   mkdir -p "$prefix"
   local d n=0
   for d in "$DEBS"/*.deb; do
-    dpkg -x "$d" "$prefix"
+    if command -v dpkg > /dev/null; then
+      dpkg -x "$d" "$prefix" || return 1
+    else
+      # No dpkg: a .deb is an ar archive around data.tar.*.
+      local data z
+      data=$(ar t "$d" | grep '^data\.tar')
+      case "$data" in *.xz) z=-J ;; *.gz) z=-z ;; *.zst) z=--zstd ;; *) z= ;; esac
+      ar p "$d" "$data" | tar -x $z -f - -C "$prefix" || return 1
+    fi
     n=$((n + 1))
   done
   log "unpacked $n packages into $prefix"
