@@ -92,7 +92,7 @@ TEST(GpuClusterE2E, BuiltInTrainerRunsOnCudaThroughAJob) {
   constexpr int kSteps = 100;
   auto id = (*c)->Submit(GpuJob(kSteps));
   ASSERT_TRUE(id.ok()) << id.status();
-  auto st = (*c)->WaitForFinal(*id, absl::Seconds(240));
+  auto st = (*c)->WaitForFinal(*id, absl::Seconds(150));
   RunResult logs = (*c)->Cli({"logs", *id, "--rank", "0"});
   ASSERT_TRUE(st.ok()) << st.status() << "\nrank 0:\n" << logs.output << "\nworker:\n"
                        << (*c)->worker(0).Output();
