@@ -27,7 +27,8 @@
 # GPU_BATCH (256), GPU_STEPS (230, at most one epoch of full batches),
 # GPU_WARMUP (30 steps excluded), GPU_BUDGET_S (540), GPU_JOBS (nproc),
 # GPU_FRESH=1 (build from scratch; the GPU run's build folder is new anyway).
-# The prefix is /tmp/fw-deps (rehearsal: /tmp/fw-deps-rehearse); never /.
+# The prefix is /tmp/fw-deps (rehearsal: /tmp/fw-deps-rehearse; GPU_PREFIX
+# sets it); never /.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SELF="$ROOT/bench/gpu.sh"
@@ -392,6 +393,9 @@ step_test() {
     echo "NO GTEST SUMMARY: the binary did not run to its end"
     [ $rc = 0 ] && rc=1
   fi
+  if [ "${failed:-0}" -gt 0 ]; then
+    note "${failed} failed: $(grep -A2 -m1 ': Failure$' "$out" | tail -2 | sed -E 's/^[0-9]+: //' | grep -v '^Failed$' | tr '\n' ' ' | cut -c1-160)"
+  fi
   if [ "${skipped:-0}" -gt 0 ]; then
     if [ "$FW_REQUIRE_CUDA" = 1 ]; then
       echo "SKIPPED TESTS COUNT AS FAILURES ON THE GPU RUN"
@@ -434,6 +438,11 @@ step_bench() {
   echo "\$ ${cmd[*]}"
   # stamp.py itself runs with the prefix's library path: frameworm-train needs it.
   "$FW_PY" "$FW_WORK/stamp.py" "$FW_WORK/bench/$kind-$model.tsv" "${cmd[@]}"
+  local rc=$?
+  if [ $rc != 0 ]; then
+    note "$(cut -f2- "$FW_WORK/bench/$kind-$model.tsv" | grep -v -e step_seconds -e '^\s*$' | tail -1 | cut -c1-160)"
+  fi
+  return $rc
 }
 
 # ------------------------------------------------------------ python helpers
@@ -528,8 +537,19 @@ if tests:
         name = os.path.basename(t)[:-len(".summary")]
         lines = [l.split(": ", 1)[-1] if l[:1].isdigit() and ": " in l[:6] else l
                  for l in read(f"{work}/tests/{name}.out").splitlines()]
-        keep = [l for l in lines if (l.startswith(("[       OK", "[  FAILED", "[  SKIPPED ]")) and l.endswith(" ms)"))
-                or l.startswith("fp32:") or "Failure" in l]
+        keep, seen = [], set()
+        for i, l in enumerate(lines):
+            if ((l.startswith(("[       OK", "[  FAILED", "[  SKIPPED ]")) and l.endswith(" ms)"))
+                    or l.startswith("fp32:")):
+                pick = [l]
+            elif l.endswith(": Failure"):
+                pick = [l] + lines[i + 1:i + 3]
+            else:
+                continue
+            key = "\n".join(pick)
+            if key not in seen:
+                seen.add(key)
+                keep += pick
         if keep:
             L += ["", f"{name}:", "```"] + keep[:40] + ["```"]
     L.append("")
@@ -767,7 +787,7 @@ fi
 
 export FW_MODE="$MODE" FW_ROOT="$ROOT"
 if [ "$MODE" = gpu ]; then
-  export FW_BUILD="$ROOT/build-gpu" FW_PREFIX=/tmp/fw-deps FW_OUT="${OUT:-$ROOT/build-gpu/out}"
+  export FW_BUILD="$ROOT/build-gpu" FW_PREFIX="${GPU_PREFIX:-/tmp/fw-deps}" FW_OUT="${OUT:-$ROOT/build-gpu/out}"
   export FW_WORK=/tmp/fw-gpu-work FW_PY="${PYTHON:-python3}" FW_JOBS="${GPU_JOBS:-$(nproc)}"
   export FW_BATCH="${GPU_BATCH:-256}" FW_STEPS="${GPU_STEPS:-230}" FW_WARMUP="${GPU_WARMUP:-30}"
   export FW_BUDGET="${GPU_BUDGET_S:-540}" FW_BUILD_LIMIT=420 FW_DEV=cuda FW_DDP_BACKEND=nccl
