@@ -254,9 +254,14 @@ step_unpack() {
 }
 
 step_configure() {
+  # Unknowns of the GPU machine: a CMake 4 (the carried CMake files are
+  # 3.2x's; old policy floors are an error there without the minimum) and a
+  # host compiler newer than nvcc accepts (torch's CMake files enable CUDA;
+  # this project compiles no CUDA code).
   local args=(-S "$FW_ROOT" -B "$FW_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
     -DFRAMEWORM_PYTHON="$(command -v "$FW_PY")" -DCMAKE_PREFIX_PATH="$FW_PREFIX/usr"
-    -DPKG_CONFIG_EXECUTABLE="$FW_PREFIX/usr/bin/pkg-config")
+    -DPKG_CONFIG_EXECUTABLE="$FW_PREFIX/usr/bin/pkg-config" -DCMAKE_POLICY_VERSION_MINIMUM=3.5
+    -DCMAKE_CUDA_FLAGS=-allow-unsupported-compiler)
   [ -x "$FW_PREFIX/usr/bin/ninja" ] && args+=(-DCMAKE_MAKE_PROGRAM="$FW_PREFIX/usr/bin/ninja")
   [ -n "${FW_NCCL_INC:-}" ] && args+=(-DNCCL_INCLUDE_DIR="$FW_NCCL_INC")
   # A clean configure (nothing cached from an earlier run); objects stay,
