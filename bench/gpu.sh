@@ -265,8 +265,11 @@ step_configure() {
   [ -x "$FW_PREFIX/usr/bin/ninja" ] && args+=(-DCMAKE_MAKE_PROGRAM="$FW_PREFIX/usr/bin/ninja")
   [ -n "${FW_NCCL_INC:-}" ] && args+=(-DNCCL_INCLUDE_DIR="$FW_NCCL_INC")
   # A clean configure (nothing cached from an earlier run); objects stay,
-  # unless GPU_FRESH=1.
-  if [ "${GPU_FRESH:-0}" = 1 ]; then rm -rf "$FW_BUILD"; else rm -f "$FW_BUILD/CMakeCache.txt"; fi
+  # unless GPU_FRESH=1 (the output folder, which may be inside, stays).
+  if [ "${GPU_FRESH:-0}" = 1 ] && [ -d "$FW_BUILD" ]; then
+    find "$FW_BUILD" -mindepth 1 -maxdepth 1 ! -path "$FW_OUT" -exec rm -rf {} +
+  fi
+  rm -f "$FW_BUILD/CMakeCache.txt"
   echo "\$ cmake ${args[*]}"
   cmake "${args[@]}"
   local rc=$?
@@ -819,7 +822,7 @@ mkdir -p "$FW_OUT"
 main 2>&1 | tee -a "$FW_OUT/$FW_LOG"
 rc=${PIPESTATUS[0]}
 # Files under $OUT come back only up to 16 MiB each: keep the head and the tail.
-if [ "$(stat -c %s "$FW_OUT/$FW_LOG")" -gt $((15 * 1048576)) ]; then
+if [ -f "$FW_OUT/$FW_LOG" ] && [ "$(stat -c %s "$FW_OUT/$FW_LOG")" -gt $((15 * 1048576)) ]; then
   { head -c $((3 * 1048576)) "$FW_OUT/$FW_LOG"; echo; echo "[... cut to fit ...]"
     tail -c $((11 * 1048576)) "$FW_OUT/$FW_LOG"; } > "$FW_OUT/$FW_LOG.cut"
   mv "$FW_OUT/$FW_LOG.cut" "$FW_OUT/$FW_LOG"
