@@ -7,6 +7,11 @@ normalisation and torch's own DistributedSampler (which frameworm's sampler
 reproduces), and prints one JSON line per step on rank 0:
   {"step": n, "loss": .., "step_seconds": ..}
 then {"event": "done", ...} like frameworm-train.
+
+--frameworm-syncs makes a step wait on the device where frameworm-train's
+does: loss and accuracy read back (.item()) after backward, then the
+optimizer step; --ddp wraps the model in DistributedDataParallel even at
+world size 1 (--backend gloo|nccl), for DDP's overhead at one rank.
 """
 import argparse
 import gzip
@@ -63,20 +68,29 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--device", default="cpu", help="cpu | cuda (one process)")
+    p.add_argument("--backend", default="gloo", help="process group backend: gloo | nccl")
+    p.add_argument("--ddp", action="store_true", help="DDP even at world size 1")
+    p.add_argument("--frameworm-syncs", action="store_true",
+                   help="read loss and accuracy back before the optimizer step, as frameworm-train does")
     a = p.parse_args()
 
     torch.set_num_threads(a.threads)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    if world > 1:
-        dist.init_process_group("gloo")
+    ddp = world > 1 or a.ddp
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if a.device == "cuda":
+        torch.cuda.set_device(local_rank)
+    if ddp:
+        dist.init_process_group(a.backend)
     x, y = load(a.data_dir, "train")
     torch.manual_seed(a.seed)
     model = make_model(a.model)
-    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if a.device == "cuda" else torch.device("cpu")
+    dev = torch.device("cuda", local_rank) if a.device == "cuda" else torch.device("cpu")
     model = model.to(dev)
-    if world > 1:
-        model = nn.parallel.DistributedDataParallel(model)
+    if ddp:
+        model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[local_rank] if a.device == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     sampler = torch.utils.data.DistributedSampler(
         range(len(y)), num_replicas=world, rank=rank, shuffle=True, seed=a.seed)
@@ -93,10 +107,16 @@ def main():
             t0 = time.perf_counter()
             xb, yb = xb.to(dev), yb.to(dev)
             opt.zero_grad()
-            loss = loss_fn(model(xb), yb)
+            out = model(xb)
+            loss = loss_fn(out, yb)
             loss.backward()
-            opt.step()
-            lv = loss.item()  # waits for the device, as frameworm-train's step does
+            if a.frameworm_syncs:
+                lv = loss.item()
+                (out.argmax(1) == yb).sum().item()
+                opt.step()
+            else:
+                opt.step()
+                lv = loss.item()  # waits for the device
             dt = time.perf_counter() - t0
             step += 1
             if rank == 0:
@@ -104,7 +124,7 @@ def main():
         epoch += 1
     if rank == 0:
         print(json.dumps({"event": "done", "steps": step, "world_size": world}), flush=True)
-    if world > 1:
+    if ddp:
         dist.destroy_process_group()
 
 
