@@ -125,7 +125,10 @@ absl::StatusOr<v1::JobStatus> WaitForStep(MultiHostCluster& c, const std::string
                s.generation() > 1;
       },
       timeout);
-  if (!st.ok()) return absl::Status(st.status().code(), st.status().message());
+  if (!st.ok()) {
+    return absl::Status(st.status().code(),
+                        absl::StrCat(st.status().message(), Diagnose(c, id)));
+  }
   if (st->state() != v1::RUNNING || st->generation() != 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the job never trained to step ", step, " in generation 1: ", Diagnose(c, id)));
@@ -353,9 +356,13 @@ TEST_F(MultiHostE2E, KilledWorkerJobResumesOnHostWithoutTheCheckpoint) {
   ASSERT_TRUE(id.ok()) << id.status();
   auto running = WaitForStep(c, *id, 1, absl::Seconds(60));
   ASSERT_TRUE(running.ok()) << running.status();
-  ASSERT_TRUE(c.WaitFor(*id, [&](const v1::JobStatus& s) {
-                 return NewestCheckpointStep(c, *id) >= 20 || IsFinal(s.state());
-               }, absl::Seconds(60)).ok());
+  auto checkpointed = c.WaitFor(
+      *id,
+      [&](const v1::JobStatus& s) {
+        return NewestCheckpointStep(c, *id) >= 20 || IsFinal(s.state());
+      },
+      absl::Seconds(60));
+  ASSERT_TRUE(checkpointed.ok()) << checkpointed.status() << Diagnose(c, *id);
   absl::SleepFor(absl::Seconds(1));  // time to copy it, wherever it goes
   auto before = c.GetJob(*id);
   ASSERT_TRUE(before.ok()) << before.status();
