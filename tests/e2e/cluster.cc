@@ -93,27 +93,29 @@ absl::StatusOr<std::string> Cluster::Submit(const std::string& yaml) {
   return id;
 }
 
-absl::StatusOr<v1::JobStatus> Cluster::GetJob(const std::string& job_id) {
+absl::StatusOr<v1::JobStatus> GetJobStatus(v1::JobService::Stub& stub,
+                                           const std::string& job_id) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::GetJobRequest req;
   req.set_job_id(job_id);
   v1::JobStatus st;
-  grpc::Status s = stub_->GetJob(&ctx, req, &st);
+  grpc::Status s = stub.GetJob(&ctx, req, &st);
   if (!s.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
   }
   return st;
 }
 
-absl::StatusOr<v1::JobStatus> Cluster::WaitFor(
-    const std::string& job_id, const std::function<bool(const v1::JobStatus&)>& done,
+absl::StatusOr<v1::JobStatus> WaitForJob(
+    v1::JobService::Stub& stub, const std::string& job_id,
+    const std::function<bool(const v1::JobStatus&)>& done,
     absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   absl::Status last = absl::OkStatus();
   v1::JobStatus st;
   while (absl::Now() < deadline) {
-    auto got = GetJob(job_id);
+    auto got = GetJobStatus(stub, job_id);
     if (got.ok()) {
       st = *got;
       if (done(st)) return st;
@@ -125,6 +127,16 @@ absl::StatusOr<v1::JobStatus> Cluster::WaitFor(
   return absl::DeadlineExceededError(absl::StrCat(
       "job ", job_id, " not there within ", absl::FormatDuration(timeout),
       "; last: ", st.ShortDebugString(), " ", last.ToString()));
+}
+
+absl::StatusOr<v1::JobStatus> Cluster::GetJob(const std::string& job_id) {
+  return GetJobStatus(*stub_, job_id);
+}
+
+absl::StatusOr<v1::JobStatus> Cluster::WaitFor(
+    const std::string& job_id, const std::function<bool(const v1::JobStatus&)>& done,
+    absl::Duration timeout) {
+  return WaitForJob(*stub_, job_id, done, timeout);
 }
 
 absl::StatusOr<v1::JobStatus> Cluster::WaitForFinal(const std::string& job_id,

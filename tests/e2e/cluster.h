@@ -73,6 +73,17 @@ class Cluster {
 
 bool IsFinal(v1::JobState s);
 
+// GetJob on `stub` with a 5 s deadline; the gRPC error as an absl::Status.
+absl::StatusOr<v1::JobStatus> GetJobStatus(v1::JobService::Stub& stub,
+                                           const std::string& job_id);
+
+// Polls GetJob every 100 ms until `done(status)` or `timeout`;
+// DEADLINE_EXCEEDED (with the last status seen) on timeout.
+absl::StatusOr<v1::JobStatus> WaitForJob(
+    v1::JobService::Stub& stub, const std::string& job_id,
+    const std::function<bool(const v1::JobStatus&)>& done,
+    absl::Duration timeout);
+
 }  // namespace frameworm::e2e
 
 #endif  // FRAMEWORM_TESTS_E2E_CLUSTER_H_

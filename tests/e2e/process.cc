@@ -198,6 +198,15 @@ std::string EnvOf(pid_t pid, const std::string& name) {
   return "";
 }
 
+std::string CmdlineOf(pid_t pid) {
+  std::string text = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+  while (!text.empty() && text.back() == '\0') text.pop_back();
+  for (char& ch : text) {
+    if (ch == '\0') ch = ' ';
+  }
+  return text;
+}
+
 std::string MakeTempDir(const std::string& prefix) {
   const char* tmp = getenv("TMPDIR");
   std::string templ = absl::StrCat(tmp ? tmp : "/tmp", "/", prefix, "-XXXXXX");

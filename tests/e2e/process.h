@@ -69,6 +69,10 @@ std::vector<pid_t> PidsWithJobId(const std::string& job_id);
 // The value of `name` in the environment of process `pid` ("" if unset).
 std::string EnvOf(pid_t pid, const std::string& name);
 
+// The command line of process `pid`, arguments joined by single spaces
+// ("" if it is gone or a kernel thread).
+std::string CmdlineOf(pid_t pid);
+
 // A fresh temporary directory under $TMPDIR.
 std::string MakeTempDir(const std::string& prefix);
 
