@@ -265,6 +265,41 @@ TEST(DdpTest, FindUnusedParametersAveragesWithZerosAndFinishes) {
   testutil::RemoveTree(out);
 }
 
+// A world of one exchanges nothing (no collective per bucket, no averaging
+// by 1): the step is bit-identical to the plain Trainer's, with and without
+// find_unused_parameters.
+TEST(DdpTest, WorldOfOneEqualsThePlainTrainerExactly) {
+  for (bool find_unused : {false, true}) {
+    auto pg = OneRankGroup();
+    ASSERT_TRUE(pg.ok()) << pg.status();
+    torch::manual_seed(3);
+    auto model = SmallNet();
+    auto opt = std::make_shared<torch::optim::SGD>(
+        model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    DistributedOptions o;
+    o.process_group = *pg;
+    o.bucket_cap_mb = 0.002;
+    o.find_unused_parameters = find_unused;
+    auto t = DistributedTrainer::Create(model, opt, o);
+    ASSERT_TRUE(t.ok()) << t.status();
+    torch::manual_seed(3);
+    auto ref_model = SmallNet();
+    auto ref_opt = std::make_shared<torch::optim::SGD>(
+        ref_model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    Trainer ref(ref_model, ref_opt);
+    for (int s = 0; s < kSteps; ++s) {
+      ASSERT_TRUE((*t)->train_step({GlobalBatch(kPerRank, s)}).ok());
+      ASSERT_TRUE(ref.train_step({GlobalBatch(kPerRank, s)}).ok());
+    }
+    auto a = model->parameters(), b = ref_model->parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+    EXPECT_EQ((*t)->reducer().last_launch_order().size(),
+              (*t)->reducer().bucket_params().size());
+  }
+}
+
 TEST(DdpTest, UnusedParameterWithoutOptionIsNamedError) {
   auto pg = OneRankGroup();
   ASSERT_TRUE(pg.ok()) << pg.status();

@@ -197,8 +197,11 @@ void Reducer::LaunchReadyLocked() {
       ++next_launch_;
       continue;
     }
-    b.io = {b.flat};
-    b.work = pg_->allreduce(b.io);
+    // A world of one has nothing to exchange: the sum is the gradient.
+    if (pg_->getSize() > 1) {
+      b.io = {b.flat};
+      b.work = pg_->allreduce(b.io);
+    }
     launch_order_.push_back(static_cast<int>(next_launch_));
     if (in_backward_) ++launched_in_backward_;
     ++next_launch_;
@@ -238,7 +241,7 @@ absl::Status Reducer::Finalize() {
       used_count = torch::tensor(u, torch::kInt32)
                        .to(params_[0].second.device());
       used_io = {used_count};
-      used_work = pg_->allreduce(used_io);
+      if (pg_->getSize() > 1) used_work = pg_->allreduce(used_io);
     }
     for (size_t bi = 0; bi < buckets_.size(); ++bi) {
       Bucket& b = buckets_[bi];
@@ -252,14 +255,15 @@ absl::Status Reducer::Finalize() {
     }
     const double world = static_cast<double>(pg_->getSize());
     for (auto& b : buckets_) {
-      if (b.work) b.work->wait();
-      b.flat.div_(world);
+      if (b.work) {
+        b.work->wait();
+        b.work.reset();
+      }
+      if (world > 1) b.flat.div_(world);
     }
     torch::Tensor used_cpu;
-    if (used_work) {
-      used_work->wait();
-      used_cpu = used_count.to(torch::kCPU);
-    }
+    if (used_work) used_work->wait();
+    if (used_count.defined()) used_cpu = used_count.to(torch::kCPU);
     torch::NoGradGuard ng;
     const int32_t* used_any =
         used_cpu.defined() ? used_cpu.data_ptr<int32_t>() : nullptr;
