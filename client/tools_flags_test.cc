@@ -123,5 +123,15 @@ TEST(CliFlagsTest, CoordinatorComesFromTheEnvironment) {
   EXPECT_THAT(r.output, HasSubstr("127.0.0.1:1")) << r.output;
 }
 
+TEST(WorkerFlagsTest, AdvertiseThatCannotBeDerivedIsAFlagError) {
+  e2e::RunResult r = RunTool("frameworm-worker", {"--coordinator=nohost"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(Lines(r.output), 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("'nohost' is not HOST:PORT")) << r.output;
+  r = RunTool("frameworm-worker", {"--coordinator=no-such-host.invalid:7070"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("no-such-host.invalid")) << r.output;
+}
+
 }  // namespace
 }  // namespace frameworm

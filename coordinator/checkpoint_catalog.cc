@@ -58,9 +58,7 @@ absl::StatusOr<std::vector<std::string>> CheckpointCatalog::Record(
     const std::string path = list.front().path();
     LogStoreError(store_.DeleteCheckpoint(job_id, path), "delete checkpoint");
     list.erase(list.begin());
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);  // best effort
-    expired.push_back(path);
+    expired.push_back(path);  // never deleted here: a reported path is not ours
   }
   return expired;
 }

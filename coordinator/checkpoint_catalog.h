@@ -4,10 +4,10 @@
 //
 // Durability: Record commits the record to the Store before it changes the
 // catalog; retention deletes the expired rows (best effort: a failed delete
-// is logged, the record is dropped from memory anyway) and then the expired
-// checkpoint files or directories themselves (best effort; the trainer is
-// told the paths and may delete them too). Load reads a job's records back
-// after a coordinator restart.
+// is logged, the record is dropped from memory anyway). It never deletes a
+// reported path (a path from a request; rank 0 is told the expired paths and
+// deletes them within its checkpoint directory). Load reads a job's records
+// back after a coordinator restart.
 //
 // Ownership: the Store is not owned and must outlive the catalog.
 // Thread safety: not thread-safe; owned by the Coordinator under its mutex.

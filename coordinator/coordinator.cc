@@ -84,6 +84,8 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
       store_(store),
       writer_(MetricWriter::Create(&store_)),
       logs_({.root = (fs::path(options.state_dir) / "logs").string()}),
+      copies_((fs::path(options.state_dir) / "checkpoint-copies").string(),
+              options.max_checkpoint_bytes),
       workers_({.heartbeat_interval_s = options.heartbeat_interval_s,
                 .heartbeat_timeout = options.default_heartbeat_timeout,
                 .kill_grace_s = options.kill_grace_s,
@@ -394,12 +396,45 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
     if (!job.ok()) return job.status();
     v1::CheckpointRecord rec = in;
     rec.set_created_unix_ms(absl::ToUnixMillis(clock_.Now()));
+    std::set<int64_t> steps_before;
+    for (const auto& c : checkpoints_.List(rec.ref().job_id())) steps_before.insert(c.step());
+    steps_before.insert(rec.step());
     expired = checkpoints_.Record(rec, (*job)->spec.checkpoint().keep_last());
     if (!expired.ok()) return expired;
+    for (const auto& c : checkpoints_.List(rec.ref().job_id())) steps_before.erase(c.step());
+    for (int64_t gone : steps_before) copies_.Remove(rec.ref().job_id(), gone);
     jobs_.CheckpointRecorded(rec.ref().job_id(), rec.step());
   }
   Flush();
   return expired;
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointCopies::Incoming>>
+Coordinator::BeginCheckpointUpload(const v1::JobRef& ref, int64_t step,
+                                   int64_t total_bytes) {
+  {
+    absl::MutexLock l(&mu_);
+    absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(ref);
+    if (!job.ok()) return job.status();
+  }
+  return copies_.Begin(ref.job_id(), step, total_bytes);
+}
+
+absl::StatusOr<std::string> Coordinator::CheckpointCopyOf(
+    const v1::JobRef& ref, const std::string& path) const {
+  int64_t step = -1;
+  {
+    absl::MutexLock l(&mu_);
+    absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(ref);
+    if (!job.ok()) return job.status();
+    for (const auto& c : checkpoints_.List(ref.job_id()))
+      if (c.path() == path) step = c.step();
+  }
+  if (step < 0)
+    return absl::NotFoundError(absl::StrCat("job ", ref.job_id(),
+                                            " reported no checkpoint at '",
+                                            path.substr(0, 200), "'"));
+  return copies_.PathOf(ref.job_id(), step);
 }
 
 // ------------------------------------------------------------------- time

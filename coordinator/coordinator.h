@@ -54,6 +54,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "coordinator/checkpoint_catalog.h"
+#include "coordinator/checkpoint_copies.h"
 #include "coordinator/job_logs.h"
 #include "coordinator/job_scheduler.h"
 #include "coordinator/metric_writer.h"
@@ -79,6 +80,8 @@ struct CoordinatorOptions {
   int straggler_window = 5;
   double kill_grace_s = 3.0;      // KillTask: SIGTERM, SIGKILL after this
   int checkpoint_lead_steps = 2;  // checkpoint_at = max reported step + this
+  // The largest checkpoint the coordinator keeps a copy of (uploads).
+  int64_t max_checkpoint_bytes = int64_t{64} << 30;
 };
 
 class Coordinator {
@@ -171,10 +174,21 @@ class Coordinator {
   // ReportStepAsync, waiting for `done`. Blocks until the commit.
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::StepMetrics& m);
   // Records a complete checkpoint (rank 0) and applies retention; returns
-  // the expired paths (already deleted here, best effort). Errors as
+  // the expired paths (the coordinator deletes only its own copies of
+  // them; rank 0 deletes its files). Errors as
   // ReportStep, INVALID_ARGUMENT for an empty path.
   absl::StatusOr<std::vector<std::string>> ReportCheckpoint(
       const v1::CheckpointRecord& record);
+  // Receiving rank 0's copy of a checkpoint (<state_dir>/checkpoint-copies,
+  // see checkpoint_copies.h). Errors as ReportStep (the ref must name the
+  // job's current generation), and CheckpointCopies::Begin's.
+  absl::StatusOr<std::unique_ptr<CheckpointCopies::Incoming>> BeginCheckpointUpload(
+      const v1::JobRef& ref, int64_t step, int64_t total_bytes);
+  // The coordinator's copy of the checkpoint the job reported at `path`,
+  // for a rank of the current generation. NOT_FOUND when the job reported
+  // no such path or no copy was uploaded; ABORTED for an old generation.
+  absl::StatusOr<std::string> CheckpointCopyOf(const v1::JobRef& ref,
+                                               const std::string& path) const;
 
   // Time-driven work; call periodically (e.g. every 100 ms). Also runs the
   // store's housekeeping (Store::Maintain) outside the mutex.
@@ -203,6 +217,7 @@ class Coordinator {
   // Declared after the store: destroyed (committing what is staged) first.
   const std::unique_ptr<MetricWriter> writer_;
   const JobLogs logs_;
+  const CheckpointCopies copies_;  // thread-safe (filesystem only)
 
   mutable absl::Mutex mu_;
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);

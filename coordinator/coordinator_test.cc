@@ -329,7 +329,7 @@ TEST_F(CoordinatorTest, FailedRankRestartsAndStaleGenerationIsAborted) {
   EXPECT_EQ(Job(id).generation(), 2);
 }
 
-TEST_F(CoordinatorTest, CheckpointRetentionDeletesOldFiles) {
+TEST_F(CoordinatorTest, CheckpointRetentionDeletesOnlyTheCoordinatorsCopies) {
   AddWorker("w0", 1);
   v1::JobSpec spec = Spec(1, 1);
   spec.mutable_checkpoint()->set_keep_last(2);
@@ -339,7 +339,16 @@ TEST_F(CoordinatorTest, CheckpointRetentionDeletesOldFiles) {
     const std::string p = dir_ + "/ckpt-" + std::to_string(step) + ".pt";
     std::ofstream(p) << "data";
     paths.push_back(p);
+    v1::JobRef ref;
+    ref.set_job_id(id);
+    ref.set_generation(1);
+    auto up = coord_->BeginCheckpointUpload(ref, step, 4);
+    ASSERT_TRUE(up.ok()) << up.status();
+    ASSERT_TRUE((*up)->Append("data").ok());
+    ASSERT_TRUE((*up)->Commit(Crc32Text(0xadf3f363u)).ok());  // crc32("data")
+    ASSERT_TRUE(coord_->CheckpointCopyOf(ref, p).status().code() == absl::StatusCode::kNotFound);
     auto expired = Checkpoint(id, 1, step, p);
+    ASSERT_TRUE(coord_->CheckpointCopyOf(ref, p).ok());
     ASSERT_TRUE(expired.ok()) << expired.status();
     if (step == 30) {
       ASSERT_EQ(expired->size(), 1u);
@@ -348,9 +357,14 @@ TEST_F(CoordinatorTest, CheckpointRetentionDeletesOldFiles) {
       EXPECT_TRUE(expired->empty());
     }
   }
-  EXPECT_FALSE(fs::exists(paths[0]));
-  EXPECT_TRUE(fs::exists(paths[1]));
-  EXPECT_TRUE(fs::exists(paths[2]));
+  // Reported paths are the trainer's to delete; the expired copy is gone.
+  for (const auto& p : paths) EXPECT_TRUE(fs::exists(p)) << p;
+  v1::JobRef ref;
+  ref.set_job_id(id);
+  ref.set_generation(1);
+  EXPECT_EQ(coord_->CheckpointCopyOf(ref, paths[0]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(fs::exists(dir_ + "/checkpoint-copies/" + id + "/ckpt-10.pt"));
+  EXPECT_TRUE(fs::exists(dir_ + "/checkpoint-copies/" + id + "/ckpt-30.pt"));
   auto list = coord_->ListCheckpoints(id);
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 2u);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <utility>
 
@@ -249,6 +251,90 @@ class LogsReactor final
   std::map<int, int64_t> offsets_ ABSL_GUARDED_BY(mu_);
 };
 
+// Receives rank 0's copy of a checkpoint (CheckpointCopies): the first
+// chunk names it, the last carries the checksum; any error ends the call
+// with that error and leaves no file.
+class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> {
+ public:
+  UploadReactor(Impl* impl, v1::UploadCheckpointResponse* resp)
+      : impl_(impl), resp_(resp) {
+    StartRead(&chunk_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client finished sending
+      if (!incoming_) return Finish(ToGrpcStatus(absl::InvalidArgumentError(
+          "checkpoint upload sent no chunk")));
+      absl::Status s = incoming_->Commit(checksum_);
+      if (s.ok()) resp_->set_bytes(incoming_->received());
+      return Finish(ToGrpcStatus(s));
+    }
+    if (!incoming_) {
+      auto in = impl_->core->BeginCheckpointUpload(chunk_.ref(), chunk_.step(),
+                                                   chunk_.total_bytes());
+      if (!in.ok()) return Finish(ToGrpcStatus(in.status()));
+      incoming_ = *std::move(in);
+    }
+    if (absl::Status s = incoming_->Append(chunk_.data()); !s.ok())
+      return Finish(ToGrpcStatus(s));
+    if (!chunk_.checksum().empty()) checksum_ = chunk_.checksum();
+    StartRead(&chunk_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  Impl* const impl_;
+  v1::UploadCheckpointResponse* const resp_;
+  v1::CheckpointChunk chunk_;
+  std::unique_ptr<CheckpointCopies::Incoming> incoming_;
+  std::string checksum_;
+};
+
+// Sends the coordinator's copy of a checkpoint, kMaxChunkBytes at a time;
+// the first chunk carries total_bytes.
+class DownloadReactor final : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
+ public:
+  DownloadReactor(Impl* impl, const v1::DownloadCheckpointRequest& req) {
+    absl::StatusOr<std::string> path = impl->core->CheckpointCopyOf(req.ref(), req.path());
+    if (!path.ok()) {
+      Finish(ToGrpcStatus(path.status()));
+      return;
+    }
+    in_.open(*path, std::ios::binary);
+    std::error_code ec;
+    total_ = static_cast<int64_t>(std::filesystem::file_size(*path, ec));
+    if (!in_ || ec) {
+      Finish(ToGrpcStatus(absl::InternalError("cannot read the checkpoint copy")));
+      return;
+    }
+    chunk_.set_total_bytes(total_);
+    Next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) return Finish(grpc::Status::OK);  // the client went away
+    chunk_.Clear();
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    std::string* data = chunk_.mutable_data();
+    data->resize(static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, total_ - sent_)));
+    if (data->empty()) {
+      if (!first_) return Finish(grpc::Status::OK);
+    } else if (!in_.read(data->data(), static_cast<std::streamsize>(data->size()))) {
+      return Finish(ToGrpcStatus(absl::InternalError("reading the checkpoint copy failed")));
+    }
+    sent_ += static_cast<int64_t>(data->size());
+    first_ = false;
+    StartWrite(&chunk_);
+  }
+  std::ifstream in_;
+  int64_t total_ = 0, sent_ = 0;
+  bool first_ = true;
+  v1::CheckpointChunk chunk_;
+};
+
 // A unary reactor finished with `status`.
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
                                const absl::Status& status) {
@@ -387,6 +473,14 @@ class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
     if (expired.ok())
       for (auto& p : *expired) resp->add_expired(p);
     return Done(ctx, expired.status());
+  }
+  grpc::ServerReadReactor<v1::CheckpointChunk>* UploadCheckpoint(
+      grpc::CallbackServerContext*, v1::UploadCheckpointResponse* resp) override {
+    return new UploadReactor(impl_, resp);
+  }
+  grpc::ServerWriteReactor<v1::CheckpointChunk>* DownloadCheckpoint(
+      grpc::CallbackServerContext*, const v1::DownloadCheckpointRequest* req) override {
+    return new DownloadReactor(impl_, *req);
   }
 
  private:

@@ -4,10 +4,12 @@
 
 #include <sqlite3.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <string>
 
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "coordinator/sqlite_store.h"
 #include "coordinator/test_dir.h"
@@ -234,6 +236,91 @@ TEST_F(ServiceTest, UnknownSessionIsRefused) {
   grpc::Status s = stream->Finish();
   EXPECT_EQ(s.error_code(), grpc::NOT_FOUND);
   EXPECT_NE(s.error_message().find("register"), std::string::npos);
+}
+
+// Rank 0 uploads a checkpoint in chunks, reports it, and a rank of the same
+// generation downloads the same bytes; hostile uploads and downloads are
+// refused with the reason and leave nothing behind.
+TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
+  grpc::ClientContext c0;
+  std::unique_ptr<Stream> s0;
+  Connect("w0", &c0, &s0);
+  const std::string id = Submit(Spec(1));
+  v1::CoordinatorMessage msg;
+  ASSERT_TRUE(s0->Read(&msg));
+  ASSERT_TRUE(msg.has_start());
+  std::string payload(2500000, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 7 + 3);
+  const uint32_t crc = static_cast<uint32_t>(
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(payload.data()), payload.size()));
+  // Sends `chunks` (the first names ref/step/total); the call's status.
+  auto upload = [&](int64_t gen, int64_t total, const std::vector<std::string>& chunks,
+                    const std::string& checksum) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::UploadCheckpointResponse resp;
+    auto w = trainers_->UploadCheckpoint(&ctx, &resp);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      v1::CheckpointChunk ch;
+      if (i == 0) {
+        ch.mutable_ref()->set_job_id(id);
+        ch.mutable_ref()->set_generation(gen);
+        ch.set_step(10);
+        ch.set_total_bytes(total);
+      }
+      ch.set_data(chunks[i]);
+      if (i + 1 == chunks.size()) ch.set_checksum(checksum);
+      if (!w->Write(ch)) break;
+    }
+    w->WritesDone();
+    return w->Finish();
+  };
+  auto download = [&](int64_t gen, const std::string& path, std::string* out) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::DownloadCheckpointRequest req;
+    req.mutable_ref()->set_job_id(id);
+    req.mutable_ref()->set_generation(gen);
+    req.set_path(path);
+    auto r = trainers_->DownloadCheckpoint(&ctx, req);
+    v1::CheckpointChunk ch;
+    out->clear();
+    while (r->Read(&ch)) out->append(ch.data());
+    return r->Finish();
+  };
+  const std::string ok_sum = absl::StrFormat("crc32:%08x", crc);
+  const std::string a = payload.substr(0, 1 << 20), b = payload.substr(1 << 20, 1 << 20),
+                    c = payload.substr(2 << 20);
+  // Hostile or broken uploads.
+  EXPECT_EQ(upload(2, payload.size(), {a, b, c}, ok_sum).error_code(), grpc::ABORTED);
+  EXPECT_EQ(upload(1, payload.size(), {a, b}, ok_sum).error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_EQ(upload(1, payload.size(), {a, b, c}, "crc32:00000000").error_code(),
+            grpc::INVALID_ARGUMENT);
+  EXPECT_EQ(upload(1, 10, {a}, ok_sum).error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_EQ(upload(1, int64_t{1} << 40, {a}, ok_sum).error_code(), grpc::INVALID_ARGUMENT);
+  std::error_code ec;
+  EXPECT_TRUE(fs::is_empty(dir_ + "/checkpoint-copies/" + id, ec)) << "a refused upload left a file";
+  // The real one.
+  ASSERT_TRUE(upload(1, payload.size(), {a, b, c}, ok_sum).ok());
+  std::string got;
+  // Not reported yet: no download.
+  EXPECT_EQ(download(1, "/w0/ckpt-10.pt", &got).error_code(), grpc::NOT_FOUND);
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::CheckpointRecord rec;
+    rec.mutable_ref()->set_job_id(id);
+    rec.mutable_ref()->set_generation(1);
+    rec.set_step(10);
+    rec.set_path("/w0/ckpt-10.pt");
+    v1::ReportCheckpointResponse r;
+    ASSERT_TRUE(trainers_->ReportCheckpoint(&ctx, rec, &r).ok());
+  }
+  grpc::Status d = download(1, "/w0/ckpt-10.pt", &got);
+  ASSERT_TRUE(d.ok()) << d.error_message();
+  EXPECT_TRUE(got == payload) << got.size() << " bytes";
+  EXPECT_EQ(download(1, "/etc/passwd", &got).error_code(), grpc::NOT_FOUND);
+  EXPECT_EQ(download(7, "/w0/ckpt-10.pt", &got).error_code(), grpc::ABORTED);
 }
 
 TEST_F(ServiceTest, StaleGenerationIsAbortedAndMetricsAggregate) {

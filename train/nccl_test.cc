@@ -185,6 +185,24 @@ TORCH_MODULE(AutocastBf16);
 
 // ------------------------------------------------------------------ tests
 
+// NCCL's bootstrap interface is the one facing MASTER_ADDR (runs without a
+// GPU: it is the environment NCCL will read).
+TEST(NcclTest, SocketInterfaceIsTheOneFacingTheMaster) {
+  unsetenv("NCCL_SOCKET_IFNAME");
+  ASSERT_TRUE(PinNcclSocketInterface("127.0.0.1").ok());
+  ASSERT_NE(std::getenv("NCCL_SOCKET_IFNAME"), nullptr);
+  EXPECT_EQ(std::string(std::getenv("NCCL_SOCKET_IFNAME")), "=lo");
+  // An operator's choice is kept.
+  setenv("NCCL_SOCKET_IFNAME", "ib0", 1);
+  ASSERT_TRUE(PinNcclSocketInterface("127.0.0.1").ok());
+  EXPECT_EQ(std::string(std::getenv("NCCL_SOCKET_IFNAME")), "ib0");
+  unsetenv("NCCL_SOCKET_IFNAME");
+  absl::Status bad = PinNcclSocketInterface("no-such-master.invalid");
+  EXPECT_EQ(bad.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(bad.message().find("no-such-master.invalid"), std::string::npos) << bad;
+  EXPECT_EQ(std::getenv("NCCL_SOCKET_IFNAME"), nullptr);
+}
+
 TEST(NcclTest, OneRankAllreduceAndDistributedStep) {
   FRAMEWORM_NEED_CUDA();
   auto pg = NcclGroup();

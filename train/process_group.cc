@@ -1,10 +1,13 @@
 #include "train/process_group.h"
 
+#include <cstdlib>
+
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/cuda.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/node_address.h"
 
 namespace frameworm {
 
@@ -16,6 +19,22 @@ std::vector<std::string> AvailableBackends() {
 
 std::string DefaultBackend() {
   return (NcclCompiledIn() && torch::cuda::is_available()) ? "nccl" : "gloo";
+}
+
+absl::Status PinNcclSocketInterface(const std::string& master_addr) {
+  const char* set = std::getenv("NCCL_SOCKET_IFNAME");
+  if (set != nullptr && *set != '\0') return absl::OkStatus();
+  absl::StatusOr<std::string> local = AddressToward(master_addr);
+  if (!local.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "nccl: no local address faces MASTER_ADDR ", master_addr, ": ",
+        local.status().message(), "; set NCCL_SOCKET_IFNAME to choose one"));
+  }
+  absl::StatusOr<std::string> ifname = InterfaceOf(*local);
+  if (!ifname.ok()) return absl::UnavailableError(ifname.status().message());
+  // "=" makes NCCL match the name exactly (not as a prefix).
+  setenv("NCCL_SOCKET_IFNAME", absl::StrCat("=", *ifname).c_str(), 1);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<c10::intrusive_ptr<c10d::Backend>> CreateProcessGroup(
@@ -69,7 +88,11 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Backend>> CreateProcessGroup(
         "rendezvous at ", o.master_addr, ":", o.master_port, " (rank ",
         o.rank, "/", o.world_size, ") failed: ", e.what()));
   }
-  if (o.backend == "nccl") return CreateNcclBackend(store, o);
+  if (o.backend == "nccl") {
+    absl::Status pinned = PinNcclSocketInterface(o.master_addr);
+    if (!pinned.ok()) return pinned;
+    return CreateNcclBackend(store, o);
+  }
   return CreateGlooBackend(store, o);
 }
 

@@ -44,6 +44,12 @@ std::string DefaultBackend();
 absl::StatusOr<c10::intrusive_ptr<c10d::Backend>> CreateProcessGroup(
     const ProcessGroupOptions& options);
 
+// For NCCL's bootstrap: unless NCCL_SOCKET_IFNAME is set already, sets it to
+// the interface whose address routes to `master_addr` (exact match, "=eth0"),
+// so NCCL does not pick an interface the peers cannot reach. Unavailable
+// (naming the address) when no local address faces `master_addr`.
+absl::Status PinNcclSocketInterface(const std::string& master_addr);
+
 // Internal: the per-backend factories (separate translation units).
 absl::StatusOr<c10::intrusive_ptr<c10d::Backend>> CreateGlooBackend(
     const c10::intrusive_ptr<c10d::Store>& store,

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -55,7 +56,20 @@ class ControlChannel {
   // (the trainer should exit), UNAVAILABLE when the coordinator is away
   // (the trainer keeps training and retries later).
   virtual absl::StatusOr<StepDirective> ReportStep(const StepReport& r) = 0;
-  virtual absl::Status ReportCheckpoint(const CheckpointReport& r) = 0;
+  // Retention: the expired paths of the job are returned (rank 0 deletes
+  // those within its checkpoint directory).
+  virtual absl::StatusOr<std::vector<std::string>> ReportCheckpoint(
+      const CheckpointReport& r) = 0;
+  // Sends the file at `path` (checkpoint of `step`) to the coordinator, which
+  // keeps a copy for ranks on other hosts. Rank 0 calls it before
+  // ReportCheckpoint. Errors: the coordinator's (INVALID_ARGUMENT for a
+  // size or checksum it refuses), INTERNAL when the file cannot be read.
+  virtual absl::Status UploadCheckpoint(int64_t step, const std::string& path) = 0;
+  // Fetches the coordinator's copy of the checkpoint the job reported at
+  // `path` and writes it to `path` (atomically: a temporary file renamed
+  // into place; parent directories created). NOT_FOUND when the
+  // coordinator holds no copy.
+  virtual absl::Status DownloadCheckpoint(const std::string& path) = 0;
 };
 
 }  // namespace frameworm

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -36,6 +37,23 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   ::closedir(d);
   if (best < 0) return absl::NotFoundError(absl::StrCat("no ckpt-<step>.pt in ", dir));
   return absl::StrCat(dir, "/ckpt-", best, ".pt");
+}
+
+// Retention on rank 0's disk: deletes `path` only when it is a
+// ckpt-<step>.pt file directly inside `dir` (the coordinator's answer never
+// makes this program delete anything else).
+void RemoveExpiredCheckpoint(const std::string& dir, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (dir.empty()) return;
+  std::error_code ec;
+  const fs::path p = fs::absolute(path, ec).lexically_normal();
+  const fs::path d = fs::absolute(dir, ec).lexically_normal();
+  const std::string name = p.filename().string();
+  if (ec || p.parent_path() != d || name.rfind("ckpt-", 0) != 0 ||
+      p.extension() != ".pt" || fs::is_symlink(p, ec) || !fs::is_regular_file(p, ec)) {
+    return;
+  }
+  fs::remove(p, ec);
 }
 
 int Fail(const std::string& what) {
@@ -159,8 +177,20 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     cr.path = path;
     cr.bytes = info.bytes;
     cr.checksum = info.checksum;
-    absl::Status s = channel->ReportCheckpoint(cr);
-    if (!s.ok()) std::cerr << "frameworm-train: checkpoint report failed: " << s << std::endl;
+    // The coordinator keeps a copy first, so a rank on a host without this
+    // file can resume from it; a checkpoint it has no copy of is not reported.
+    absl::Status up = channel->UploadCheckpoint(step, path);
+    if (!up.ok()) {
+      std::cerr << "frameworm-train: checkpoint " << path
+                << " not reported: its upload to the coordinator failed: " << up << std::endl;
+      return;
+    }
+    absl::StatusOr<std::vector<std::string>> expired = channel->ReportCheckpoint(cr);
+    if (!expired.ok()) {
+      std::cerr << "frameworm-train: checkpoint report failed: " << expired.status() << std::endl;
+      return;
+    }
+    for (const std::string& old : *expired) RemoveExpiredCheckpoint(f.checkpoint_dir, old);
   };
 
   std::unique_ptr<Trainer> trainer;
@@ -202,6 +232,17 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     auto l = LatestCheckpoint(f.checkpoint_dir);
     if (!l.ok()) return Fail(std::string(l.status().message()));
     resume = *l;
+  }
+  if (!resume.empty() && channel && !env.resume_from.empty() &&
+      !std::filesystem::exists(resume)) {
+    // Not on this host's disk (written on another host): fetch the
+    // coordinator's copy.
+    absl::Status got = channel->DownloadCheckpoint(resume);
+    if (!got.ok()) {
+      return Fail(absl::StrCat("checkpoint ", resume,
+                               " is not on this host and fetching it from the coordinator "
+                               "failed: ", got.message()));
+    }
   }
   if (!resume.empty()) {
     absl::Status s = trainer->load_checkpoint(resume);

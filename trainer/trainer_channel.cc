@@ -2,7 +2,15 @@
 // generated protobuf headers; it must never include LibTorch.
 #include "trainer/trainer_channel.h"
 
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"
 #include "rpc/rpc.h"
 #include "rpc/status_util.h"
@@ -39,7 +47,8 @@ class GrpcTrainerChannel final : public ControlChannel {
     return d;
   }
 
-  absl::Status ReportCheckpoint(const CheckpointReport& r) override {
+  absl::StatusOr<std::vector<std::string>> ReportCheckpoint(
+      const CheckpointReport& r) override {
     v1::CheckpointRecord req;
     FillRef(req.mutable_ref());
     req.set_step(r.step);
@@ -51,7 +60,79 @@ class GrpcTrainerChannel final : public ControlChannel {
     SetDeadline(&ctx);
     grpc::Status s = stub_->ReportCheckpoint(&ctx, req, &resp);
     if (!s.ok()) return FromGrpcStatus(s, "ReportCheckpoint");
+    return std::vector<std::string>(resp.expired().begin(), resp.expired().end());
+  }
+
+  absl::Status UploadCheckpoint(int64_t step, const std::string& path) override {
+    std::ifstream in(path, std::ios::binary);
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    if (!in || ec) return absl::InternalError(absl::StrCat("cannot read checkpoint ", path));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.transfer_timeout));
+    v1::UploadCheckpointResponse resp;
+    auto writer = stub_->UploadCheckpoint(&ctx, &resp);
+    v1::CheckpointChunk chunk;
+    FillRef(chunk.mutable_ref());
+    chunk.set_step(step);
+    chunk.set_total_bytes(static_cast<int64_t>(size));
+    uLong crc = crc32(0L, Z_NULL, 0);
+    uint64_t left = size;
+    bool sent_ok = true;
+    do {
+      std::string* data = chunk.mutable_data();
+      data->resize(static_cast<size_t>(std::min<uint64_t>(left, kChunkBytes)));
+      if (!data->empty() && !in.read(data->data(), static_cast<std::streamsize>(data->size()))) {
+        writer->WritesDone();
+        (void)writer->Finish();
+        return absl::InternalError(absl::StrCat("reading checkpoint ", path, " failed"));
+      }
+      crc = crc32(crc, reinterpret_cast<const Bytef*>(data->data()), data->size());
+      left -= data->size();
+      if (left == 0) chunk.set_checksum(absl::StrFormat("crc32:%08x", static_cast<uint32_t>(crc)));
+      sent_ok = writer->Write(chunk);
+      chunk.Clear();
+    } while (sent_ok && left > 0);
+    writer->WritesDone();
+    grpc::Status s = writer->Finish();
+    if (!s.ok()) return FromGrpcStatus(s, "UploadCheckpoint");
     return absl::OkStatus();
+  }
+
+  absl::Status DownloadCheckpoint(const std::string& path) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.transfer_timeout));
+    v1::DownloadCheckpointRequest req;
+    FillRef(req.mutable_ref());
+    req.set_path(path);
+    auto reader = stub_->DownloadCheckpoint(&ctx, req);
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::create_directories(fs::path(path).parent_path(), ec);
+    const std::string tmp = absl::StrCat(path, ".download-", getpid());
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::InternalError(absl::StrCat("cannot create ", tmp));
+    v1::CheckpointChunk chunk;
+    int64_t total = -1, got = 0;
+    while (reader->Read(&chunk)) {
+      if (total < 0) total = chunk.total_bytes();
+      out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+      got += static_cast<int64_t>(chunk.data().size());
+    }
+    out.close();
+    grpc::Status s = reader->Finish();
+    absl::Status result = absl::OkStatus();
+    if (!s.ok()) {
+      result = FromGrpcStatus(s, "DownloadCheckpoint");
+    } else if (!out || got != total) {
+      result = absl::DataLossError(absl::StrCat("checkpoint download of ", path, " got ", got,
+                                                " of ", total, " bytes"));
+    } else {
+      fs::rename(tmp, path, ec);
+      if (ec) result = absl::InternalError(absl::StrCat("renaming to ", path, ": ", ec.message()));
+    }
+    if (!result.ok()) fs::remove(tmp, ec);
+    return result;
   }
 
  private:
@@ -63,6 +144,7 @@ class GrpcTrainerChannel final : public ControlChannel {
     ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
   }
 
+  static constexpr uint64_t kChunkBytes = 1 << 20;  // the coordinator's limit
   const TrainerChannelOptions options_;
   std::unique_ptr<v1::TrainerService::Stub> stub_;
 };

@@ -25,6 +25,8 @@ struct TrainerChannelOptions {
   // Per-call deadline: a slow or absent coordinator never stalls training
   // for longer than this (the call returns UNAVAILABLE/DEADLINE_EXCEEDED).
   absl::Duration call_timeout = absl::Milliseconds(500);
+  // Deadline of a whole checkpoint upload or download.
+  absl::Duration transfer_timeout = absl::Minutes(10);
 };
 
 // Errors: INVALID_ARGUMENT for an empty coordinator address or job id.

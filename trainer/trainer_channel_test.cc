@@ -137,7 +137,7 @@ TEST(TrainerChannel, UnreachableCoordinatorIsUnavailable) {
   auto d = (*ch)->ReportStep(StepReport{});
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), absl::StatusCode::kUnavailable) << d.status();
-  EXPECT_EQ((*ch)->ReportCheckpoint({}).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*ch)->ReportCheckpoint({}).status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(TrainerChannel, RefusesEmptyOptions) {

@@ -17,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "common/node_address.h"
 #include "worker/process_launcher.h"
 #include "worker/worker_agent.h"
 
@@ -30,8 +31,9 @@ ABSL_FLAG(int, slots, 0,
           "at least 1");
 ABSL_FLAG(std::string, work_dir, "",
           "where trainer logs go; empty: /tmp/frameworm-worker-<name>");
-ABSL_FLAG(std::string, advertise, frameworm::WorkerAgent::Options{}.advertise,
-          "the address trainers use as MASTER_ADDR");
+ABSL_FLAG(std::string, advertise, "",
+          "the address trainers use as MASTER_ADDR; empty: this node's address "
+          "on the interface that routes to the coordinator");
 ABSL_FLAG(double, heartbeat_interval,
           absl::ToDoubleSeconds(frameworm::WorkerAgent::Options{}.heartbeat_interval),
           "seconds between heartbeats (the coordinator may ask for another)");
@@ -81,6 +83,14 @@ int main(int argc, char** argv) {
   if (o.slots < 0) FlagErrorExit(Config(), "--slots must be >= 0");
   if (o.slots == 0) o.slots = std::max(1, CountGpus());
   o.advertise = absl::GetFlag(FLAGS_advertise);
+  if (o.advertise.empty()) {
+    auto toward = frameworm::AddressTowardEndpoint(o.coordinator);
+    if (!toward.ok()) {
+      FlagErrorExit(Config(), "--advertise is empty and cannot be derived from --coordinator: " +
+                                  std::string(toward.status().message()));
+    }
+    o.advertise = *toward;
+  }
   const double heartbeat = absl::GetFlag(FLAGS_heartbeat_interval);
   if (!(heartbeat > 0)) {
     FlagErrorExit(Config(), "--heartbeat-interval must be a positive number of seconds");

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -24,13 +23,20 @@ std::string ErrnoText(int e) { return std::strerror(e); }
 class PosixProcessLauncher final : public ProcessLauncher {
  public:
   explicit PosixProcessLauncher(const PosixLauncherOptions& o)
-      : bin_dir_(o.bin_dir.empty() ? SelfBinDir() : o.bin_dir) {}
+      : bin_dir_(o.bin_dir.empty() ? SelfBinDir() : o.bin_dir),
+        shim_path_(o.shim_path.empty() ? SelfBinDir() + "/frameworm-task-shim"
+                                       : o.shim_path) {
+    if (::pipe2(liveness_, O_CLOEXEC) != 0) liveness_[0] = liveness_[1] = -1;
+  }
 
   ~PosixProcessLauncher() override {
     // Never leave a child behind: a launcher that goes away kills its groups.
     for (int64_t pid : live_) {
       ::kill(-static_cast<pid_t>(pid), SIGKILL);
       ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+    }
+    for (int fd : liveness_) {
+      if (fd >= 0) ::close(fd);
     }
   }
 
@@ -40,6 +46,12 @@ class PosixProcessLauncher final : public ProcessLauncher {
     }
     auto path = Resolve(spec);
     if (!path.ok()) return path.status();
+    if (::access(shim_path_.c_str(), X_OK) != 0) {
+      return absl::NotFoundError(absl::StrCat(
+          "frameworm-task-shim not found at ", shim_path_,
+          " (it is installed next to frameworm-worker)"));
+    }
+    if (liveness_[0] < 0) return absl::InternalError("no liveness pipe (pipe2 failed)");
 
     std::error_code ec;
     for (const std::string& p : {spec.stdout_path, spec.stderr_path}) {
@@ -47,13 +59,13 @@ class PosixProcessLauncher final : public ProcessLauncher {
           std::filesystem::path(p).parent_path(), ec);
     }
     int out = ::open(spec.stdout_path.c_str(),
-                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (out < 0) {
       return absl::InternalError(absl::StrCat(
           "cannot open ", spec.stdout_path, ": ", ErrnoText(errno)));
     }
     int err = ::open(spec.stderr_path.c_str(),
-                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (err < 0) {
       int e = errno;
       ::close(out);
@@ -72,7 +84,14 @@ class PosixProcessLauncher final : public ProcessLauncher {
 
     // Everything the child touches is prepared before fork (only
     // async-signal-safe calls after it).
-    std::vector<char*> argv;
+    // The shim runs the task:
+    //   shim <liveness-fd> <status-fd> <path> <argv0> [args...].
+    const std::string fd_text = std::to_string(liveness_[0]);
+    const std::string status_text = std::to_string(pipefd[1]);
+    std::vector<char*> argv = {const_cast<char*>(shim_path_.c_str()),
+                               const_cast<char*>(fd_text.c_str()),
+                               const_cast<char*>(status_text.c_str()),
+                               const_cast<char*>(path->c_str())};
     for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     std::vector<std::string> env_strings;
@@ -80,7 +99,6 @@ class PosixProcessLauncher final : public ProcessLauncher {
     std::vector<char*> envp;
     for (auto& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
-    const pid_t parent = ::getpid();
 
     pid_t pid = ::fork();
     if (pid < 0) {
@@ -94,8 +112,9 @@ class PosixProcessLauncher final : public ProcessLauncher {
     }
     if (pid == 0) {
       ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);  // the worker already died
+      // The shim watches the pipe's read end (EOF: the worker is gone).
+      ::fcntl(liveness_[0], F_SETFD, 0);
+      ::fcntl(pipefd[1], F_SETFD, 0);  // the shim reports the task's exec
       // Restore default dispositions and an empty mask (the worker blocks
       // SIGTERM/SIGCHLD for its signal thread).
       sigset_t none;
@@ -107,9 +126,9 @@ class PosixProcessLauncher final : public ProcessLauncher {
       if (devnull >= 0) ::dup2(devnull, 0);
       ::dup2(out, 1);
       ::dup2(err, 2);
-      ::execve(path->c_str(), argv.data(), envp.data());
-      int e = errno;
-      ssize_t ignored = ::write(pipefd[1], &e, sizeof(e));
+      ::execve(shim_path_.c_str(), argv.data(), envp.data());
+      const int report[2] = {0, errno};  // {0: the shim, errno}
+      ssize_t ignored = ::write(pipefd[1], report, sizeof(report));
       (void)ignored;
       ::_exit(127);
     }
@@ -118,16 +137,19 @@ class PosixProcessLauncher final : public ProcessLauncher {
     ::close(out);
     ::close(err);
     if (devnull >= 0) ::close(devnull);
-    int child_errno = 0;
+    // EOF once the task's exec succeeded (close-on-exec); {which, errno}
+    // when the shim (0) or the task (1) could not be executed.
+    int report[2] = {0, 0};
     ssize_t n;
     do {
-      n = ::read(pipefd[0], &child_errno, sizeof(child_errno));
+      n = ::read(pipefd[0], report, sizeof(report));
     } while (n < 0 && errno == EINTR);
     ::close(pipefd[0]);
-    if (n == sizeof(child_errno)) {
+    if (n == sizeof(report)) {
       ::waitpid(pid, nullptr, 0);
-      return absl::InternalError(absl::StrCat("exec ", *path, ": ",
-                                              ErrnoText(child_errno)));
+      return absl::InternalError(absl::StrCat(
+          "exec ", report[0] == 0 ? shim_path_ : *path, ": ",
+          ErrnoText(report[1])));
     }
     live_.insert(pid);
     return static_cast<int64_t>(pid);
@@ -212,6 +234,8 @@ class PosixProcessLauncher final : public ProcessLauncher {
   }
 
   const std::string bin_dir_;
+  const std::string shim_path_;
+  int liveness_[2] = {-1, -1};  // [0] to every shim; [1] only here
   std::set<int64_t> live_;
 };
 

@@ -48,13 +48,19 @@ struct PosixLauncherOptions {
   // Where "frameworm-train" (as argv[0]) is looked up; empty: the directory
   // of /proc/self/exe.
   std::string bin_dir;
+  // The task shim (worker/task_shim_main.cc); empty: frameworm-task-shim in
+  // the directory of /proc/self/exe.
+  std::string shim_path;
 };
 
-// fork/exec launcher: setpgid(0,0), prctl(PR_SET_PDEATHSIG, SIGKILL) (the
-// trainer dies with the worker that started it), stdin from /dev/null,
-// stdout/stderr appended to the spec's files. When a process group leader
-// ends, the rest of its group is SIGKILLed before the leader is reaped, so
-// no descendant outlives its task.
+// fork/exec launcher: each task runs under frameworm-task-shim, the leader
+// of a new process group (the pid returned), which holds the read end of a
+// pipe only this launcher writes to: when the worker dies, however (even
+// SIGKILL), the shim kills the task's whole tree, descendants that left the
+// group included. stdin from /dev/null, stdout/stderr appended to the spec's
+// files (0600). When a task ends, its shim kills what is left of its tree
+// and exits as the task did; Reap() also SIGKILLs the group before reaping.
+// Errors of Start() also: NOT_FOUND when the shim is missing.
 std::unique_ptr<ProcessLauncher> NewPosixProcessLauncher(
     const PosixLauncherOptions& options);
 

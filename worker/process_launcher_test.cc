@@ -2,6 +2,7 @@
 #include "worker/process_launcher.h"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -169,25 +170,105 @@ TEST_F(LauncherTest, TermThenKillAfterGraceAndNoPidSurvives) {
   EXPECT_TRUE(s.empty() || s.find(") Z ") != std::string::npos) << s;
 }
 
+// True once `pid` is gone or a zombie (bounded by `limit`).
+bool GoneWithin(pid_t pid, absl::Duration limit) {
+  absl::Time end = absl::Now() + limit;
+  while (absl::Now() < end) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string s;
+    std::getline(stat, s);
+    if (s.empty() || s.find(") Z ") != std::string::npos) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+// Waits (bounded) until `path` holds a pid.
+pid_t ReadPidFile(const std::string& path) {
+  absl::Time end = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < end) {
+    std::string s = Slurp(path);
+    if (!s.empty() && s.back() == '\n') return std::stoi(s);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return -1;
+}
+
 TEST_F(LauncherTest, ExitingLeaderTakesItsGroupAlong) {
   std::string pidfile = dir_ + "/bg.pid";
   sup_->Start(Shell("sleep 60 & echo $! > " + pidfile + "; exit 0"));
   auto changes = WaitChanges(*sup_, 1);
   ASSERT_EQ(changes.size(), 1u);
   pid_t bg = std::stoi(Slurp(pidfile));
-  absl::Time end = absl::Now() + absl::Seconds(5);
-  bool gone = false;
-  while (absl::Now() < end) {
-    std::ifstream stat("/proc/" + std::to_string(bg) + "/stat");
-    std::string s;
-    std::getline(stat, s);
-    if (s.empty() || s.find(") Z ") != std::string::npos) {
-      gone = true;
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_TRUE(GoneWithin(bg, absl::Seconds(5)))
+      << "background child " << bg << " survived its task";
+}
+
+TEST_F(LauncherTest, DescendantThatLeftTheGroupDiesWithItsTask) {
+  std::string pidfile = dir_ + "/bg.pid";
+  sup_->Start(Shell("setsid sleep 60 & echo $! > " + pidfile + "; exit 3"));
+  auto changes = WaitChanges(*sup_, 1);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].exit_code, 3);
+  pid_t bg = ReadPidFile(pidfile);
+  ASSERT_GT(bg, 0);
+  EXPECT_TRUE(GoneWithin(bg, absl::Seconds(5)))
+      << "setsid descendant " << bg << " survived its task";
+}
+
+TEST_F(LauncherTest, TaskTreeDiesWhenTheWorkerIsKilled) {
+  // A stand-in worker: a process that owns a launcher and one task, then is
+  // SIGKILLed (no destructor runs).
+  std::string pidfile = dir_ + "/bg.pid";
+  pid_t worker = ::fork();
+  ASSERT_GE(worker, 0);
+  if (worker == 0) {
+    auto launcher = NewPosixProcessLauncher({dir_ + "/bin"});
+    LaunchSpec spec;
+    spec.argv = {"/bin/sh", "-c",
+                 "setsid sleep 60 & echo $! > " + pidfile + "; sleep 60"};
+    spec.env = {{"PATH", "/usr/bin:/bin"}};
+    spec.stdout_path = dir_ + "/o";
+    spec.stderr_path = dir_ + "/e";
+    if (!launcher->Start(spec).ok()) ::_exit(1);
+    ::pause();
+    ::_exit(0);
   }
-  EXPECT_TRUE(gone) << "background child " << bg << " survived its task";
+  pid_t bg = ReadPidFile(pidfile);
+  ::kill(worker, SIGKILL);
+  ::waitpid(worker, nullptr, 0);
+  ASSERT_GT(bg, 0);
+  EXPECT_TRUE(GoneWithin(bg, absl::Seconds(5)))
+      << "task descendant " << bg << " survived its killed worker";
+}
+
+TEST_F(LauncherTest, LogsArePrivateToTheWorkersUser) {
+  LaunchSpec spec;
+  spec.argv = {"/bin/true"};
+  spec.stdout_path = dir_ + "/logs/o";
+  spec.stderr_path = dir_ + "/logs/e";
+  ASSERT_TRUE(launcher_->Start(spec).ok());
+  for (const auto& p : {spec.stdout_path, spec.stderr_path}) {
+    auto perms = std::filesystem::status(p).permissions();
+    EXPECT_EQ(perms & (std::filesystem::perms::group_all |
+                       std::filesystem::perms::others_all),
+              std::filesystem::perms::none)
+        << p;
+  }
+}
+
+TEST_F(LauncherTest, MissingShimIsNotFound) {
+  PosixLauncherOptions o{dir_ + "/bin"};
+  o.shim_path = dir_ + "/no-such-shim";
+  auto launcher = NewPosixProcessLauncher(o);
+  LaunchSpec spec;
+  spec.argv = {"/bin/true"};
+  spec.stdout_path = dir_ + "/o";
+  spec.stderr_path = dir_ + "/e";
+  auto pid = launcher->Start(spec);
+  ASSERT_FALSE(pid.ok());
+  EXPECT_EQ(pid.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(pid.status().message(), HasSubstr("no-such-shim"));
 }
 
 TEST_F(LauncherTest, UnwritableLogDirIsStartFailure) {

@@ -112,7 +112,7 @@ TEST(ClusterE2E, KilledTrainerRestartsFromNewestCheckpoint) {
   auto id = (*c)->Submit(TrainJob("kill-trainer", 200, 20));
   ASSERT_TRUE(id.ok()) << id.status();
   WaitForCheckpoint(**c, *id, 20);
-  std::vector<pid_t> pids = PidsWithJobId(*id);
+  std::vector<pid_t> pids = TrainerPidsWithJobId(*id);
   ASSERT_EQ(pids.size(), 2u);
   ASSERT_EQ(kill(pids[1], SIGKILL), 0);
   auto st = (*c)->WaitForFinal(*id, absl::Seconds(150));
@@ -172,7 +172,7 @@ TEST(ClusterE2E, FrozenNodeIsDetectedByHeartbeatTimeout) {
   ASSERT_TRUE(before.ok());
   const std::string victim = before->workers(1);
   pid_t trainer = 0;
-  for (pid_t p : PidsWithJobId(*id)) {
+  for (pid_t p : TrainerPidsWithJobId(*id)) {
     if (EnvOf(p, "NODE_RANK") == "1") trainer = p;
   }
   ASSERT_NE(trainer, 0);
@@ -202,7 +202,7 @@ TEST(ClusterE2E, StoppedTrainerIsTreatedAsHungAndRestarted) {
   auto id = (*c)->Submit(TrainJob("hung-rank", 150, 20, "cnn", 2, 1, 3));
   ASSERT_TRUE(id.ok()) << id.status();
   WaitForCheckpoint(**c, *id, 20);
-  std::vector<pid_t> pids = PidsWithJobId(*id);
+  std::vector<pid_t> pids = TrainerPidsWithJobId(*id);
   ASSERT_EQ(pids.size(), 2u);
   ASSERT_EQ(kill(pids[0], SIGSTOP), 0);
   auto restarted = (*c)->WaitFor(
@@ -229,7 +229,7 @@ TEST(ClusterE2E, CoordinatorRestartMidRunLosesNothing) {
   WaitForCheckpoint(**c, *id, 40);
   auto cks_before = Checkpoints(**c, *id);
   auto steps_before = Metrics(**c, *id);
-  std::vector<pid_t> pids = PidsWithJobId(*id);
+  std::vector<pid_t> pids = TrainerPidsWithJobId(*id);
   ASSERT_EQ(pids.size(), 2u);
   ASSERT_TRUE((*c)->RestartCoordinator().ok());
   // The trainers kept running across the restart.
@@ -259,7 +259,7 @@ TEST(ClusterE2E, CancelLeavesNoTrainerBehind) {
       *id, [&](const v1::JobStatus& s) { return s.step() > 0 || IsFinal(s.state()); },
       absl::Seconds(60));
   ASSERT_TRUE(running.ok()) << running.status();
-  ASSERT_EQ(PidsWithJobId(*id).size(), 2u);
+  ASSERT_EQ(TrainerPidsWithJobId(*id).size(), 2u);
   RunResult r = (*c)->Cli({"cancel", *id});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   auto st = (*c)->WaitForFinal(*id, absl::Seconds(30));

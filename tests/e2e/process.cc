@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -187,6 +188,17 @@ std::vector<pid_t> PidsWithJobId(const std::string& job_id) {
   }
   closedir(proc);
   return pids;
+}
+
+std::vector<pid_t> TrainerPidsWithJobId(const std::string& job_id) {
+  std::vector<pid_t> out;
+  for (pid_t p : PidsWithJobId(job_id)) {
+    std::error_code ec;
+    auto exe = std::filesystem::read_symlink(absl::StrCat("/proc/", p, "/exe"), ec);
+    if (!ec && exe.filename() == "frameworm-task-shim") continue;
+    out.push_back(p);
+  }
+  return out;
 }
 
 std::string EnvOf(pid_t pid, const std::string& name) {

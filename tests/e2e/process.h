@@ -63,8 +63,12 @@ RunResult RunCommand(const std::vector<std::string>& argv,
                      absl::Duration timeout);
 
 // Pids of live processes (not zombies) whose environment holds
-// FRAMEWORM_JOB_ID=<job_id>: trainers of that job, wherever they run.
+// FRAMEWORM_JOB_ID=<job_id>: every process of that job's tasks, wherever
+// they run, their frameworm-task-shim included.
 std::vector<pid_t> PidsWithJobId(const std::string& job_id);
+
+// PidsWithJobId without the shims: the tasks' own processes (trainers).
+std::vector<pid_t> TrainerPidsWithJobId(const std::string& job_id);
 
 // The value of `name` in the environment of process `pid` ("" if unset).
 std::string EnvOf(pid_t pid, const std::string& name);

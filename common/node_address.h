@@ -1,0 +1,30 @@
+// Which of this machine's addresses faces a given peer, and which network
+// interface holds an address. Used to bind collective backends (Gloo, NCCL's
+// bootstrap) to the address the other ranks can reach, rather than to what
+// the machine's hostname resolves to (127.0.1.1 on Debian's /etc/hosts).
+#ifndef FRAMEWORM_COMMON_NODE_ADDRESS_H_
+#define FRAMEWORM_COMMON_NODE_ADDRESS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace frameworm {
+
+// The local IPv4/IPv6 address the kernel would use as the source of traffic
+// to `host` (a name or a literal address; resolved here). No packet is sent:
+// the answer comes from the routing table (a connected UDP socket).
+// NotFound when `host` does not resolve, Unavailable when no route leads there.
+absl::StatusOr<std::string> AddressToward(const std::string& host);
+
+// The name of the interface holding `address` (e.g. "eth0", "lo").
+// NotFound when no interface holds it.
+absl::StatusOr<std::string> InterfaceOf(const std::string& address);
+
+// The address a node advertises for `endpoint` ("host:port", "[v6]:port"):
+// AddressToward(host). InvalidArgument when `endpoint` has no ":port".
+absl::StatusOr<std::string> AddressTowardEndpoint(const std::string& endpoint);
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_COMMON_NODE_ADDRESS_H_

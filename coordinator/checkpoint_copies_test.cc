@@ -1,0 +1,111 @@
+#include "coordinator/checkpoint_copies.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "coordinator/test_dir.h"
+#include "gtest/gtest.h"
+
+namespace frameworm::coordinator {
+namespace {
+namespace fs = std::filesystem;
+
+class CheckpointCopiesTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = FreshTestDir("copies"); }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Read(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  // Files under the root (partial ones included).
+  int FilesUnderRoot() {
+    int n = 0;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir_ + "/root", ec);
+         it != fs::recursive_directory_iterator(); ++it)
+      n += it->is_regular_file() ? 1 : 0;
+    return n;
+  }
+  std::string dir_;
+};
+
+TEST_F(CheckpointCopiesTest, ChunksCommitIntoPlaceAndAreFoundByStep) {
+  CheckpointCopies copies(dir_ + "/root", 100);
+  auto in = copies.Begin("job-000001", 20, 8);
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(copies.PathOf("job-000001", 20).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE((*in)->Append("da").ok());
+  ASSERT_TRUE((*in)->Append("tadata").ok());
+  ASSERT_TRUE((*in)->Commit("crc32:a4140b2c").ok());  // crc32("datadata")
+  in->reset();
+  auto p = copies.PathOf("job-000001", 20);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(*p, dir_ + "/root/job-000001/ckpt-20.pt");
+  EXPECT_EQ(Read(*p), "datadata");
+  EXPECT_EQ(FilesUnderRoot(), 1);
+  copies.Remove("job-000001", 20);
+  EXPECT_FALSE(fs::exists(*p));
+}
+
+TEST_F(CheckpointCopiesTest, BadUploadsLeaveNothingAndNameTheProblem) {
+  CheckpointCopies copies(dir_ + "/root", 100);
+  {  // more than declared
+    auto in = copies.Begin("j", 1, 3);
+    ASSERT_TRUE(in.ok());
+    absl::Status s = (*in)->Append("abcd");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("3 bytes"), std::string::npos) << s;
+  }
+  {  // fewer than declared
+    auto in = copies.Begin("j", 1, 3);
+    ASSERT_TRUE(in.ok());
+    ASSERT_TRUE((*in)->Append("ab").ok());
+    absl::Status s = (*in)->Commit("crc32:00000000");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("after 2 of the 3"), std::string::npos) << s;
+  }
+  {  // wrong checksum
+    auto in = copies.Begin("j", 1, 4);
+    ASSERT_TRUE(in.ok());
+    ASSERT_TRUE((*in)->Append("data").ok());
+    absl::Status s = (*in)->Commit("crc32:deadbeef");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("crc32:adf3f363"), std::string::npos) << s;
+  }
+  {  // abandoned mid-way (the client went away)
+    auto in = copies.Begin("j", 2, 4);
+    ASSERT_TRUE(in.ok());
+    ASSERT_TRUE((*in)->Append("da").ok());
+  }
+  EXPECT_EQ(FilesUnderRoot(), 0);
+  EXPECT_EQ(copies.PathOf("j", 1).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CheckpointCopiesTest, RefusesUnsafeJobIdsBadStepsAndOversizedCopies) {
+  CheckpointCopies copies(dir_ + "/root", 100);
+  for (const std::string& id : std::vector<std::string>{"", "..", ".", "../../etc", "a/b", std::string(65, 'x')}) {
+    auto in = copies.Begin(id, 1, 1);
+    EXPECT_EQ(in.status().code(), absl::StatusCode::kInvalidArgument) << id;
+    EXPECT_EQ(copies.PathOf(id, 1).status().code(), absl::StatusCode::kInvalidArgument) << id;
+  }
+  EXPECT_EQ(copies.Begin("j", -1, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  auto big = copies.Begin("j", 1, 101);
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(big.status().message().find("at most 100 bytes"), std::string::npos);
+  auto in = copies.Begin("j", 1, 100);
+  ASSERT_TRUE(in.ok());
+  EXPECT_EQ((*in)->Append(std::string(kMaxChunkBytes + 1, 'x')).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Nothing outside the root: the directory above is untouched.
+  std::ofstream(dir_ + "/outside") << "keep";
+  copies.RemoveJob("..");
+  EXPECT_TRUE(fs::exists(dir_ + "/outside"));
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator
