@@ -79,6 +79,11 @@ absl::StatusOr<std::string> InterfaceOf(const std::string& address) {
   return found;
 }
 
+bool IsWildcardHost(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]" ||
+         host == "*";
+}
+
 absl::StatusOr<std::string> AddressTowardEndpoint(const std::string& endpoint) {
   const size_t colon = endpoint.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size()) {

@@ -25,6 +25,10 @@ absl::StatusOr<std::string> InterfaceOf(const std::string& address);
 // AddressToward(host). InvalidArgument when `endpoint` has no ":port".
 absl::StatusOr<std::string> AddressTowardEndpoint(const std::string& endpoint);
 
+// True for the hosts a server listens on to mean "every interface":
+// "0.0.0.0", "::", "[::]", "" and "*". Such a host is no address to give a peer.
+bool IsWildcardHost(const std::string& host);
+
 }  // namespace frameworm
 
 #endif  // FRAMEWORM_COMMON_NODE_ADDRESS_H_

@@ -48,5 +48,12 @@ TEST(NodeAddressTest, EndpointsAreSplitIntoTheirHost) {
   }
 }
 
+TEST(NodeAddressTest, WildcardHostsAreNoPeerAddress) {
+  for (const char* h : {"0.0.0.0", "::", "[::]", "", "*"}) EXPECT_TRUE(IsWildcardHost(h)) << h;
+  for (const char* h : {"127.0.0.1", "10.0.0.1", "::1", "coord"}) {
+    EXPECT_FALSE(IsWildcardHost(h)) << h;
+  }
+}
+
 }  // namespace
 }  // namespace frameworm

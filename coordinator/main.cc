@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/flags.h"
+#include "common/node_address.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/service.h"
 #include "rpc/rpc.h"
@@ -129,7 +130,12 @@ int main(int argc, char** argv) {
   }
   const std::string bound =
       absl::StrCat(listen.substr(0, listen.rfind(':')), ":", server->port);
-  if (o.advertise.empty()) (*core)->SetAdvertise(bound);
+  // No --advertise: trainers get the bound address, unless it is a wildcard
+  // (0.0.0.0, ::), which is no address on another host; then each worker
+  // hands its trainers the address it reaches the coordinator by.
+  if (o.advertise.empty() && !frameworm::IsWildcardHost(listen.substr(0, listen.rfind(':')))) {
+    (*core)->SetAdvertise(bound);
+  }
 
   absl::Notification stop;
   std::thread ticker([&] {

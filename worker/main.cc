@@ -10,12 +10,14 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "common/node_address.h"
 #include "worker/process_launcher.h"
@@ -27,8 +29,11 @@ ABSL_FLAG(std::string, coordinator, frameworm::WorkerAgent::Options{}.coordinato
           "the coordinator's address, HOST:PORT");
 ABSL_FLAG(std::string, name, "", "this worker's name; empty: <hostname>-<pid>");
 ABSL_FLAG(int, slots, 0,
-          "trainers this worker runs at once; 0: one per GPU (/dev/nvidiaN), "
-          "at least 1");
+          "trainers this worker runs at once; 0: one per GPU slot, at least 1");
+ABSL_FLAG(std::string, gpus, "",
+          "GPU ids handed out one per task as its CUDA_VISIBLE_DEVICES, e.g. "
+          "0,1; empty: $CUDA_VISIBLE_DEVICES if set, else one per /dev/nvidiaN; "
+          "none: no GPU slots");
 ABSL_FLAG(std::string, work_dir, "",
           "where trainer logs go; empty: /tmp/frameworm-worker-<name>");
 ABSL_FLAG(std::string, advertise, "",
@@ -62,6 +67,38 @@ int CountGpus() {
   return n;
 }
 
+// --gpus: "none" -> {}; "" -> $CUDA_VISIBLE_DEVICES, else 0..N-1 for the
+// /dev/nvidiaN devices; else the comma-separated ids (no empty or repeated
+// id; each [A-Za-z0-9-]+, as CUDA accepts indexes and GPU-UUIDs).
+std::vector<std::string> GpuSlots(const std::string& flag) {
+  using frameworm::FlagErrorExit;
+  if (flag == "none") return {};
+  std::string list = flag;
+  if (list.empty()) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (visible != nullptr && *visible != '\0') {
+      list = visible;
+    } else {
+      std::vector<std::string> ids;
+      for (int i = 0; i < CountGpus(); ++i) ids.push_back(std::to_string(i));
+      return ids;
+    }
+  }
+  std::vector<std::string> ids = absl::StrSplit(list, ',');
+  std::set<std::string> seen;
+  for (const std::string& id : ids) {
+    const bool ok = !id.empty() && id.size() <= 64 &&
+                    id.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                         "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") ==
+                        std::string::npos;
+    if (!ok) FlagErrorExit(Config(), "--gpus: bad GPU id '" + id + "' in '" + list + "'");
+    if (!seen.insert(id).second) {
+      FlagErrorExit(Config(), "--gpus: GPU id '" + id + "' appears twice in '" + list + "'");
+    }
+  }
+  return ids;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,7 +118,12 @@ int main(int argc, char** argv) {
   }
   o.slots = absl::GetFlag(FLAGS_slots);
   if (o.slots < 0) FlagErrorExit(Config(), "--slots must be >= 0");
-  if (o.slots == 0) o.slots = std::max(1, CountGpus());
+  o.gpus = GpuSlots(absl::GetFlag(FLAGS_gpus));
+  if (o.slots == 0) o.slots = std::max<int>(1, o.gpus.size());
+  if (!o.gpus.empty() && o.slots > static_cast<int>(o.gpus.size())) {
+    FlagErrorExit(Config(), absl::StrCat("--slots=", o.slots, " is more than the ",
+                                         o.gpus.size(), " GPU slots (--gpus=none for none)"));
+  }
   o.advertise = absl::GetFlag(FLAGS_advertise);
   if (o.advertise.empty()) {
     auto toward = frameworm::AddressTowardEndpoint(o.coordinator);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace frameworm {
 
@@ -73,6 +74,17 @@ TaskStatusInfo Supervisor::Start(const TaskLaunch& l) {
   LaunchSpec spec;
   spec.argv = l.argv;
   spec.env = EnvFor(l);
+  std::string gpu;
+  if (!options_.gpus.empty()) {
+    gpu = FreeGpu();
+    if (gpu.empty()) {
+      return fail(absl::StrCat("no free GPU: all ", options_.gpus.size(),
+                               " GPU slots of this worker (",
+                               absl::StrJoin(options_.gpus, ","),
+                               ") are held by running tasks"));
+    }
+    spec.env["CUDA_VISIBLE_DEVICES"] = gpu;
+  }
   spec.stdout_path = StdoutPath(key);
   spec.stderr_path = StderrPath(key);
   auto pid = launcher_.Start(spec);
@@ -81,6 +93,7 @@ TaskStatusInfo Supervisor::Start(const TaskLaunch& l) {
   st.pid = *pid;
   st.message = "running";
   tasks_[key].status = st;
+  tasks_[key].gpu = gpu;
   by_pid_[*pid] = key;
   return st;
 }
@@ -155,6 +168,17 @@ std::vector<TaskStatusInfo> Supervisor::Poll() {
     }
   }
   return changes;
+}
+
+std::string Supervisor::FreeGpu() const {
+  for (const std::string& id : options_.gpus) {
+    bool held = false;
+    for (const auto& [key, t] : tasks_) {
+      held = held || (t.status.state == TaskState::kRunning && t.gpu == id);
+    }
+    if (!held) return id;
+  }
+  return "";
 }
 
 std::vector<TaskStatusInfo> Supervisor::Running() const {

@@ -61,12 +61,19 @@ class Supervisor {
     // The environment every trainer starts from (the worker's own, read in
     // main); the task's env and the rank variables are laid over it.
     std::map<std::string, std::string> base_env;
+    // GPU slots: the device ids (as CUDA_VISIBLE_DEVICES names them) this
+    // worker hands out, one per running task. Each task gets the lowest
+    // free id as its only CUDA_VISIBLE_DEVICES (so its LOCAL_RANK-th device
+    // modulo the one it sees is that GPU), whatever the base or job env
+    // say; an id is free again once its task is reaped. Empty: no GPU slots,
+    // CUDA_VISIBLE_DEVICES is left as the base and job env have it.
+    std::vector<std::string> gpus;
   };
 
   Supervisor(const Options& options, Clock& clock, ProcessLauncher& launcher);
 
   // Starts a trainer. Returns its status: kRunning, or kStartFailed with the
-  // reason (bad spec, program not found, ...). Starting a key that is
+  // reason (bad spec, program not found, every GPU slot held, ...). Starting a key that is
   // already known returns its current status and starts nothing.
   TaskStatusInfo Start(const TaskLaunch& launch);
 
@@ -103,8 +110,12 @@ class Supervisor {
   std::map<std::string, std::string> EnvFor(const TaskLaunch& launch) const;
 
  private:
+  // The lowest id of options_.gpus no running task holds; empty if none.
+  std::string FreeGpu() const;
+
   struct Task {
     TaskStatusInfo status;
+    std::string gpu;  // its CUDA_VISIBLE_DEVICES slot; empty: none
     std::optional<absl::Time> kill_at;  // SIGKILL when still running then
     bool sigkill_sent = false;
     bool term_sent = false;

@@ -242,5 +242,40 @@ TEST_F(SupervisorTest, ZeroGraceKillsImmediately) {
   EXPECT_EQ(changes[0].state, TaskState::kKilled);
 }
 
+TEST_F(SupervisorTest, EachTaskGetsItsOwnGpuSlot) {
+  Supervisor sup({"/work", "10.0.0.1:7070", {{"CUDA_VISIBLE_DEVICES", "0,1,2,3"}},
+                  {"2", "3"}},
+                 clock_, launcher_);
+  TaskLaunch a = Launch("job-a", 1, 0);
+  a.env["CUDA_VISIBLE_DEVICES"] = "0,1";  // a job's env cannot widen its slot
+  TaskStatusInfo sa = sup.Start(a);
+  TaskStatusInfo sb = sup.Start(Launch("job-b", 1, 0));
+  ASSERT_EQ(sa.state, TaskState::kRunning) << sa.message;
+  ASSERT_EQ(sb.state, TaskState::kRunning) << sb.message;
+  EXPECT_EQ(launcher_.specs.at(sa.pid).env.at("CUDA_VISIBLE_DEVICES"), "2");
+  EXPECT_EQ(launcher_.specs.at(sb.pid).env.at("CUDA_VISIBLE_DEVICES"), "3");
+
+  // Every slot held: the third task does not start, and says why.
+  TaskStatusInfo sc = sup.Start(Launch("job-c", 1, 0));
+  EXPECT_EQ(sc.state, TaskState::kStartFailed);
+  EXPECT_THAT(sc.message, HasSubstr("no free GPU"));
+  EXPECT_THAT(sc.message, HasSubstr("(2,3)"));
+
+  // Reaped: its slot is free again, and the next task gets it.
+  launcher_.Exit(sa.pid, {sa.pid, false, 0, 0});
+  ASSERT_EQ(sup.Poll().size(), 1u);
+  TaskStatusInfo sd = sup.Start(Launch("job-d", 1, 0));
+  ASSERT_EQ(sd.state, TaskState::kRunning) << sd.message;
+  EXPECT_EQ(launcher_.specs.at(sd.pid).env.at("CUDA_VISIBLE_DEVICES"), "2");
+}
+
+TEST_F(SupervisorTest, WithoutGpuSlotsTheEnvironmentDecides) {
+  TaskLaunch l = Launch("job-1", 1, 0);
+  l.env["CUDA_VISIBLE_DEVICES"] = "1";
+  TaskStatusInfo st = sup_.Start(l);
+  ASSERT_EQ(st.state, TaskState::kRunning) << st.message;
+  EXPECT_EQ(launcher_.specs.at(st.pid).env.at("CUDA_VISIBLE_DEVICES"), "1");
+}
+
 }  // namespace
 }  // namespace frameworm

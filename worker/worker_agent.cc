@@ -51,7 +51,7 @@ class WorkerAgentImpl final : public WorkerAgent {
  public:
   WorkerAgentImpl(const Options& o, ProcessLauncher& launcher)
       : options_(o),
-        supervisor_({o.work_dir, o.coordinator, o.base_env}, RealClock::Real(),
+        supervisor_({o.work_dir, o.coordinator, o.base_env, o.gpus}, RealClock::Real(),
                     launcher),
         stub_(v1::WorkerService::NewStub(MakeChannel(o.coordinator))),
         heartbeat_interval_(o.heartbeat_interval),

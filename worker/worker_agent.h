@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "worker/process_launcher.h"
@@ -44,6 +45,8 @@ class WorkerAgent {
     std::string name;
     std::string advertise = "127.0.0.1";
     int slots = 1;
+    // GPU slots handed to tasks one each (Supervisor::Options::gpus).
+    std::vector<std::string> gpus;
     std::string work_dir;
     std::map<std::string, std::string> base_env;  // trainers' starting env
     absl::Duration heartbeat_interval = absl::Seconds(1);

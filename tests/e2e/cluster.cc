@@ -59,6 +59,7 @@ absl::Status Cluster::StartWorker(const std::string& name, int slots) {
       absl::StrCat("--name=", name), absl::StrCat("--slots=", slots),
       absl::StrCat("--work-dir=", work),
       absl::StrCat("--heartbeat-interval=", options_.heartbeat_interval_s)};
+  for (const auto& f : options_.worker_flags) argv.push_back(f);
   auto child = ChildProcess::Start(argv, {}, absl::StrCat(dir_, "/", name, ".log"));
   if (!child.ok()) return child.status();
   auto line = (*child)->WaitForLine("registered", absl::Seconds(30));

@@ -24,6 +24,7 @@ struct ClusterOptions {
   int slots_per_worker = 1;
   double heartbeat_interval_s = 0.5;
   std::vector<std::string> coordinator_flags;  // extra flags
+  std::vector<std::string> worker_flags;       // extra flags, every worker
 };
 
 class Cluster {

@@ -272,6 +272,35 @@ TEST(ClusterE2E, CancelLeavesNoTrainerBehind) {
   EXPECT_TRUE(PidsWithJobId(*id).empty());
 }
 
+// Two 1-GPU jobs on a worker declared with 2 GPUs (no GPU needed: the
+// worker only hands out the ids) see different CUDA_VISIBLE_DEVICES.
+TEST(ClusterE2E, JobsOnOneWorkerGetTheirOwnGpuSlots) {
+  ClusterOptions o;
+  o.workers = 1;
+  o.slots_per_worker = 2;
+  o.worker_flags = {"--gpus=0,1"};
+  auto c = Cluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string job = "nodes: 1\nmax_restarts: 0\nentrypoint: [\"sleep\", \"60\"]\n";
+  auto a = (*c)->Submit("name: gpu-a\n" + job);
+  auto b = (*c)->Submit("name: gpu-b\n" + job);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  std::set<std::string> seen;
+  for (const auto& id : {*a, *b}) {
+    auto running = (*c)->WaitFor(
+        id, [](const v1::JobStatus& s) { return s.state() != v1::PENDING; },
+        absl::Seconds(30));
+    ASSERT_TRUE(running.ok()) << running.status();
+    ASSERT_EQ(running->state(), v1::RUNNING) << running->ShortDebugString();
+    std::vector<pid_t> pids;
+    ASSERT_TRUE(Eventually([&] { return (pids = TrainerPidsWithJobId(id)).size() == 1; },
+                           absl::Seconds(10)));
+    seen.insert(EnvOf(pids[0], "CUDA_VISIBLE_DEVICES"));
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"0", "1"}));
+  for (const auto& id : {*a, *b}) EXPECT_EQ((*c)->Cli({"cancel", id}).exit_code, 0);
+}
+
 TEST(ClusterE2E, TwoJobsShareTwoWorkersWithTwoSlotsEach) {
   ClusterOptions o;
   o.slots_per_worker = 2;

@@ -564,7 +564,9 @@ absl::StatusOr<std::unique_ptr<MultiHostCluster>> MultiHostCluster::Start(
   const std::string listen =
       absl::StrCat(c->net_->host(0).address, ":", kCoordinatorPort);
   std::vector<std::string> argv = {c->Bin("frameworm-coordinator"),
-                                   absl::StrCat("--listen=", listen),
+                                   absl::StrCat("--listen=", o.derive_addresses
+                                                                 ? absl::StrCat("0.0.0.0:", kCoordinatorPort)
+                                                                 : listen),
                                    absl::StrCat("--state-dir=", kStateDir)};
   for (const auto& f : o.coordinator_flags) argv.push_back(f);
   auto child = c->net_->Start(0, argv, {}, absl::StrCat(c->dir_, "/coordinator.log"), "/tmp");
@@ -608,10 +610,10 @@ absl::Status MultiHostCluster::StartWorker(int host) {
       Bin("frameworm-worker"),
       absl::StrCat("--coordinator=", address_),
       absl::StrCat("--name=", h.hostname),
-      absl::StrCat("--advertise=", h.address),
       absl::StrCat("--slots=", options_.slots_per_worker),
       absl::StrCat("--work-dir=", kWorkDir),
       absl::StrCat("--heartbeat-interval=", options_.heartbeat_interval_s)};
+  if (!options_.derive_addresses) argv.push_back(absl::StrCat("--advertise=", h.address));
   const std::string log =
       absl::StrCat(dir_, "/", h.hostname, "-worker-", worker_starts_[host]++, ".log");
   auto child = net_->Start(host, argv, {}, log, "/tmp");

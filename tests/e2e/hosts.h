@@ -147,6 +147,9 @@ struct MultiHostOptions {
   int slots_per_worker = 1;
   double heartbeat_interval_s = 0.5;
   std::vector<std::string> coordinator_flags;  // extra flags
+  // The coordinator listens on 0.0.0.0:7070 (not host 0's address) and
+  // workers get no --advertise: every address is derived.
+  bool derive_addresses = false;
 };
 
 // A Frameworm cluster on a HostNetwork: frameworm-coordinator on host 0

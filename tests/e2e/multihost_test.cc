@@ -154,16 +154,6 @@ bool WorkerAlive(MultiHostCluster& c, const std::string& name) {
   return false;
 }
 
-// Polls `pred` every 100 ms until true or `timeout`; its last value.
-bool Eventually(const std::function<bool()>& pred, absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    if (pred()) return true;
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(100));
-  }
-}
-
 class MultiHostE2E : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -183,9 +173,10 @@ class MultiHostE2E : public ::testing::Test {
   }
 
   // Starts the cluster into c_ (left null on failure: check started()).
-  void Start(int workers) {
+  void Start(int workers, bool derive_addresses = false) {
     MultiHostOptions o;
     o.workers = workers;
+    o.derive_addresses = derive_addresses;
     auto c = MultiHostCluster::Start(o);
     ASSERT_TRUE(c.ok()) << c.status();
     c_ = std::move(*c);
@@ -343,6 +334,46 @@ TEST_F(MultiHostE2E, TwoHostJobSucceedsWithDebianHostsFile) {
 // 3. SIGKILL of the worker of the host that wrote the checkpoints: the job
 // restarts on the surviving host and a spare host that never had a
 // checkpoint on its disk, and resumes from the newest one, not from step 0.
+// The README's cluster set-up: a coordinator on 0.0.0.0 without --advertise
+// and workers without --advertise. Trainers must still reach the
+// coordinator (steps reported by both ranks) and each other (MASTER_ADDR is
+// a host's bridge address, not loopback).
+TEST_F(MultiHostE2E, WildcardCoordinatorAndDerivedAddressesStillTrain) {
+  Start(2, /*derive_addresses=*/true);
+  ASSERT_TRUE(started());
+  MultiHostCluster& c = *c_;
+  Job job;
+  job.name = "derived";
+  job.model = "mlp";
+  job.steps = 20;
+  job.checkpoint_every = 10;
+  job.max_restarts = 0;
+  auto id = Submit(job);
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::string master_addr, coordinator;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        for (pid_t p : TrainerPidsWithJobId(*id)) {
+          master_addr = EnvOf(p, "MASTER_ADDR");
+          coordinator = EnvOf(p, "FRAMEWORM_COORDINATOR");
+          if (!master_addr.empty()) return true;
+        }
+        return false;
+      },
+      absl::Seconds(30)));
+  auto st = c.WaitForFinal(*id, absl::Seconds(120));
+  ASSERT_TRUE(st.ok()) << st.status() << Diagnose(c, *id);
+  ASSERT_EQ(st->state(), v1::SUCCEEDED) << Diagnose(c, *id);
+  EXPECT_FALSE(absl::StartsWith(master_addr, "127.")) << master_addr;
+  EXPECT_EQ(coordinator, c.coordinator_address());
+  auto steps = c.Metrics(*id);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  ASSERT_FALSE(steps->empty());
+  EXPECT_EQ(steps->back().step(), 20);
+  EXPECT_EQ(steps->back().ranks_reported(), 2);
+  EXPECT_EQ(NewestCheckpointStep(c, *id), 20);
+}
+
 TEST_F(MultiHostE2E, KilledWorkerJobResumesOnHostWithoutTheCheckpoint) {
   Start(3);
   ASSERT_TRUE(started());

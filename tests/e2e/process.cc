@@ -190,6 +190,15 @@ std::vector<pid_t> PidsWithJobId(const std::string& job_id) {
   return pids;
 }
 
+bool Eventually(const std::function<bool()>& pred, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    if (pred()) return true;
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
 std::vector<pid_t> TrainerPidsWithJobId(const std::string& job_id) {
   std::vector<pid_t> out;
   for (pid_t p : PidsWithJobId(job_id)) {

@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -61,6 +62,9 @@ class ChildProcess {
 RunResult RunCommand(const std::vector<std::string>& argv,
                      const std::map<std::string, std::string>& env,
                      absl::Duration timeout);
+
+// Polls `pred` every 100 ms until it holds (true) or `timeout` passes (false).
+bool Eventually(const std::function<bool()>& pred, absl::Duration timeout);
 
 // Pids of live processes (not zombies) whose environment holds
 // FRAMEWORM_JOB_ID=<job_id>: every process of that job's tasks, wherever
