@@ -46,9 +46,11 @@ std::string MasterHost(const std::string& address) {
 }
 
 v1::TaskSpec BuildTask(const v1::JobSpec& spec, const RankEnv& env,
-                       const std::string& checkpoint_dir) {
+                       const std::string& checkpoint_dir,
+                       absl::Duration fence_after) {
   v1::TaskSpec t;
   SetRankEnv(env, &t);
+  t.set_fence_after_s(absl::ToDoubleSeconds(fence_after));
   for (std::string& a : TaskArgv(spec, checkpoint_dir))
     t.add_argv(std::move(a));
   t.mutable_env()->insert(spec.env().begin(), spec.env().end());
@@ -84,7 +86,7 @@ GenerationPlan PlanGeneration(const std::string& job_id,
       env.resume_from = in.resume_from;
       RankState r;
       r.worker = in.workers[node];
-      r.task = BuildTask(spec, env, ckpt_dir);
+      r.task = BuildTask(spec, env, ckpt_dir, in.fence_after);
       AssignmentRow a;
       a.job_id = job_id;
       a.generation = in.generation;

@@ -39,8 +39,10 @@ std::string CheckpointDir(const v1::JobSpec& spec, const std::string& job_id,
 std::string MasterHost(const std::string& worker_address);
 
 // The task of the rank `env` describes (its job_id and generation name it).
+// `fence_after`: TaskSpec.fence_after_s (the job's heartbeat timeout).
 v1::TaskSpec BuildTask(const v1::JobSpec& spec, const RankEnv& env,
-                       const std::string& checkpoint_dir);
+                       const std::string& checkpoint_dir,
+                       absl::Duration fence_after = absl::ZeroDuration());
 
 struct GenerationInputs {
   int64_t generation = 0;
@@ -51,6 +53,7 @@ struct GenerationInputs {
   std::string coordinator;  // the trainers' coordinator address
   std::string state_dir;    // for the default checkpoint directory
   int64_t started_ms = 0;
+  absl::Duration fence_after;  // the job's heartbeat timeout
 };
 
 struct GenerationPlan {

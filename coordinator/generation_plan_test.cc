@@ -30,6 +30,7 @@ GenerationInputs Inputs() {
   in.coordinator = "10.0.0.1:7070";
   in.state_dir = "/state";
   in.started_ms = 1234;
+  in.fence_after = absl::Seconds(7);
   return in;
 }
 
@@ -56,6 +57,7 @@ TEST(GenerationPlanTest, RanksAreNodeMajorWithTheirRankEnvironment) {
     // Only the job's own env travels in TaskSpec.env.
     EXPECT_EQ(r.task.env_size(), 1);
     EXPECT_EQ(r.task.env().at("FOO"), "bar");
+    EXPECT_EQ(r.task.fence_after_s(), 7.0);
     const std::vector<std::string> argv(r.task.argv().begin(),
                                         r.task.argv().end());
     EXPECT_EQ(argv, (std::vector<std::string>{

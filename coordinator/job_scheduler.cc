@@ -206,6 +206,7 @@ bool JobScheduler::StartGeneration(Job& job,
   in.coordinator = options_.advertise;
   in.state_dir = options_.state_dir;
   in.started_ms = ToMs(now);
+  in.fence_after = job.heartbeat_timeout;
   GenerationPlan plan = PlanGeneration(job.id, job.spec, in);
   JobRow row = RowOf(job);
   row.state = v1::RUNNING;

@@ -8,6 +8,11 @@ namespace {
 // Channels carry at most this many bytes per message in either direction,
 // matching the server default (a bigger message is refused, not truncated).
 constexpr int kChannelMaxMessageBytes = 16 << 20;
+// Keepalive: a client with a call open pings every kKeepaliveMs and drops
+// the connection when a ping is not answered within kKeepaliveTimeoutMs, so a
+// silent partition ends a worker's session in about 4 s instead of never.
+constexpr int kKeepaliveMs = 2000;
+constexpr int kKeepaliveTimeoutMs = 2000;
 }  // namespace
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
@@ -19,6 +24,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
                                    args);
 }
@@ -33,6 +42,9 @@ absl::StatusOr<StartedServer> StartServer(
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   // A second server on a port already in use must fail, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Accept our clients' keepalive pings (every kKeepaliveMs while a call is
+  // open); a peer pinging faster than every second is still cut off.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   for (grpc::Service* s : services) builder.RegisterService(s);
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {

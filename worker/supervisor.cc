@@ -94,6 +94,7 @@ TaskStatusInfo Supervisor::Start(const TaskLaunch& l) {
   st.message = "running";
   tasks_[key].status = st;
   tasks_[key].gpu = gpu;
+  tasks_[key].fence_after = l.fence_after;
   by_pid_[*pid] = key;
   return st;
 }
@@ -134,6 +135,19 @@ int Supervisor::KillAll(absl::Duration grace) {
   int n = 0;
   for (const auto& j : jobs) n += Kill(j, 0, -1, grace);
   return n;
+}
+
+std::vector<TaskKey> Supervisor::Fence(absl::Duration cut_off) {
+  std::vector<TaskKey> out;
+  for (auto& [key, t] : tasks_) {
+    if (t.status.state != TaskState::kRunning || t.sigkill_sent) continue;
+    if (t.fence_after <= absl::ZeroDuration() || cut_off < t.fence_after) continue;
+    launcher_.Signal(t.status.pid, SIGKILL).IgnoreError();
+    t.sigkill_sent = true;
+    t.kill_at = clock_.Now();
+    out.push_back(key);
+  }
+  return out;
 }
 
 std::vector<TaskStatusInfo> Supervisor::Poll() {

@@ -47,6 +47,8 @@ struct TaskLaunch {
   RankEnv rank_env;  // who the trainer is (job, generation, rank, master...)
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;  // the job's own variables only
+  // Killed by Fence() once the worker is cut off this long; 0: never.
+  absl::Duration fence_after = absl::ZeroDuration();
   TaskKey key() const {
     return {rank_env.job_id, rank_env.generation, rank_env.rank};
   }
@@ -84,6 +86,10 @@ class Supervisor {
            absl::Duration grace);
   // Kill() for every running task (worker shutdown).
   int KillAll(absl::Duration grace);
+  // Fencing: SIGKILL to every running task whose fence_after is > 0 and
+  // <= `cut_off` (how long the worker has been without the coordinator).
+  // Returns the tasks it signalled this call (each task once).
+  std::vector<TaskKey> Fence(absl::Duration cut_off);
 
   // Reaps exited processes and escalates overdue kills. Returns the status
   // changes (final statuses) since the last call.
@@ -119,6 +125,7 @@ class Supervisor {
     std::optional<absl::Time> kill_at;  // SIGKILL when still running then
     bool sigkill_sent = false;
     bool term_sent = false;
+    absl::Duration fence_after = absl::ZeroDuration();
   };
 
   const Options options_;

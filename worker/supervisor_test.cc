@@ -277,5 +277,30 @@ TEST_F(SupervisorTest, WithoutGpuSlotsTheEnvironmentDecides) {
   EXPECT_EQ(launcher_.specs.at(st.pid).env.at("CUDA_VISIBLE_DEVICES"), "1");
 }
 
+TEST_F(SupervisorTest, FenceKillsTasksCutOffLongerThanTheirTimeout) {
+  TaskLaunch slow = Launch("job-1", 1, 0);
+  slow.fence_after = absl::Seconds(10);
+  TaskLaunch quick = Launch("job-2", 1, 0);
+  quick.fence_after = absl::Seconds(3);
+  TaskLaunch never = Launch("job-3", 1, 0);  // fence_after 0: never fenced
+  TaskStatusInfo a = sup_.Start(slow);
+  TaskStatusInfo b = sup_.Start(quick);
+  TaskStatusInfo c = sup_.Start(never);
+  EXPECT_TRUE(sup_.Fence(absl::Seconds(2)).empty());
+  std::vector<TaskKey> fenced = sup_.Fence(absl::Seconds(3));
+  ASSERT_EQ(fenced.size(), 1u);
+  EXPECT_EQ(fenced[0].job_id, "job-2");
+  EXPECT_FALSE(launcher_.alive.count(b.pid));
+  EXPECT_TRUE(sup_.Fence(absl::Seconds(5)).empty());  // each task once
+  fenced = sup_.Fence(absl::Hours(100));
+  ASSERT_EQ(fenced.size(), 1u);
+  EXPECT_EQ(fenced[0].job_id, "job-1");
+  EXPECT_FALSE(launcher_.alive.count(a.pid));
+  EXPECT_TRUE(launcher_.alive.count(c.pid));
+  std::vector<TaskStatusInfo> changes = sup_.Poll();
+  ASSERT_EQ(changes.size(), 2u);
+  for (const auto& ch : changes) EXPECT_EQ(ch.state, TaskState::kKilled);
+}
+
 }  // namespace
 }  // namespace frameworm

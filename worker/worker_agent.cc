@@ -2,7 +2,9 @@
 
 #include <signal.h>
 
+#include <cmath>
 #include <deque>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -44,6 +46,11 @@ TaskLaunch FromProto(const v1::TaskSpec& t) {
   l.rank_env = RankEnvOf(t);
   l.argv.assign(t.argv().begin(), t.argv().end());
   for (const auto& [k, v] : t.env()) l.env[k] = v;
+  // Bounded: a hostile or broken value (NaN, negative, years) means never.
+  const double fence = t.fence_after_s();
+  if (std::isfinite(fence) && fence > 0 && fence <= 7 * 24 * 3600) {
+    l.fence_after = absl::Seconds(fence);
+  }
   return l;
 }
 
@@ -88,6 +95,7 @@ class WorkerAgentImpl final : public WorkerAgent {
       }
       if (broken && connected_) Disconnect("session stream ended");
       if (!connected_ && !killing && now >= next_attempt_) TryConnect();
+      if (!connected_ && cut_off_since_) Fence(now - *cut_off_since_);
 
       if (!killing) {
         for (const auto& c : commands) Apply(c);
@@ -313,6 +321,7 @@ class WorkerAgentImpl final : public WorkerAgent {
       session_broken_ = true;
     });
     connected_ = true;
+    cut_off_since_.reset();
     backoff_ = options_.initial_backoff;
     Event(absl::StrCat("frameworm-worker ", options_.name,
                        registered_once_ ? " re-registered with "
@@ -345,12 +354,23 @@ class WorkerAgentImpl final : public WorkerAgent {
 
   void Disconnect(const std::string& why) {
     if (!connected_) return;
+    cut_off_since_ = absl::Now();
     CloseSession();
     for (Final& f : finals_) f.written_at.reset();
     Event(absl::StrCat("frameworm-worker ", options_.name, ": lost ",
                        options_.coordinator, " (", why, "); reconnecting"));
     next_attempt_ = absl::Now() + backoff_;
     backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+  }
+
+  // Kills the tasks whose fence_after the time without the coordinator has
+  // reached: by then their generation is over, whatever they still do.
+  void Fence(absl::Duration cut_off) {
+    for (const TaskKey& k : supervisor_.Fence(cut_off)) {
+      Event(absl::StrCat("frameworm-worker ", options_.name, ": fenced job ", k.job_id,
+                         " generation ", k.generation, " rank ", k.rank, " (cut off from ",
+                         options_.coordinator, " for ", absl::FormatDuration(cut_off), ")"));
+    }
   }
 
   const Options options_;
@@ -363,6 +383,9 @@ class WorkerAgentImpl final : public WorkerAgent {
   absl::Time next_attempt_ = absl::InfinitePast();
   absl::Time next_heartbeat_ = absl::InfinitePast();
   bool connected_ = false;
+  // Since when the session is lost (reset on registration); unset before
+  // the first registration (no task can run then).
+  std::optional<absl::Time> cut_off_since_;
   bool registered_once_ = false;
   std::string last_error_;
   std::string session_id_;

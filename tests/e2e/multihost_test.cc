@@ -514,11 +514,8 @@ TEST_F(MultiHostE2E, PartitionedHostIsReplacedAndRejoinsWithoutStaleGeneration) 
 
   EXPECT_TRUE(Eventually([&] { return !WorkerAlive(c, victim_name); }, absl::Seconds(10)))
       << victim_name << " still alive in ListWorkers while cut off";
-  ASSERT_TRUE(c.net().LinkUp(victim).ok());
-  const absl::Time healed = absl::Now();
-  EXPECT_TRUE(Eventually([&] { return WorkerAlive(c, victim_name); }, absl::Seconds(20)))
-      << victim_name << " did not rejoin within 20s of LinkUp" << Diagnose(c, *id);
-  // Its generation-1 trainer does not outlive the rejoin by long.
+  // Fencing: the cut-off worker notices (keepalive, ~4 s) and kills its
+  // trainer once cut off for the job's heartbeat timeout, link still down.
   auto stale_trainers = [&] {
     std::vector<pid_t> out;
     for (pid_t p : c.net().Pids(victim)) {
@@ -528,6 +525,16 @@ TEST_F(MultiHostE2E, PartitionedHostIsReplacedAndRejoinsWithoutStaleGeneration) 
     }
     return out;
   };
+  EXPECT_TRUE(Eventually([&] { return stale_trainers().empty(); },
+                         absl::Seconds(job.heartbeat_timeout + 10)))
+      << "generation-1 trainer(s) still running on cut-off " << victim_name << " "
+      << absl::FormatDuration(absl::Now() - cut) << " after the cut";
+  RecordProperty("fenced_after_ms", static_cast<int>(absl::ToInt64Milliseconds(absl::Now() - cut)));
+  ASSERT_TRUE(c.net().LinkUp(victim).ok());
+  const absl::Time healed = absl::Now();
+  EXPECT_TRUE(Eventually([&] { return WorkerAlive(c, victim_name); }, absl::Seconds(20)))
+      << victim_name << " did not rejoin within 20s of LinkUp" << Diagnose(c, *id);
+  // Nothing of generation 1 came back with the rejoin.
   EXPECT_TRUE(Eventually([&] { return stale_trainers().empty(); }, absl::Seconds(15)))
       << "generation-1 trainer(s) still running on " << victim_name << " "
       << absl::FormatDuration(absl::Now() - healed) << " after it came back";
