@@ -311,7 +311,16 @@ void JobScheduler::HandleTaskStatus(const std::string& worker,
     return;
   }
   RankState& rank = job->ranks[t.rank()];
-  const std::string where = absl::StrCat(" on worker ", worker);
+  std::string where = absl::StrCat(" on worker ", worker);
+  // A failed rank's last stderr line, from the worker: bounded and printable
+  // before it enters a reason (the worker may be anyone).
+  if (!t.stderr_tail().empty() && t.state() != v1::TASK_RUNNING) {
+    std::string tail = t.stderr_tail().substr(0, 256);
+    for (char& c : tail) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    }
+    absl::StrAppend(&where, ": ", tail);
+  }
   switch (t.state()) {
     case v1::TASK_RUNNING:
       rank.pid = t.pid();

@@ -148,6 +148,26 @@ TEST_F(JobSchedulerTest, FailedGenerationStartKeepsTheJobQueued) {
   EXPECT_EQ(workers_->Take(sessions_["w0"])->size(), 1u);
 }
 
+TEST_F(JobSchedulerTest, FailedRanksLastStderrLineIsInTheReasonBounded) {
+  AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  v1::TaskStatus t;
+  t.mutable_ref()->set_job_id(id);
+  t.mutable_ref()->set_generation(Get(id).generation);
+  t.set_rank(0);
+  t.set_state(v1::TASK_EXITED);
+  t.set_exit_code(1);
+  t.set_stderr_tail("frameworm-train: cannot reach the coordinator at 10.0.0.1:7070\x1b[2J" +
+                    std::string(1000, 'x'));
+  jobs_->HandleTaskStatus("w0", t);
+  const std::string& reason = Get(id).reason;
+  EXPECT_NE(reason.find("rank 0 exited with code 1 on worker w0: frameworm-train: cannot "
+                        "reach the coordinator at 10.0.0.1:7070?[2J"),
+            std::string::npos)
+      << reason;
+  EXPECT_EQ(reason.find(std::string(300, 'x')), std::string::npos) << "not bounded";
+}
+
 TEST_F(JobSchedulerTest, ChangedJobsAreReportedOnce) {
   AddWorker("w0", 1);
   const std::string id = Submit(Spec(1, 1));

@@ -70,6 +70,9 @@ ABSL_FLAG(int64_t, synthetic_size, Defaults().synthetic_size,
           "samples in the synthetic training set (>= 1)");
 ABSL_FLAG(bool, find_unused_parameters, Defaults().find_unused_parameters,
           "allow parameters that get no gradient in a step (DDP)");
+ABSL_FLAG(int64_t, connect_timeout, Defaults().connect_timeout_s,
+          "seconds a job's trainer waits to connect to FRAMEWORM_COORDINATOR "
+          "before it fails (>= 1)");
 ABSL_FLAG(std::string, device, Defaults().device,
           "one process: auto (the first GPU if CUDA is available, else the "
           "CPU), cpu or cuda; distributed nccl runs use cuda:LOCAL_RANK");
@@ -149,6 +152,7 @@ TrainConfig ConfigFromFlags() {
   c.synthetic_size = AtLeast(FLAGS_synthetic_size, 1);
   c.find_unused_parameters = absl::GetFlag(FLAGS_find_unused_parameters);
   c.device = OneOf(FLAGS_device, {"auto", "cpu", "cuda"});
+  c.connect_timeout_s = AtLeast(FLAGS_connect_timeout, 1);
   return c;
 }
 

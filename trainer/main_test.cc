@@ -126,6 +126,14 @@ TEST(FramewormTrainTest, CoordinatorWithoutJobIdRunsLocally) {
   EXPECT_EQ(Field(r.last_line(), "steps"), 3);
 }
 
+TEST(FramewormTrainTest, JobTrainerThatCannotReachItsCoordinatorFailsNamingIt) {
+  Result r = RunTrain("--model=mlp --dataset=synthetic --max-steps=3 --connect-timeout=1",
+                      "FRAMEWORM_COORDINATOR=127.0.0.1:1 FRAMEWORM_JOB_ID=job-x");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("cannot reach the coordinator at 127.0.0.1:1"), std::string::npos)
+      << r.err;
+}
+
 TEST(FramewormTrainTest, MpiBackendAndMissingDataAreClearFailures) {
   Result r = RunTrain("--dataset=synthetic --max-steps=1 --backend=mpi");
   EXPECT_EQ(r.code, 1);

@@ -113,8 +113,9 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     co.job_id = env.job_id;
     co.generation = env.generation;
     co.rank = rank;
+    co.connect_timeout = absl::Seconds(f.connect_timeout_s);
     auto ch = NewTrainerChannel(co);
-    if (!ch.ok()) return Fail(absl::StrCat("cannot reach the coordinator: ", ch.status().message()));
+    if (!ch.ok()) return Fail(std::string(ch.status().message()));
     channel = std::move(*ch);
     to.sync_step_actions = true;
   }

@@ -45,6 +45,9 @@ struct TrainConfig {
   int64_t synthetic_size = 2048;
   bool find_unused_parameters = false;
   std::string device = "auto";  // one process: auto, cpu or cuda
+  // A job's trainer that cannot connect to FRAMEWORM_COORDINATOR within
+  // this many seconds fails at start, naming the address.
+  int64_t connect_timeout_s = 15;
   // Distributed runs on one machine: average gradients in shared memory
   // (false: always over the process group; FRAMEWORM_NO_SHM=1).
   bool intra_node_shm = true;

@@ -165,8 +165,14 @@ absl::StatusOr<std::unique_ptr<ControlChannel>> NewTrainerChannel(
     return absl::InvalidArgumentError(
         "trainer channel: call_timeout must be positive");
   }
-  return std::unique_ptr<ControlChannel>(
-      new GrpcTrainerChannel(options, MakeChannel(options.coordinator)));
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(options.coordinator);
+  if (options.connect_timeout > absl::ZeroDuration() &&
+      !channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the coordinator at ", options.coordinator,
+        " (FRAMEWORM_COORDINATOR) within ", absl::FormatDuration(options.connect_timeout)));
+  }
+  return std::unique_ptr<ControlChannel>(new GrpcTrainerChannel(options, std::move(channel)));
 }
 
 }  // namespace frameworm

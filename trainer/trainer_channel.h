@@ -27,9 +27,14 @@ struct TrainerChannelOptions {
   absl::Duration call_timeout = absl::Milliseconds(500);
   // Deadline of a whole checkpoint upload or download.
   absl::Duration transfer_timeout = absl::Minutes(10);
+  // > 0: NewTrainerChannel waits this long for a connection and fails with
+  // UNAVAILABLE (naming the address) without one. 0: no wait; errors show
+  // up on the calls.
+  absl::Duration connect_timeout = absl::ZeroDuration();
 };
 
-// Errors: INVALID_ARGUMENT for an empty coordinator address or job id.
+// Errors: INVALID_ARGUMENT for an empty coordinator address or job id;
+// UNAVAILABLE when options.connect_timeout > 0 and no connection was made.
 absl::StatusOr<std::unique_ptr<ControlChannel>> NewTrainerChannel(
     const TrainerChannelOptions& options);
 

@@ -204,6 +204,21 @@ TEST_F(LauncherTest, ExitingLeaderTakesItsGroupAlong) {
       << "background child " << bg << " survived its task";
 }
 
+TEST_F(LauncherTest, FailedTaskCarriesItsLastStderrLine) {
+  sup_->Start(Shell("echo first >&2; printf 'boom: at 10.0.0.7\\033x\\n\\n' >&2; exit 3"));
+  sup_->Start(Shell("echo fine >&2; exit 0", 1));
+  auto changes = WaitChanges(*sup_, 2);
+  ASSERT_EQ(changes.size(), 2u);
+  for (const auto& c : changes) {
+    if (c.key.rank == 0) {
+      EXPECT_EQ(c.exit_code, 3);
+      EXPECT_EQ(c.stderr_tail, "boom: at 10.0.0.7?x");
+    } else {
+      EXPECT_EQ(c.stderr_tail, "");  // succeeded: nothing to explain
+    }
+  }
+}
+
 TEST_F(LauncherTest, DescendantThatLeftTheGroupDiesWithItsTask) {
   std::string pidfile = dir_ + "/bg.pid";
   sup_->Start(Shell("setsid sleep 60 & echo $! > " + pidfile + "; exit 3"));

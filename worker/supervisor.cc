@@ -3,6 +3,9 @@
 #include <signal.h>
 #include <string.h>
 
+#include <algorithm>
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -32,6 +35,29 @@ const std::map<std::string, std::string>& RankVariables() {
     return new std::map<std::string, std::string>(ToEnvironment(all));
   }();
   return *vars;
+}
+
+// The last non-empty line of the file at `path` (read from its last 4 KiB),
+// cut to 256 bytes, control characters replaced; "" if none.
+std::string LastLine(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return "";
+  f.seekg(0, std::ios::end);
+  const std::streamoff size = f.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 4096);
+  f.seekg(from);
+  std::string text(static_cast<size_t>(size - from), '\0');
+  f.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(f.gcount()));
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
+    text.pop_back();
+  }
+  std::string line = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+  if (line.size() > 256) line.resize(256);
+  for (char& c : line) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return line;
 }
 
 }  // namespace
@@ -155,7 +181,8 @@ std::vector<TaskStatusInfo> Supervisor::Poll() {
   for (const ProcessExit& e : launcher_.Reap()) {
     auto pit = by_pid_.find(e.pid);
     if (pit == by_pid_.end()) continue;
-    Task& t = tasks_[pit->second];
+    const TaskKey key_of_exit = pit->second;
+    Task& t = tasks_[key_of_exit];
     by_pid_.erase(pit);
     if (e.signaled) {
       t.status.state = TaskState::kKilled;
@@ -171,6 +198,9 @@ std::vector<TaskStatusInfo> Supervisor::Poll() {
       t.status.message = absl::StrCat("exited with code ", e.exit_code);
     }
     t.kill_at.reset();
+    if (e.signaled || e.exit_code != 0) {
+      t.status.stderr_tail = LastLine(StderrPath(key_of_exit));
+    }
     changes.push_back(t.status);
   }
   const absl::Time now = clock_.Now();

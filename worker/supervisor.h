@@ -39,6 +39,10 @@ struct TaskStatusInfo {
   int signal = 0;
   int64_t pid = 0;
   std::string message;
+  // A task that failed (exit code != 0, or a signal): the last non-empty
+  // line of its stderr (at most 256 bytes, control characters as '?'), so
+  // the job's failure reason says why ("cannot reach ... at ...").
+  std::string stderr_tail;
   bool final() const { return state != TaskState::kRunning; }
 };
 

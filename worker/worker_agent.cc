@@ -38,6 +38,7 @@ v1::TaskStatus ToProto(const TaskStatusInfo& s) {
   p.set_signal(s.signal);
   p.set_pid(s.pid);
   p.set_message(s.message);
+  p.set_stderr_tail(s.stderr_tail);
   return p;
 }
 
