@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "coordinator/checkpoint_paths.h"
+#include "coordinator/generation_plan.h"
 #include "coordinator/sqlite_store.h"
 #include "jobspec/job_spec.h"
 
@@ -37,6 +39,7 @@ CoordinatorOptions WithAbsoluteStateDir(CoordinatorOptions o) {
   o.state_dir = fs::absolute(o.state_dir, ec).lexically_normal().string();
   if (!o.state_dir.empty() && o.state_dir.back() == '/' && o.state_dir != "/")
     o.state_dir.pop_back();
+  if (o.checkpoint_roots.empty()) o.checkpoint_roots = {o.state_dir + "/checkpoints"};
   return o;
 }
 
@@ -79,7 +82,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
 
 Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
                          std::unique_ptr<Store> owned, Store& store)
-    : clock_(clock),
+    : state_dir_(options.state_dir),
+      checkpoint_roots_(options.checkpoint_roots),
+      clock_(clock),
       owned_store_(std::move(owned)),
       store_(store),
       writer_(MetricWriter::Create(&store_)),
@@ -173,6 +178,11 @@ v1::JobStatus Coordinator::StatusOf(const Job& job) const {
 absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& in) {
   absl::StatusOr<v1::JobSpec> spec = NormalizeJobSpec(in);
   if (!spec.ok()) return spec.status();
+  if (absl::Status s = CheckCheckpointDirAllowed(spec->checkpoint().dir(),
+                                                 checkpoint_roots_);
+      !s.ok()) {
+    return s;
+  }
   absl::StatusOr<std::string> id;
   {
     absl::MutexLock l(&mu_);
@@ -202,6 +212,28 @@ std::vector<v1::JobStatus> Coordinator::ListJobs() const {
 bool Coordinator::JobExists(const std::string& job_id) const {
   absl::MutexLock l(&mu_);
   return jobs_.Find(job_id) != nullptr;
+}
+
+namespace {
+int64_t LargestWorld(const Job& job) {
+  return int64_t{job.spec.nodes_max()} * std::max(1, job.spec.nproc_per_node());
+}
+}  // namespace
+
+absl::Status Coordinator::CheckLogRequest(const std::string& job_id, int rank,
+                                          int64_t offset) const {
+  absl::MutexLock l(&mu_);
+  const Job* job = jobs_.Find(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (rank != -1 && (rank < 0 || rank >= LargestWorld(*job))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job ", job_id, " has no rank ", rank, " (ranks 0..", LargestWorld(*job) - 1,
+        ", or -1 for all)"));
+  }
+  if (offset < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("log offset must be >= 0, got ", offset));
+  }
+  return absl::OkStatus();
 }
 
 bool Coordinator::JobFinal(const std::string& job_id) const {
@@ -306,11 +338,28 @@ absl::StatusOr<std::vector<v1::CoordinatorMessage>> Coordinator::TakeCommands(
   return workers_.Take(session_id);
 }
 
-absl::Status Coordinator::AppendLogLocked(const v1::LogUpload& log) {
+absl::Status Coordinator::AppendLogLocked(const std::string& worker,
+                                          const v1::LogUpload& log) {
   const std::string& id = log.ref().job_id();
-  if (jobs_.Find(id) == nullptr)
+  const Job* job = jobs_.Find(id);
+  if (job == nullptr)
     return absl::InvalidArgumentError(
         absl::StrCat("log chunk for unknown job '", id, "'"));
+  if (log.rank() < 0 || log.rank() >= LargestWorld(*job)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log chunk for rank ", log.rank(), " outside job ", id));
+  }
+  if (log.ref().generation() == job->generation &&
+      log.rank() < static_cast<int>(job->ranks.size()) &&
+      job->ranks[log.rank()].worker != worker) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "log chunk for rank ", log.rank(), " of job ", id, " from worker ", worker,
+        ", which does not run it"));
+  }
+  if (log.data().size() > (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log chunk of ", log.data().size(), " bytes; at most 1 MiB"));
+  }
   return logs_.Append(id, log.rank(), log.data());
 }
 
@@ -325,7 +374,7 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
         jobs_.HandleTaskStatus(heard->worker->name, m.task_status());
         break;
       case v1::WorkerMessage::kLog:
-        status = AppendLogLocked(m.log());
+        status = AppendLogLocked(heard->worker->name, m.log());
         break;
       default:
         // A heartbeat only refreshes liveness; it can change scheduling only
@@ -394,6 +443,17 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
     absl::MutexLock l(&mu_);
     absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(in.ref());
     if (!job.ok()) return job.status();
+    if (in.step() < 0 || in.bytes() < 0 || in.checksum().size() > 128) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint record out of range: step ", in.step(), ", bytes ", in.bytes(),
+          ", checksum of ", in.checksum().size(), " characters (at most 128)"));
+    }
+    if (absl::Status s = CheckReportedCheckpointPath(
+            in.path(), in.step(),
+            CheckpointDir((*job)->spec, (*job)->id, state_dir_));
+        !s.ok()) {
+      return s;
+    }
     v1::CheckpointRecord rec = in;
     rec.set_created_unix_ms(absl::ToUnixMillis(clock_.Now()));
     std::set<int64_t> steps_before;

@@ -82,6 +82,9 @@ struct CoordinatorOptions {
   int checkpoint_lead_steps = 2;  // checkpoint_at = max reported step + this
   // The largest checkpoint the coordinator keeps a copy of (uploads).
   int64_t max_checkpoint_bytes = int64_t{64} << 30;
+  // Where a job's checkpoint.dir may point (clean absolute paths); empty:
+  // <state_dir>/checkpoints only.
+  std::vector<std::string> checkpoint_roots;
 };
 
 class Coordinator {
@@ -136,6 +139,10 @@ class Coordinator {
       const std::string& job_id, int64_t since_step) const;
   std::vector<v1::WorkerInfo> ListWorkers() const;
   bool JobExists(const std::string& job_id) const;
+  // GetLogs' arguments: NOT_FOUND for an unknown job, INVALID_ARGUMENT for
+  // a rank that is neither -1 (every rank) nor within the job's largest
+  // world (nodes.max x nproc_per_node), or a negative offset.
+  absl::Status CheckLogRequest(const std::string& job_id, int rank, int64_t offset) const;
   bool JobFinal(const std::string& job_id) const;
   // The rank logs (<state_dir>/logs); thread-safe, usable without any lock.
   const JobLogs& logs() const { return logs_; }
@@ -206,11 +213,16 @@ class Coordinator {
   // A job view under mu_: NOT_FOUND for an unknown job.
   absl::StatusOr<const Job*> FindLocked(const std::string& job_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AppendLogLocked(const v1::LogUpload& log)
+  // A worker's log chunk: the job exists, the rank is within its largest
+  // world and, for the current generation, runs on `worker`; data at most
+  // 1 MiB. INVALID_ARGUMENT otherwise.
+  absl::Status AppendLogLocked(const std::string& worker, const v1::LogUpload& log)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls the listener for what the parts queued under the lock.
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);
 
+  const std::string state_dir_;                      // absolute
+  const std::vector<std::string> checkpoint_roots_;  // never empty
   Clock& clock_;
   const std::unique_ptr<Store> owned_store_;  // null: not owned
   Store& store_;

@@ -5,8 +5,10 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -105,6 +107,10 @@ class CoordinatorTest : public ::testing::Test {
     m.set_step_seconds(0.1);
     (*m.mutable_values())["loss"] = 1.0 / step;
     return coord_->ReportStep(m);
+  }
+  // Where frameworm-train writes job `job`'s checkpoint of `step` by default.
+  std::string CkptPath(const std::string& job, int64_t step) const {
+    return absl::StrCat(dir_, "/checkpoints/", job, "/ckpt-", step, ".pt");
   }
   absl::StatusOr<std::vector<std::string>> Checkpoint(const std::string& job,
                                                       int64_t gen,
@@ -336,7 +342,8 @@ TEST_F(CoordinatorTest, CheckpointRetentionDeletesOnlyTheCoordinatorsCopies) {
   const std::string id = Submit(spec);
   std::vector<std::string> paths;
   for (int step : {10, 20, 30}) {
-    const std::string p = dir_ + "/ckpt-" + std::to_string(step) + ".pt";
+    const std::string p = CkptPath(id, step);
+    std::filesystem::create_directories(dir_ + "/checkpoints/" + id);
     std::ofstream(p) << "data";
     paths.push_back(p);
     v1::JobRef ref;
@@ -389,7 +396,7 @@ TEST_F(CoordinatorTest, OnDemandAndTimedCheckpointsAreAheadOfProgress) {
   auto resp = Step(id, 1, 1, 5);
   ASSERT_TRUE(resp.ok());
   EXPECT_EQ(resp->checkpoint_at_step(), 7);
-  ASSERT_TRUE(Checkpoint(id, 1, 7, dir_ + "/c7").ok());
+  ASSERT_TRUE(Checkpoint(id, 1, 7, CkptPath(id, 7)).ok());
   resp = Step(id, 1, 0, 8);
   EXPECT_EQ(resp->checkpoint_at_step(), 0);
   // every_n_minutes: a minute after the last checkpoint, Tick asks for one
@@ -425,8 +432,8 @@ TEST_F(CoordinatorTest, HeartbeatTimeoutRestartsFromNewestCheckpointThenFails) {
   spec.set_heartbeat_timeout_s(5);
   const std::string id = Submit(spec);
   ASSERT_EQ(Starts("w0").size(), 1u);  // w0 comes first by name
-  ASSERT_TRUE(Checkpoint(id, 1, 10, dir_ + "/c10").ok());
-  ASSERT_TRUE(Checkpoint(id, 1, 20, dir_ + "/c20").ok());
+  ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10)).ok());
+  ASSERT_TRUE(Checkpoint(id, 1, 20, CkptPath(id, 20)).ok());
   // w0 goes silent; w1 keeps heartbeating.
   for (int i = 0; i < 5; ++i) {
     clock_.Advance(absl::Seconds(1));
@@ -445,9 +452,9 @@ TEST_F(CoordinatorTest, HeartbeatTimeoutRestartsFromNewestCheckpointThenFails) {
       << st.reason();
   auto starts = Starts("w1");  // placed on the healthy worker
   ASSERT_EQ(starts.size(), 1u);
-  EXPECT_EQ(starts[0].resume_from(), dir_ + "/c20");
+  EXPECT_EQ(starts[0].resume_from(), CkptPath(id, 20));
   EXPECT_EQ(ToEnvironment(RankEnvOf(starts[0])).at("FRAMEWORM_RESUME_FROM"),
-            dir_ + "/c20");
+            CkptPath(id, 20));
   auto kills = Take("w0");
   ASSERT_FALSE(kills.empty());
   EXPECT_TRUE(kills.back().has_kill());
@@ -611,7 +618,7 @@ TEST_F(CoordinatorTest, StateSurvivesRestartAndWorkersReconcile) {
   ASSERT_TRUE(Step(id, 1, 0, 1).ok());
   ASSERT_TRUE(Step(id, 1, 1, 1).ok());
   ASSERT_TRUE(Step(id, 1, 0, 2).ok());
-  ASSERT_TRUE(Checkpoint(id, 1, 2, dir_ + "/c2").ok());
+  ASSERT_TRUE(Checkpoint(id, 1, 2, CkptPath(id, 2)).ok());
   TaskState("w1", id, 1, 1, v1::TASK_RUNNING);
 
   coord_.reset();  // the coordinator dies
@@ -716,7 +723,7 @@ TEST_F(CoordinatorTest, CreateReloadsFromSqliteUnderStateDir) {
   coord_ = std::move(c).value();
   AddWorker("w0", 1);
   const std::string id = Submit(Spec(1, 1));
-  ASSERT_TRUE(Checkpoint(id, 1, 4, dir_ + "/c4").ok());
+  ASSERT_TRUE(Checkpoint(id, 1, 4, CkptPath(id, 4)).ok());
   const int port = Starts("w0")[0].master_port();
   coord_.reset();
   EXPECT_TRUE(fs::exists(dir_ + "/coordinator.db"));
@@ -747,7 +754,7 @@ TEST_F(CoordinatorTest, StoreFailuresAreNotAcknowledged) {
   EXPECT_EQ(coord_->CancelJob(id).status().code(),
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(Job(id).state(), v1::RUNNING);
-  EXPECT_EQ(Checkpoint(id, 1, 3, dir_ + "/c3").status().code(),
+  EXPECT_EQ(Checkpoint(id, 1, 3, CkptPath(id, 3)).status().code(),
             absl::StatusCode::kUnavailable);
   EXPECT_TRUE(coord_->ListCheckpoints(id)->empty());
   auto step = Step(id, 1, 0, 1);
@@ -759,4 +766,116 @@ TEST_F(CoordinatorTest, StoreFailuresAreNotAcknowledged) {
 }
 
 }  // namespace
+TEST_F(CoordinatorTest, CheckpointReportsAreConfinedToTheJobAndItsDirectory) {
+  // A job that has not started owns no checkpoint.
+  const std::string pending = Submit(Spec(1, 1));
+  auto early = Checkpoint(pending, 0, 10, CkptPath(pending, 10));
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition) << early.status();
+
+  AddWorker("w0", 1);
+  ASSERT_EQ(Job(pending).state(), v1::RUNNING);
+  const std::string outside = dir_ + "/precious.txt";
+  std::ofstream(outside) << "keep me";
+  for (const std::string& bad :
+       {outside, CkptPath(pending, 10) + "/../../../precious.txt",
+        dir_ + "/checkpoints/" + pending + "/../other/ckpt-10.pt", CkptPath(pending, 11),
+        std::string("relative/ckpt-10.pt")}) {
+    auto r = Checkpoint(pending, 1, 10, bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find("expected " + CkptPath(pending, 10)), std::string::npos)
+        << r.status();
+  }
+  EXPECT_EQ(Checkpoint(pending, 1, -5, CkptPath(pending, -5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(coord_->ListCheckpoints(pending)->empty());
+  // Retention over real reports never touches the outside file.
+  for (int step : {10, 20, 30}) ASSERT_TRUE(Checkpoint(pending, 1, step, CkptPath(pending, step)).ok());
+  std::ifstream in(outside);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "keep me");
+}
+
+TEST_F(CoordinatorTest, CheckpointDirMustBeUnderTheAllowedRoots) {
+  v1::JobSpec spec = Spec(1, 1);
+  spec.mutable_checkpoint()->set_dir("/etc/cron.d");
+  auto id = coord_->SubmitJob(spec);
+  ASSERT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(id.status().message().find("--checkpoint-root"), std::string::npos) << id.status();
+  spec.mutable_checkpoint()->set_dir(dir_ + "/checkpoints/../../etc");
+  EXPECT_EQ(coord_->SubmitJob(spec).status().code(), absl::StatusCode::kInvalidArgument);
+  spec.mutable_checkpoint()->set_dir(dir_ + "/checkpoints/team-a");
+  EXPECT_TRUE(coord_->SubmitJob(spec).ok());
+  EXPECT_TRUE(coord_->ListJobs().size() == 1u) << "a refused job was stored";
+}
+
+TEST_F(CoordinatorTest, StepReportsWithNonFiniteOrNegativeNumbersAreRefused) {
+  AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  auto report = [&](auto mutate) {
+    v1::StepMetrics m;
+    m.mutable_ref()->set_job_id(id);
+    m.mutable_ref()->set_generation(1);
+    m.set_step(1);
+    m.set_samples(8);
+    m.set_step_seconds(0.1);
+    (*m.mutable_values())["loss"] = 0.5;
+    mutate(m);
+    return coord_->ReportStep(m).status();
+  };
+  EXPECT_TRUE(report([](v1::StepMetrics&) {}).ok());
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(report([&](v1::StepMetrics& m) { (*m.mutable_values())["loss"] = nan; }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([&](v1::StepMetrics& m) { (*m.mutable_values())["acc"] = -inf; }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([&](v1::StepMetrics& m) { m.set_step_seconds(nan); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_step(-1); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_samples(-8); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_rank(99999); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([](v1::StepMetrics& m) {
+              for (int i = 0; i < 65; ++i) (*m.mutable_values())["m" + std::to_string(i)] = 1;
+            }).code(),
+            absl::StatusCode::kInvalidArgument);
+  auto metrics = coord_->GetMetrics(id, 0);
+  ASSERT_TRUE(metrics.ok());
+  for (const auto& s : *metrics) {
+    for (const auto& [k, v] : s.mean()) EXPECT_TRUE(std::isfinite(v)) << k;
+  }
+}
+
+TEST_F(CoordinatorTest, LogUploadsAndLogRequestsAreBoundedToTheJobsRanks) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  const std::string id = Submit(Spec(1, 1));
+  const std::string runner = Job(id).workers(0);
+  const std::string other = runner == "w0" ? "w1" : "w0";
+  auto upload = [&](const std::string& worker, int rank) {
+    v1::WorkerMessage m;
+    m.set_session_id(sessions_[worker]);
+    m.mutable_log()->mutable_ref()->set_job_id(id);
+    m.mutable_log()->mutable_ref()->set_generation(1);
+    m.mutable_log()->set_rank(rank);
+    m.mutable_log()->set_data("line\n");
+    return coord_->HandleWorkerMessage(m);
+  };
+  EXPECT_TRUE(upload(runner, 0).ok());
+  EXPECT_EQ(upload(other, 0).code(), absl::StatusCode::kInvalidArgument);
+  for (int rank : {1, -7, 99999}) {
+    EXPECT_EQ(upload(runner, rank).code(), absl::StatusCode::kInvalidArgument) << rank;
+  }
+  EXPECT_TRUE(coord_->CheckLogRequest(id, 0, 0).ok());
+  EXPECT_TRUE(coord_->CheckLogRequest(id, -1, 0).ok());
+  for (int rank : {1, -7, -2, 99999}) {
+    EXPECT_EQ(coord_->CheckLogRequest(id, rank, 0).code(), absl::StatusCode::kInvalidArgument)
+        << rank;
+  }
+  EXPECT_EQ(coord_->CheckLogRequest(id, 0, -1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(coord_->CheckLogRequest("nope", 0, 0).code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace frameworm::coordinator

@@ -1,6 +1,7 @@
 #include "coordinator/job_scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -414,6 +415,39 @@ absl::Status JobScheduler::CheckGeneration(const Job& job,
                    v1::JobState_Name(job.state), ")"));
 }
 
+namespace {
+
+// A step report's numbers: non-negative counters, finite non-negative
+// times, a bounded map of finite metric values with short names (a NaN
+// never reaches an aggregate or a sort).
+absl::Status CheckStepReport(const v1::StepMetrics& m) {
+  if (m.step() < 0 || m.epoch() < 0 || m.samples() < 0 || m.total_steps() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step report counters must be >= 0 (step ", m.step(), ", epoch ", m.epoch(),
+        ", samples ", m.samples(), ", total_steps ", m.total_steps(), ")"));
+  }
+  if (!std::isfinite(m.step_seconds()) || m.step_seconds() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step_seconds must be finite and >= 0, got ", m.step_seconds()));
+  }
+  if (m.values_size() > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step report has ", m.values_size(), " metrics; at most 64"));
+  }
+  for (const auto& [name, v] : m.values()) {
+    if (name.empty() || name.size() > 64) {
+      return absl::InvalidArgumentError("metric names must be 1 to 64 characters");
+    }
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(absl::StrCat("metric '", name, "' is ", v,
+                                                     "; only finite values are accepted"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
     const v1::StepMetrics& m) {
   Job* job = FindMutable(m.ref().job_id());
@@ -423,6 +457,7 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
   if (m.rank() < 0 || m.rank() >= static_cast<int>(job->ranks.size()))
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", m.rank(), " outside world of ", job->ranks.size()));
+  if (absl::Status s = CheckStepReport(m); !s.ok()) return s;
   const absl::Time now = clock_.Now();
   StepOutcome out;
   if (m.progress_only()) {
@@ -449,6 +484,10 @@ absl::StatusOr<const Job*> JobScheduler::CheckpointTarget(
   if (!job)
     return absl::NotFoundError(absl::StrCat("no job '", ref.job_id(), "'"));
   if (absl::Status s = CheckGeneration(*job, ref, false); !s.ok()) return s;
+  if (ref.generation() < 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job->id, " has not started: no checkpoint can belong to it yet"));
+  }
   return job;
 }
 

@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "common/flags.h"
 #include "common/node_address.h"
+#include "coordinator/checkpoint_paths.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/service.h"
 #include "rpc/rpc.h"
@@ -29,6 +30,9 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "address to serve on, HOST:PORT (port 0: a free one)");
 ABSL_FLAG(std::string, state_dir, "./frameworm-state",
           "durable state, logs, default checkpoints");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "comma-separated absolute directories a job's checkpoint.dir may be "
+          "in (e.g. a shared filesystem); empty: <state-dir>/checkpoints");
 ABSL_FLAG(std::string, advertise, "",
           "address trainers use to reach this coordinator, HOST:PORT; empty: "
           "the listen address as bound");
@@ -87,6 +91,14 @@ absl::StatusOr<DaemonConfig> FromFlags() {
     return bad("straggler-factor", "a number > 1",
                absl::StrCat(o.straggler_factor));
   o.advertise = absl::GetFlag(FLAGS_advertise);
+  for (absl::string_view root :
+       absl::StrSplit(absl::GetFlag(FLAGS_checkpoint_root), ',', absl::SkipEmpty())) {
+    if (!frameworm::coordinator::IsCleanAbsolutePath(std::string(root))) {
+      frameworm::FlagErrorExit(Config(), absl::StrCat("--checkpoint-root: '", root,
+                                           "' is not an absolute path without '.' or '..'"));
+    }
+    o.checkpoint_roots.emplace_back(root);
+  }
   return c;
 }
 

@@ -412,14 +412,14 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   }
   grpc::ServerWriteReactor<v1::LogChunk>* GetLogs(
       grpc::CallbackServerContext*, const v1::GetLogsRequest* req) override {
-    if (!impl_->core->JobExists(req->job_id())) {
+    if (absl::Status s = impl_->core->CheckLogRequest(req->job_id(), req->rank(), req->offset());
+        !s.ok()) {
       class Refused final : public grpc::ServerWriteReactor<v1::LogChunk> {
        public:
         explicit Refused(grpc::Status s) { Finish(std::move(s)); }
         void OnDone() override { delete this; }
       };
-      return new Refused(grpc::Status(
-          grpc::NOT_FOUND, absl::StrCat("no job '", req->job_id(), "'")));
+      return new Refused(ToGrpcStatus(s));
     }
     return new LogsReactor(impl_, *req);
   }

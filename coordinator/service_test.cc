@@ -303,8 +303,9 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
   // The real one.
   ASSERT_TRUE(upload(1, payload.size(), {a, b, c}, ok_sum).ok());
   std::string got;
+  const std::string path = dir_ + "/checkpoints/" + id + "/ckpt-10.pt";
   // Not reported yet: no download.
-  EXPECT_EQ(download(1, "/w0/ckpt-10.pt", &got).error_code(), grpc::NOT_FOUND);
+  EXPECT_EQ(download(1, path, &got).error_code(), grpc::NOT_FOUND);
   {
     grpc::ClientContext ctx;
     Deadline(&ctx);
@@ -312,15 +313,15 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
     rec.mutable_ref()->set_job_id(id);
     rec.mutable_ref()->set_generation(1);
     rec.set_step(10);
-    rec.set_path("/w0/ckpt-10.pt");
+    rec.set_path(path);
     v1::ReportCheckpointResponse r;
     ASSERT_TRUE(trainers_->ReportCheckpoint(&ctx, rec, &r).ok());
   }
-  grpc::Status d = download(1, "/w0/ckpt-10.pt", &got);
+  grpc::Status d = download(1, path, &got);
   ASSERT_TRUE(d.ok()) << d.error_message();
   EXPECT_TRUE(got == payload) << got.size() << " bytes";
   EXPECT_EQ(download(1, "/etc/passwd", &got).error_code(), grpc::NOT_FOUND);
-  EXPECT_EQ(download(7, "/w0/ckpt-10.pt", &got).error_code(), grpc::ABORTED);
+  EXPECT_EQ(download(7, path, &got).error_code(), grpc::ABORTED);
 }
 
 TEST_F(ServiceTest, StaleGenerationIsAbortedAndMetricsAggregate) {
@@ -552,6 +553,15 @@ TEST_F(ServiceTest, WatchStreamsUntilFinalAndLogsAreServed) {
   auto none = jobs_->GetLogs(&nctx, lreq);
   EXPECT_FALSE(none->Read(&chunk));
   EXPECT_EQ(none->Finish().error_code(), grpc::NOT_FOUND);
+  for (int rank : {-7, 1, 99999}) {  // the job has rank 0 only
+    grpc::ClientContext bctx;
+    Deadline(&bctx);
+    lreq.set_job_id(id);
+    lreq.set_rank(rank);
+    auto bad = jobs_->GetLogs(&bctx, lreq);
+    EXPECT_FALSE(bad->Read(&chunk));
+    EXPECT_EQ(bad->Finish().error_code(), grpc::INVALID_ARGUMENT) << rank;
+  }
   stream->WritesDone();
   stream->Finish().IgnoreError();
 }

@@ -15,13 +15,37 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
         absl::StrCat("worker name '", req.name(), "' is empty or invalid"));
   if (req.address().empty())
     return absl::InvalidArgumentError("worker address is required");
-  if (req.slots() < 1)
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker slots must be >= 1, got ", req.slots()));
+  if (req.address().size() > kMaxAddressBytes ||
+      req.address().find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                      "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]_%") !=
+          std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker address must be a host name or IP address of at most ", kMaxAddressBytes,
+        " characters"));
+  }
+  if (req.slots() < 1 || req.slots() > kMaxSlots)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker slots must be within 1..", kMaxSlots, ", got ", req.slots()));
+  // Old generations' tasks may still be dying beside the current ones.
+  if (req.running_size() > kMaxSlots)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker reports ", req.running_size(), " running tasks; at most ", kMaxSlots));
+  if (req.instance().size() > 128)
+    return absl::InvalidArgumentError("worker instance must be at most 128 bytes");
+  if (auto it = workers_.find(req.name()); it != workers_.end()) {
+    const Worker& live = it->second;
+    if (live.registered && live.attached && req.instance() != live.instance &&
+        clock_.Now() - live.last_seen < options_.heartbeat_timeout) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "worker name '", req.name(), "' is held by a live worker (registered from ",
+          live.address, "); pick another --name or stop that worker"));
+    }
+  }
   Worker& w = workers_[req.name()];
   if (!w.session_id.empty()) sessions_.erase(w.session_id);
   w.name = req.name();
   w.address = req.address();
+  w.instance = req.instance();
   w.slots = req.slots();
   w.registered = true;
   w.attached = false;

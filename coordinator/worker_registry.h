@@ -52,9 +52,13 @@ class WorkerRegistry {
     // an earlier one (they must never match after a restart).
     std::string session_prefix;
   };
+  // Limits on what a worker may declare.
+  static constexpr int kMaxSlots = 4096;
+  static constexpr size_t kMaxAddressBytes = 255;
   struct Worker {
     std::string name;
     std::string address;
+    std::string instance;  // RegisterWorkerRequest.instance
     int slots = 0;
     std::string session_id;
     bool registered = false;  // false: known only from reloaded state
@@ -74,6 +78,11 @@ class WorkerRegistry {
       : options_(options), clock_(clock) {}
 
   // (Re)registers the worker under a new session; returns the session id.
+  // INVALID_ARGUMENT: a bad name, address (empty, over kMaxAddressBytes, or
+  // not a host), slots outside 1..kMaxSlots, or more than kMaxSlots
+  // running tasks. ALREADY_EXISTS: the name belongs to a live session (attached
+  // and heard within the heartbeat timeout) of another worker process
+  // (another `instance`); the live worker keeps it.
   absl::StatusOr<std::string> Register(const v1::RegisterWorkerRequest& req);
   // A worker of reloaded state, given until `deadline` to register (its
   // last_seen); nothing changes for a worker already known.

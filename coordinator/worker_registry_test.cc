@@ -128,4 +128,52 @@ TEST_F(WorkerRegistryTest, ExpectedWorkersWaitForRegistration) {
 }
 
 }  // namespace
+TEST_F(WorkerRegistryTest, LiveWorkersNameCannotBeTakenOver) {
+  v1::RegisterWorkerRequest a = Req("w0", 1);
+  a.set_instance("process-a");
+  absl::StatusOr<std::string> s1 = registry_.Register(a);
+  ASSERT_TRUE(s1.ok());
+  ASSERT_TRUE(registry_.Attach(*s1).ok());
+  v1::RegisterWorkerRequest b = Req("w0", 64);
+  b.set_address("10.6.6.6");
+  b.set_instance("process-b");
+  absl::StatusOr<std::string> taken = registry_.Register(b);
+  EXPECT_EQ(taken.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(taken.status().message().find("w0:9000"), std::string::npos) << taken.status();
+  EXPECT_EQ(registry_.Find("w0")->address, "w0:9000");  // the live one kept it
+  EXPECT_TRUE(registry_.Hear(*s1).ok());
+  // The same process re-registering (a reconnect) is the same worker.
+  absl::StatusOr<std::string> again = registry_.Register(a);
+  ASSERT_TRUE(again.ok()) << again.status();
+  // Once the live session is gone (stream closed), another process may.
+  registry_.Detach(*again);
+  EXPECT_TRUE(registry_.Register(b).ok());
+  // ... and once the holder has been silent for the heartbeat timeout.
+  ASSERT_TRUE(registry_.Attach(*registry_.Register(b)).ok());
+  clock_.Advance(absl::Seconds(11));
+  EXPECT_TRUE(registry_.Register(a).ok());
+}
+
+TEST_F(WorkerRegistryTest, DeclaredSlotsAddressAndInstanceAreBounded) {
+  for (int slots : {0, -1, WorkerRegistry::kMaxSlots + 1, 2147483647}) {
+    EXPECT_EQ(registry_.Register(Req("w0", slots)).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << slots;
+  }
+  EXPECT_TRUE(registry_.Register(Req("w0", WorkerRegistry::kMaxSlots)).ok());
+  for (const std::string& addr : {std::string(300, 'a'), std::string("a b"),
+                                  std::string("x;rm -rf /"), std::string("h\n")}) {
+    v1::RegisterWorkerRequest r = Req("w1", 1);
+    r.set_address(addr);
+    EXPECT_EQ(registry_.Register(r).status().code(), absl::StatusCode::kInvalidArgument)
+        << addr;
+  }
+  v1::RegisterWorkerRequest r = Req("w1", 1);
+  r.set_instance(std::string(129, 'i'));
+  EXPECT_EQ(registry_.Register(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r = Req("w1", 1);
+  for (int i = 0; i <= WorkerRegistry::kMaxSlots; ++i) r.add_running();
+  EXPECT_EQ(registry_.Register(r).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace frameworm::coordinator

@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/closest_match.h"
 #include "common/rank_env.h"
@@ -35,6 +36,9 @@ struct FieldError {
 
 constexpr int kMaxNodes = 4096;
 constexpr int kMaxProcPerNode = 1024;
+// entrypoint elements, env and train entries; and each one's total bytes.
+constexpr int kMaxListEntries = 1024;
+constexpr size_t kMaxTotalBytes = 256 << 10;
 
 bool IsEnvName(const std::string& k) {
   if (k.empty() || !(absl::ascii_isalpha(k[0]) || k[0] == '_')) return false;
@@ -71,9 +75,52 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
       return err("name", "name must not contain '/', newlines or NUL");
     }
   }
+  // Sizes: what a job carries to every worker and trainer is bounded.
+  if (s.entrypoint_size() > kMaxListEntries) {
+    return err("entrypoint", absl::StrCat("entrypoint has ", s.entrypoint_size(),
+                                          " elements; at most ", kMaxListEntries));
+  }
+  size_t total = 0;
   for (int i = 0; i < s.entrypoint_size(); ++i) {
     if (i == 0 && s.entrypoint(0).empty()) {
       return err("entrypoint", "entrypoint's program (first element) is empty");
+    }
+    if (s.entrypoint(i).find('\0') != std::string::npos) {
+      return err("entrypoint", absl::StrCat("entrypoint element ", i, " contains NUL"));
+    }
+    total += s.entrypoint(i).size();
+  }
+  if (total > kMaxTotalBytes) {
+    return err("entrypoint", absl::StrCat("entrypoint is ", total, " bytes; at most ",
+                                          kMaxTotalBytes));
+  }
+  for (const auto* map : {&s.env(), &s.train_options()}) {
+    const char* field = map == &s.env() ? "env" : "train";
+    if (map->size() > static_cast<size_t>(kMaxListEntries)) {
+      return err(field, absl::StrCat(field, " has ", map->size(), " entries; at most ",
+                                     kMaxListEntries));
+    }
+    total = 0;
+    for (const auto& [k, v] : *map) {
+      if (v.find('\0') != std::string::npos) {
+        return err(absl::StrCat(field, ".", k), absl::StrCat(field, ".", k, " contains NUL"));
+      }
+      total += k.size() + v.size();
+    }
+    if (total > kMaxTotalBytes) {
+      return err(field, absl::StrCat(field, " is ", total, " bytes; at most ", kMaxTotalBytes));
+    }
+  }
+  if (const std::string& dir = s.checkpoint().dir(); !dir.empty()) {
+    if (dir.front() != '/' || dir.size() > 4096 || dir.find('\0') != std::string::npos) {
+      return err("checkpoint.dir",
+                 absl::StrCat("checkpoint.dir must be an absolute path, got '", dir, "'"));
+    }
+    for (absl::string_view part : absl::StrSplit(dir, '/')) {
+      if (part == "." || part == "..") {
+        return err("checkpoint.dir",
+                   absl::StrCat("checkpoint.dir must not contain '.' or '..', got '", dir, "'"));
+      }
     }
   }
   bool builtin = s.entrypoint().empty() || s.entrypoint(0) == "frameworm-train";

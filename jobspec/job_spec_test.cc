@@ -241,4 +241,36 @@ TEST(JobSpec, NormalizeFillsProtoDefaultsThenValidates) {
 }
 
 }  // namespace
+TEST(JobSpec, CheckpointDirMustBeAbsoluteWithoutDotDot) {
+  EXPECT_EQ(ParseErr("name: x\ncheckpoint:\n  dir: ../../../../tmp/x\n").message(),
+            "job.yaml:3: checkpoint.dir must be an absolute path, got '../../../../tmp/x'");
+  EXPECT_EQ(ParseErr("name: x\ncheckpoint:\n  dir: /data/../etc\n").message(),
+            "job.yaml:3: checkpoint.dir must not contain '.' or '..', got '/data/../etc'");
+}
+
+TEST(JobSpec, SizesAndNulBytesAreBounded) {
+  v1::JobSpec s;
+  s.set_name("x");
+  s.set_nodes_min(1);
+  s.set_nodes_max(1);
+  s.set_nproc_per_node(1);
+  ASSERT_TRUE(ValidateJobSpec(s).ok());
+  v1::JobSpec big = s;
+  for (int i = 0; i < 1025; ++i) big.add_entrypoint("a");
+  EXPECT_THAT(ValidateJobSpec(big).message(), HasSubstr("at most 1024"));
+  big = s;
+  big.add_entrypoint("prog");
+  big.add_entrypoint(std::string(300 << 10, 'a'));
+  EXPECT_THAT(ValidateJobSpec(big).message(), HasSubstr("entrypoint is"));
+  big = s;
+  (*big.mutable_env())["BIG"] = std::string(300 << 10, 'v');
+  EXPECT_THAT(ValidateJobSpec(big).message(), HasSubstr("env is"));
+  big = s;
+  (*big.mutable_env())["NUL"] = std::string("a\0b", 3);
+  EXPECT_THAT(ValidateJobSpec(big).message(), HasSubstr("contains NUL"));
+  big = s;
+  big.add_entrypoint(std::string("pro\0g", 5));
+  EXPECT_THAT(ValidateJobSpec(big).message(), HasSubstr("contains NUL"));
+}
+
 }  // namespace frameworm

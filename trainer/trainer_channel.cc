@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -35,7 +36,11 @@ class GrpcTrainerChannel final : public ControlChannel {
     req.set_step_seconds(r.step_seconds);
     req.set_total_steps(r.total_steps);
     req.set_progress_only(r.progress_only);
-    for (const auto& [k, v] : r.values) (*req.mutable_values())[k] = v;
+    // The coordinator refuses non-finite values (a diverged loss): they are
+    // left out here, so the step still counts; the rank's log shows them.
+    for (const auto& [k, v] : r.values) {
+      if (std::isfinite(v)) (*req.mutable_values())[k] = v;
+    }
     v1::ReportStepResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx);

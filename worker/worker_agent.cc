@@ -5,11 +5,13 @@
 #include <cmath>
 #include <deque>
 #include <optional>
+#include <random>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "proto/rank_env_proto.h"
@@ -282,6 +284,7 @@ class WorkerAgentImpl final : public WorkerAgent {
     req.set_name(options_.name);
     req.set_address(options_.advertise);
     req.set_slots(options_.slots);
+    req.set_instance(instance_);
     for (const TaskStatusInfo& s : supervisor_.Running()) {
       *req.add_running() = ToProto(s);
     }
@@ -374,7 +377,14 @@ class WorkerAgentImpl final : public WorkerAgent {
     }
   }
 
+  // This process's RegisterWorkerRequest.instance: 128 random bits.
+  static std::string NewInstance() {
+    std::random_device rd;
+    return absl::StrFormat("%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  }
+
   const Options options_;
+  const std::string instance_ = NewInstance();
   Supervisor supervisor_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
 
