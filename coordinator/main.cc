@@ -3,6 +3,7 @@
 // glue (service.h).
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -90,6 +91,8 @@ absl::StatusOr<DaemonConfig> FromFlags() {
   if (!(o.straggler_factor > 1.0))
     return bad("straggler-factor", "a number > 1",
                absl::StrCat(o.straggler_factor));
+  // State, logs and checkpoint copies are the coordinator's alone.
+  ::umask(077);
   o.advertise = absl::GetFlag(FLAGS_advertise);
   for (absl::string_view root :
        absl::StrSplit(absl::GetFlag(FLAGS_checkpoint_root), ',', absl::SkipEmpty())) {

@@ -2,6 +2,7 @@
 // here only; everything else lives in WorkerAgent / Supervisor.
 #include <glob.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "common/flags.h"
 #include "common/node_address.h"
 #include "worker/process_launcher.h"
+#include "worker/trainer_env.h"
 #include "worker/worker_agent.h"
 
 extern char** environ;
@@ -35,7 +37,11 @@ ABSL_FLAG(std::string, gpus, "",
           "0,1; empty: $CUDA_VISIBLE_DEVICES if set, else one per /dev/nvidiaN; "
           "none: no GPU slots");
 ABSL_FLAG(std::string, work_dir, "",
-          "where trainer logs go; empty: /tmp/frameworm-worker-<name>");
+          "where trainer logs go (created 0700); empty: "
+          "$XDG_STATE_HOME (else ~/.local/state)/frameworm/worker-<name>");
+ABSL_FLAG(std::string, pass_env, "",
+          "comma-separated variables (or PREFIX*) of this worker's environment "
+          "that trainers inherit besides the default allow-list (README)");
 ABSL_FLAG(std::string, advertise, "",
           "the address trainers use as MASTER_ADDR; empty: this node's address "
           "on the interface that routes to the coordinator");
@@ -144,7 +150,19 @@ int main(int argc, char** argv) {
   }
   o.shutdown_grace = absl::Seconds(grace);
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
-  if (o.work_dir.empty()) o.work_dir = "/tmp/frameworm-worker-" + o.name;
+  if (o.work_dir.empty()) {
+    const char* state = std::getenv("XDG_STATE_HOME");
+    const char* home = std::getenv("HOME");
+    if (state != nullptr && *state == '/') {
+      o.work_dir = absl::StrCat(state, "/frameworm/worker-", o.name);
+    } else if (home != nullptr && *home == '/') {
+      o.work_dir = absl::StrCat(home, "/.local/state/frameworm/worker-", o.name);
+    } else {
+      FlagErrorExit(Config(), "--work-dir is empty and neither $XDG_STATE_HOME nor $HOME is set");
+    }
+  }
+  // What this worker and its trainers create is theirs alone (0700 / 0600).
+  ::umask(077);
   std::error_code ec;
   std::filesystem::create_directories(o.work_dir, ec);
   if (ec) {
@@ -152,12 +170,27 @@ int main(int argc, char** argv) {
               << ": " << ec.message() << "\n";
     return 1;
   }
+  if (std::filesystem::is_symlink(o.work_dir)) {
+    std::cerr << "frameworm-worker: --work-dir " << o.work_dir << " is a symbolic link\n";
+    return 1;
+  }
+  std::filesystem::permissions(o.work_dir, std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::replace, ec);
   o.work_dir = std::filesystem::absolute(o.work_dir).string();
+  std::vector<std::string> pass_env;
+  for (absl::string_view e : absl::StrSplit(absl::GetFlag(FLAGS_pass_env), ',', absl::SkipEmpty())) {
+    if (absl::Status s = frameworm::CheckAllowEntry(std::string(e)); !s.ok()) {
+      FlagErrorExit(Config(), "--pass-env: " + std::string(s.message()));
+    }
+    pass_env.emplace_back(e);
+  }
+  std::map<std::string, std::string> own_env;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
     size_t eq = kv.find('=');
-    if (eq != std::string::npos) o.base_env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    if (eq != std::string::npos) own_env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
+  o.base_env = frameworm::TrainerBaseEnv(own_env, pass_env);
   o.on_event = [](const std::string& line) {
     std::cout << line << std::endl;
   };

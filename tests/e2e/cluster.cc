@@ -60,7 +60,8 @@ absl::Status Cluster::StartWorker(const std::string& name, int slots) {
       absl::StrCat("--work-dir=", work),
       absl::StrCat("--heartbeat-interval=", options_.heartbeat_interval_s)};
   for (const auto& f : options_.worker_flags) argv.push_back(f);
-  auto child = ChildProcess::Start(argv, {}, absl::StrCat(dir_, "/", name, ".log"));
+  auto child = ChildProcess::Start(argv, options_.worker_env,
+                                   absl::StrCat(dir_, "/", name, ".log"));
   if (!child.ok()) return child.status();
   auto line = (*child)->WaitForLine("registered", absl::Seconds(30));
   if (!line.ok()) return line.status();

@@ -8,6 +8,7 @@
 #define FRAMEWORM_TESTS_E2E_CLUSTER_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@ struct ClusterOptions {
   double heartbeat_interval_s = 0.5;
   std::vector<std::string> coordinator_flags;  // extra flags
   std::vector<std::string> worker_flags;       // extra flags, every worker
+  std::map<std::string, std::string> worker_env;  // added to every worker's
 };
 
 class Cluster {

@@ -301,6 +301,26 @@ TEST(ClusterE2E, JobsOnOneWorkerGetTheirOwnGpuSlots) {
   for (const auto& id : {*a, *b}) EXPECT_EQ((*c)->Cli({"cancel", id}).exit_code, 0);
 }
 
+// A worker's own secrets do not reach trainers: they inherit the documented
+// allow-list plus what the operator passes with --pass-env.
+TEST(ClusterE2E, TrainersInheritOnlyTheAllowListOfTheWorkersEnvironment) {
+  ClusterOptions o;
+  o.workers = 1;
+  o.worker_env = {{"WORKER_SECRET", "s3cr3t"}, {"HF_HOME", "/models"}};
+  o.worker_flags = {"--pass-env=HF_HOME"};
+  auto c = Cluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto id = (*c)->Submit("name: env\nnodes: 1\nmax_restarts: 0\nentrypoint: [\"sleep\", \"60\"]\n");
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<pid_t> pids;
+  ASSERT_TRUE(Eventually([&] { return (pids = TrainerPidsWithJobId(*id)).size() == 1; },
+                         absl::Seconds(30)));
+  EXPECT_EQ(EnvOf(pids[0], "WORKER_SECRET"), "");
+  EXPECT_EQ(EnvOf(pids[0], "HF_HOME"), "/models");
+  EXPECT_NE(EnvOf(pids[0], "PATH"), "");
+  EXPECT_EQ((*c)->Cli({"cancel", *id}).exit_code, 0);
+}
+
 TEST(ClusterE2E, TwoJobsShareTwoWorkersWithTwoSlotsEach) {
   ClusterOptions o;
   o.slots_per_worker = 2;
