@@ -72,6 +72,7 @@ std::map<std::string, std::string> ToEnvironment(const RankEnv& e) {
     env["FRAMEWORM_GENERATION"] = absl::StrCat(e.generation);
   }
   if (!e.resume_from.empty()) env["FRAMEWORM_RESUME_FROM"] = e.resume_from;
+  if (!e.token.empty()) env["FRAMEWORM_TOKEN"] = e.token;
   return env;
 }
 
@@ -116,6 +117,7 @@ absl::StatusOr<RankEnv> ParseRankEnv(const EnvLookup& lookup) {
   env.coordinator = lookup("FRAMEWORM_COORDINATOR").value_or("");
   env.job_id = lookup("FRAMEWORM_JOB_ID").value_or("");
   env.resume_from = lookup("FRAMEWORM_RESUME_FROM").value_or("");
+  env.token = lookup("FRAMEWORM_TOKEN").value_or("");
   return env;
 }
 

@@ -12,6 +12,8 @@
 //   FRAMEWORM_JOB_ID                 when set
 //   FRAMEWORM_GENERATION             when job_id is set
 //   FRAMEWORM_RESUME_FROM            when resuming from a checkpoint
+//   FRAMEWORM_TOKEN                  the rank's secret for the coordinator's
+//                                    trainer calls (per generation), when set
 // A job's own `env` may set none of these, nor any other FRAMEWORM_* name
 // (IsReservedEnvName): those are Frameworm's.
 //
@@ -42,6 +44,7 @@ struct RankEnv {
   std::string job_id;       // FRAMEWORM_JOB_ID; empty: not a cluster job
   int64_t generation = 0;   // FRAMEWORM_GENERATION
   std::string resume_from;  // FRAMEWORM_RESUME_FROM; empty: fresh start
+  std::string token;        // FRAMEWORM_TOKEN; empty: none
   bool operator==(const RankEnv&) const = default;
 };
 

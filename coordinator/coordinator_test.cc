@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/rank_env.h"
@@ -60,6 +61,8 @@ class CoordinatorTest : public ::testing::Test {
     req.set_address(name + ".host:9000");
     req.set_slots(slots);
     for (auto& t : running) *req.add_running() = t;
+    Harvest();               // tokens of what the old session was sent
+    pending_.erase(name);    // a new session supersedes undelivered commands
     auto reg = coord_->RegisterWorker(req);
     EXPECT_TRUE(reg.ok()) << reg.status();
     EXPECT_TRUE(coord_->AttachSession(reg->session_id).ok());
@@ -84,10 +87,32 @@ class CoordinatorTest : public ::testing::Test {
     t->set_exit_code(code);
     ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
   }
+  // Moves every session's queued commands to pending_, noting each started
+  // rank's FRAMEWORM_TOKEN (what the worker would hand the trainer).
+  void Harvest() {
+    for (const auto& [worker, session] : sessions_) {
+      auto cmds = coord_->TakeCommands(session);
+      if (!cmds.ok()) continue;
+      for (auto& c : *cmds) {
+        if (c.has_start()) {
+          const v1::TaskSpec& t = c.start().task();
+          tokens_[{t.ref().job_id(), t.ref().generation(), t.rank()}] = t.token();
+        }
+        pending_[worker].push_back(std::move(c));
+      }
+    }
+  }
+  std::string TokenOf(const std::string& job, int64_t gen, int rank) {
+    Harvest();
+    auto it = tokens_.find({job, gen, rank});
+    return it == tokens_.end() ? "" : it->second;
+  }
   std::vector<v1::CoordinatorMessage> Take(const std::string& worker) {
-    auto cmds = coord_->TakeCommands(sessions_[worker]);
-    EXPECT_TRUE(cmds.ok()) << cmds.status();
-    return cmds.ok() ? *cmds : std::vector<v1::CoordinatorMessage>{};
+    Harvest();
+    EXPECT_TRUE(coord_->TakeCommands(sessions_[worker]).ok());  // a live session
+    std::vector<v1::CoordinatorMessage> out = std::move(pending_[worker]);
+    pending_.erase(worker);
+    return out;
   }
   std::vector<v1::TaskSpec> Starts(const std::string& worker) {
     std::vector<v1::TaskSpec> out;
@@ -102,6 +127,7 @@ class CoordinatorTest : public ::testing::Test {
     m.mutable_ref()->set_job_id(job);
     m.mutable_ref()->set_generation(gen);
     m.set_rank(rank);
+    m.mutable_ref()->set_token(TokenOf(job, gen, rank));
     m.set_step(step);
     m.set_samples(8);
     m.set_step_seconds(0.1);
@@ -119,6 +145,7 @@ class CoordinatorTest : public ::testing::Test {
     v1::CheckpointRecord r;
     r.mutable_ref()->set_job_id(job);
     r.mutable_ref()->set_generation(gen);
+    r.mutable_ref()->set_token(TokenOf(job, gen, 0));
     r.set_step(step);
     r.set_path(path);
     r.set_bytes(3);
@@ -150,6 +177,8 @@ class CoordinatorTest : public ::testing::Test {
   MemoryStore store_;  // declared before coord_: outlives it
   std::unique_ptr<Coordinator> coord_;
   std::map<std::string, std::string> sessions_;
+  std::map<std::string, std::vector<v1::CoordinatorMessage>> pending_;  // by worker
+  std::map<std::tuple<std::string, int64_t, int>, std::string> tokens_;
 };
 
 TEST_F(CoordinatorTest, LifecyclePendingRunningSucceeded) {
@@ -349,6 +378,9 @@ TEST_F(CoordinatorTest, CheckpointRetentionDeletesOnlyTheCoordinatorsCopies) {
     v1::JobRef ref;
     ref.set_job_id(id);
     ref.set_generation(1);
+    auto refused = coord_->BeginCheckpointUpload(ref, step, 4);  // no token
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+    ref.set_token(TokenOf(id, 1, 0));
     auto up = coord_->BeginCheckpointUpload(ref, step, 4);
     ASSERT_TRUE(up.ok()) << up.status();
     ASSERT_TRUE((*up)->Append("data").ok());
@@ -369,6 +401,7 @@ TEST_F(CoordinatorTest, CheckpointRetentionDeletesOnlyTheCoordinatorsCopies) {
   v1::JobRef ref;
   ref.set_job_id(id);
   ref.set_generation(1);
+  ref.set_token(TokenOf(id, 1, 0));
   EXPECT_EQ(coord_->CheckpointCopyOf(ref, paths[0]).status().code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(fs::exists(dir_ + "/checkpoint-copies/" + id + "/ckpt-10.pt"));
   EXPECT_TRUE(fs::exists(dir_ + "/checkpoint-copies/" + id + "/ckpt-30.pt"));
@@ -526,6 +559,7 @@ TEST_F(CoordinatorTest, ProgressReportsKeepAnEvaluatingRankAlive) {
       m.mutable_ref()->set_job_id(id);
       m.mutable_ref()->set_generation(1);
       m.set_rank(r);
+      m.mutable_ref()->set_token(TokenOf(id, 1, r));
       m.set_step(1);
       m.set_progress_only(true);
       ASSERT_TRUE(coord_->ReportStep(m).ok());
@@ -815,6 +849,7 @@ TEST_F(CoordinatorTest, StepReportsWithNonFiniteOrNegativeNumbersAreRefused) {
     v1::StepMetrics m;
     m.mutable_ref()->set_job_id(id);
     m.mutable_ref()->set_generation(1);
+    m.mutable_ref()->set_token(TokenOf(id, 1, 0));
     m.set_step(1);
     m.set_samples(8);
     m.set_step_seconds(0.1);
@@ -823,6 +858,11 @@ TEST_F(CoordinatorTest, StepReportsWithNonFiniteOrNegativeNumbersAreRefused) {
     return coord_->ReportStep(m).status();
   };
   EXPECT_TRUE(report([](v1::StepMetrics&) {}).ok());
+  EXPECT_EQ(report([](v1::StepMetrics& m) { m.mutable_ref()->clear_token(); }).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(report([](v1::StepMetrics& m) { m.mutable_ref()->set_token(std::string(64, '0')); })
+                .code(),
+            absl::StatusCode::kPermissionDenied);
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
   EXPECT_EQ(report([&](v1::StepMetrics& m) { (*m.mutable_values())["loss"] = nan; }).code(),

@@ -84,6 +84,7 @@ GenerationPlan PlanGeneration(const std::string& job_id,
       env.job_id = job_id;
       env.generation = in.generation;
       env.resume_from = in.resume_from;
+      if (in.new_token) env.token = in.new_token();
       RankState r;
       r.worker = in.workers[node];
       r.task = BuildTask(spec, env, ckpt_dir, in.fence_after);

@@ -11,6 +11,7 @@
 #define FRAMEWORM_COORDINATOR_GENERATION_PLAN_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,8 @@ struct GenerationInputs {
   std::string state_dir;    // for the default checkpoint directory
   int64_t started_ms = 0;
   absl::Duration fence_after;  // the job's heartbeat timeout
+  // Each rank's FRAMEWORM_TOKEN; null: no tokens (tests of other parts).
+  std::function<std::string()> new_token;
 };
 
 struct GenerationPlan {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/token.h"
 #include "coordinator/generation_plan.h"
 
 namespace frameworm::coordinator {
@@ -208,6 +209,7 @@ bool JobScheduler::StartGeneration(Job& job,
   in.state_dir = options_.state_dir;
   in.started_ms = ToMs(now);
   in.fence_after = job.heartbeat_timeout;
+  in.new_token = NewToken;
   GenerationPlan plan = PlanGeneration(job.id, job.spec, in);
   JobRow row = RowOf(job);
   row.state = v1::RUNNING;
@@ -458,6 +460,11 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", m.rank(), " outside world of ", job->ranks.size()));
   if (absl::Status s = CheckStepReport(m); !s.ok()) return s;
+  if (!TokensEqual(m.ref().token(), job->ranks[m.rank()].task.token())) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "step report for rank ", m.rank(), " of job ", job->id, " generation ",
+        job->generation, " without that rank's FRAMEWORM_TOKEN"));
+  }
   const absl::Time now = clock_.Now();
   StepOutcome out;
   if (m.progress_only()) {
@@ -487,6 +494,14 @@ absl::StatusOr<const Job*> JobScheduler::CheckpointTarget(
   if (ref.generation() < 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job->id, " has not started: no checkpoint can belong to it yet"));
+  }
+  // Any rank of the current generation may fetch; rank 0 writes.
+  bool known = false;
+  for (const RankState& r : job->ranks) known = TokensEqual(ref.token(), r.task.token()) || known;
+  if (!known) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "checkpoint call for job ", job->id, " generation ", job->generation,
+        " without a FRAMEWORM_TOKEN of that generation"));
   }
   return job;
 }

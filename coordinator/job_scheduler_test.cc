@@ -226,6 +226,13 @@ TEST_F(JobSchedulerTest, StepReportsFeedMetricsAndProgress) {
   m.set_step(4);
   m.set_samples(8);
   (*m.mutable_values())["loss"] = 0.5;
+  // Without the rank's token (or with another rank's) nothing is accepted.
+  EXPECT_EQ(jobs_->ReportStep(m).status().code(), absl::StatusCode::kPermissionDenied);
+  m.mutable_ref()->set_token(Get(id).ranks[1].task.token());
+  EXPECT_EQ(jobs_->ReportStep(m).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Get(id).ranks[0].task.token().size(), 64u);
+  EXPECT_NE(Get(id).ranks[0].task.token(), Get(id).ranks[1].task.token());
+  m.mutable_ref()->set_token(Get(id).ranks[0].task.token());
   absl::StatusOr<JobScheduler::StepOutcome> out = jobs_->ReportStep(m);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_TRUE(out->row.has_value());

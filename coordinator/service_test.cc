@@ -54,6 +54,20 @@ class ServiceTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
+  // Rank `rank`'s FRAMEWORM_TOKEN of generation `gen`, as the worker would
+  // hand it to the trainer (read from the coordinator's store).
+  std::string TokenOf(const std::string& id, int64_t gen, int rank) {
+    auto store = SqliteStore::Open(dir_);
+    if (!store.ok()) return "";
+    auto rows = (*store)->LoadAssignments(id, gen);
+    if (!rows.ok()) return "";
+    for (const auto& a : *rows) {
+      v1::TaskSpec t;
+      if (a.rank == rank && t.ParseFromString(a.task)) return t.token();
+    }
+    return "";
+  }
+
   static void Deadline(grpc::ClientContext* ctx, int seconds = 10) {
     ctx->set_deadline(std::chrono::system_clock::now() +
                       std::chrono::seconds(seconds));
@@ -125,6 +139,7 @@ class ServiceTest : public ::testing::Test {
     v1::StepMetrics m;
     m.mutable_ref()->set_job_id(id);
     m.mutable_ref()->set_generation(gen);
+    m.mutable_ref()->set_token(TokenOf(id, gen, rank));
     m.set_rank(rank);
     m.set_step(step);
     m.set_samples(samples);
@@ -265,6 +280,7 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
       if (i == 0) {
         ch.mutable_ref()->set_job_id(id);
         ch.mutable_ref()->set_generation(gen);
+        ch.mutable_ref()->set_token(TokenOf(id, 1, 0));
         ch.set_step(10);
         ch.set_total_bytes(total);
       }
@@ -281,6 +297,7 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
     v1::DownloadCheckpointRequest req;
     req.mutable_ref()->set_job_id(id);
     req.mutable_ref()->set_generation(gen);
+    req.mutable_ref()->set_token(TokenOf(id, 1, 0));
     req.set_path(path);
     auto r = trainers_->DownloadCheckpoint(&ctx, req);
     v1::CheckpointChunk ch;
@@ -312,6 +329,7 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
     v1::CheckpointRecord rec;
     rec.mutable_ref()->set_job_id(id);
     rec.mutable_ref()->set_generation(1);
+    rec.mutable_ref()->set_token(TokenOf(id, 1, 0));
     rec.set_step(10);
     rec.set_path(path);
     v1::ReportCheckpointResponse r;
@@ -338,6 +356,20 @@ TEST_F(ServiceTest, StaleGenerationIsAbortedAndMetricsAggregate) {
   ASSERT_TRUE(s1->Read(&msg));
 
   v1::ReportStepResponse resp;
+  // The token the worker was sent is the one the trainer must present.
+  EXPECT_EQ(msg.start().task().token(), TokenOf(id, 1, msg.start().task().rank()));
+  EXPECT_EQ(msg.start().task().token().size(), 64u);
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::StepMetrics m;
+    m.mutable_ref()->set_job_id(id);
+    m.mutable_ref()->set_generation(1);
+    m.mutable_ref()->set_token(TokenOf(id, 1, 1));  // rank 1's, for rank 0
+    m.set_rank(0);
+    m.set_step(1);
+    EXPECT_EQ(trainers_->ReportStep(&ctx, m, &resp).error_code(), grpc::PERMISSION_DENIED);
+  }
   ASSERT_TRUE(Step(id, 1, 0, 1, 1.0, 30, &resp).ok());
   ASSERT_TRUE(Step(id, 1, 1, 1, 2.0, 10, &resp).ok());
   {

@@ -14,6 +14,7 @@ void SetRankEnv(const RankEnv& e, v1::TaskSpec* t) {
   t->set_master_port(e.master_port);
   t->set_resume_from(e.resume_from);
   t->set_coordinator(e.coordinator);
+  t->set_token(e.token);
 }
 
 RankEnv RankEnvOf(const v1::TaskSpec& t) {
@@ -29,6 +30,7 @@ RankEnv RankEnvOf(const v1::TaskSpec& t) {
   e.master_port = t.master_port();
   e.resume_from = t.resume_from();
   e.coordinator = t.coordinator();
+  e.token = t.token();
   return e;
 }
 

@@ -113,6 +113,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     co.job_id = env.job_id;
     co.generation = env.generation;
     co.rank = rank;
+    co.token = env.token;
     co.connect_timeout = absl::Seconds(f.connect_timeout_s);
     auto ch = NewTrainerChannel(co);
     if (!ch.ok()) return Fail(std::string(ch.status().message()));
@@ -148,6 +149,9 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     if (!d.ok()) {
       if (d.status().code() == absl::StatusCode::kAborted) {
         return absl::AbortedError(absl::StrCat("the coordinator ended this generation: ", d.status().message()));
+      }
+      if (d.status().code() == absl::StatusCode::kPermissionDenied) {
+        return absl::PermissionDeniedError(absl::StrCat("the coordinator refuses this rank: ", d.status().message()));
       }
       return a;  // coordinator away: keep training
     }

@@ -144,6 +144,7 @@ class GrpcTrainerChannel final : public ControlChannel {
   void FillRef(v1::JobRef* ref) const {
     ref->set_job_id(options_.job_id);
     ref->set_generation(options_.generation);
+    ref->set_token(options_.token);
   }
   void SetDeadline(grpc::ClientContext* ctx) const {
     ctx->set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));

@@ -22,6 +22,7 @@ struct TrainerChannelOptions {
   std::string job_id;       // FRAMEWORM_JOB_ID
   int64_t generation = 0;   // FRAMEWORM_GENERATION
   int rank = 0;             // RANK
+  std::string token;        // FRAMEWORM_TOKEN (sent in every JobRef)
   // Per-call deadline: a slow or absent coordinator never stalls training
   // for longer than this (the call returns UNAVAILABLE/DEADLINE_EXCEEDED).
   absl::Duration call_timeout = absl::Milliseconds(500);

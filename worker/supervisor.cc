@@ -31,7 +31,7 @@ namespace {
 const std::map<std::string, std::string>& RankVariables() {
   static const auto* vars = [] {
     RankEnv all;
-    all.coordinator = all.job_id = all.resume_from = "-";
+    all.coordinator = all.job_id = all.resume_from = all.token = "-";
     return new std::map<std::string, std::string>(ToEnvironment(all));
   }();
   return *vars;
