@@ -123,12 +123,27 @@ TEST(CliFlagsTest, CoordinatorComesFromTheEnvironment) {
   EXPECT_THAT(r.output, HasSubstr("127.0.0.1:1")) << r.output;
 }
 
-TEST(WorkerFlagsTest, AdvertiseThatCannotBeDerivedIsAFlagError) {
-  e2e::RunResult r = RunTool("frameworm-worker", {"--coordinator=nohost"});
+TEST_F(CoordinatorFlagsTest, PlaintextOffLoopbackNeedsInsecureByName) {
+  e2e::RunResult r = Coordinator({"--listen=0.0.0.0:0"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(Lines(r.output), 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--listen=0.0.0.0:0 is off loopback"));
+  EXPECT_THAT(r.output, HasSubstr("--insecure"));
+}
+
+TEST(WorkerFlagsTest, PlaintextToARemoteCoordinatorNeedsInsecureByName) {
+  e2e::RunResult r = RunTool("frameworm-worker", {"--coordinator=192.0.2.1:7070"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--coordinator=192.0.2.1:7070 is off loopback"));
+}
+
+TEST(WorkerFlagsTest, AdvertiseThatCannotBeDerivedIsAFlagError) {
+  e2e::RunResult r = RunTool("frameworm-worker", {"--coordinator=nohost", "--insecure"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(Lines(r.output), 2) << r.output;  // the --insecure warning, the error
+  EXPECT_THAT(r.output, HasSubstr("WARNING: --insecure")) << r.output;
   EXPECT_THAT(r.output, HasSubstr("'nohost' is not HOST:PORT")) << r.output;
-  r = RunTool("frameworm-worker", {"--coordinator=no-such-host.invalid:7070"});
+  r = RunTool("frameworm-worker", {"--coordinator=no-such-host.invalid:7070", "--insecure"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("no-such-host.invalid")) << r.output;
 }

@@ -25,6 +25,13 @@ absl::StatusOr<std::string> InterfaceOf(const std::string& address);
 // AddressToward(host). InvalidArgument when `endpoint` has no ":port".
 absl::StatusOr<std::string> AddressTowardEndpoint(const std::string& endpoint);
 
+// The host part of "host:port" / "[v6]:port" (brackets removed); the whole
+// text when it has no ':'.
+std::string HostOfEndpoint(const std::string& endpoint);
+
+// True for loopback hosts: "localhost", 127.0.0.0/8, "::1" (bracketed too).
+bool IsLoopbackHost(const std::string& host);
+
 // True for the hosts a server listens on to mean "every interface":
 // "0.0.0.0", "::", "[::]", "" and "*". Such a host is no address to give a peer.
 bool IsWildcardHost(const std::string& host);

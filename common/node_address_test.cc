@@ -55,5 +55,17 @@ TEST(NodeAddressTest, WildcardHostsAreNoPeerAddress) {
   }
 }
 
+TEST(NodeAddressTest, LoopbackHostsAndEndpointHosts) {
+  for (const char* h : {"localhost", "127.0.0.1", "127.1.2.3", "::1", "[::1]"}) {
+    EXPECT_TRUE(IsLoopbackHost(h)) << h;
+  }
+  for (const char* h : {"0.0.0.0", "10.0.0.1", "128.0.0.1", "::", "example.com", ""}) {
+    EXPECT_FALSE(IsLoopbackHost(h)) << h;
+  }
+  EXPECT_EQ(HostOfEndpoint("10.0.0.1:7070"), "10.0.0.1");
+  EXPECT_EQ(HostOfEndpoint("[::1]:7070"), "::1");
+  EXPECT_EQ(HostOfEndpoint("host"), "host");
+}
+
 }  // namespace
 }  // namespace frameworm

@@ -31,6 +31,9 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "address to serve on, HOST:PORT (port 0: a free one)");
 ABSL_FLAG(std::string, state_dir, "./frameworm-state",
           "durable state, logs, default checkpoints");
+ABSL_FLAG(bool, insecure, false,
+          "allow a --listen address off loopback in plaintext (no TLS yet: "
+          "whoever reaches the port can run jobs); private networks only");
 ABSL_FLAG(std::string, checkpoint_root, "",
           "comma-separated absolute directories a job's checkpoint.dir may be "
           "in (e.g. a shared filesystem); empty: <state-dir>/checkpoints");
@@ -118,6 +121,21 @@ int main(int argc, char** argv) {
     frameworm::FlagErrorExit(Config(), std::string(config.status().message()));
   const frameworm::coordinator::CoordinatorOptions& o = config->core;
   const std::string& listen = config->listen;
+  const std::string listen_host = frameworm::HostOfEndpoint(listen);
+  if (!frameworm::IsLoopbackHost(listen_host)) {
+    if (!absl::GetFlag(FLAGS_insecure)) {
+      frameworm::FlagErrorExit(
+          Config(), absl::StrCat("--listen=", listen,
+                                 " is off loopback and Frameworm has no TLS yet: anyone who "
+                                 "reaches it can run commands on your workers. Listen on "
+                                 "127.0.0.1, or add --insecure on a network only your cluster "
+                                 "reaches"));
+    }
+    std::fprintf(stderr,
+                 "frameworm-coordinator: WARNING: --insecure: serving %s in plaintext without "
+                 "authentication; anyone who reaches it can submit jobs and read their env\n",
+                 listen.c_str());
+  }
 
   // SIGINT/SIGTERM are taken by sigwait() below, in every thread.
   sigset_t sigs;

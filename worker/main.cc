@@ -39,6 +39,9 @@ ABSL_FLAG(std::string, gpus, "",
 ABSL_FLAG(std::string, work_dir, "",
           "where trainer logs go (created 0700); empty: "
           "$XDG_STATE_HOME (else ~/.local/state)/frameworm/worker-<name>");
+ABSL_FLAG(bool, insecure, false,
+          "allow a --coordinator off loopback in plaintext (no TLS yet: a man "
+          "in the middle could run commands here); private networks only");
 ABSL_FLAG(std::string, pass_env, "",
           "comma-separated variables (or PREFIX*) of this worker's environment "
           "that trainers inherit besides the default allow-list (README)");
@@ -116,6 +119,17 @@ int main(int argc, char** argv) {
   frameworm::WorkerAgent::Options o;
   o.coordinator = absl::GetFlag(FLAGS_coordinator);
   if (o.coordinator.empty()) FlagErrorExit(Config(), "--coordinator must not be empty");
+  if (!frameworm::IsLoopbackHost(frameworm::HostOfEndpoint(o.coordinator))) {
+    if (!absl::GetFlag(FLAGS_insecure)) {
+      FlagErrorExit(Config(), "--coordinator=" + o.coordinator +
+                                  " is off loopback and Frameworm has no TLS yet: whoever can "
+                                  "intercept the connection can run commands here. Add "
+                                  "--insecure on a network only your cluster reaches");
+    }
+    std::fprintf(stderr,
+                 "frameworm-worker: WARNING: --insecure: talking to %s in plaintext\n",
+                 o.coordinator.c_str());
+  }
   o.name = absl::GetFlag(FLAGS_name);
   if (o.name.empty()) {
     char host[256] = {0};

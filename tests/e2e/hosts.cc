@@ -567,7 +567,8 @@ absl::StatusOr<std::unique_ptr<MultiHostCluster>> MultiHostCluster::Start(
                                    absl::StrCat("--listen=", o.derive_addresses
                                                                  ? absl::StrCat("0.0.0.0:", kCoordinatorPort)
                                                                  : listen),
-                                   absl::StrCat("--state-dir=", kStateDir)};
+                                   absl::StrCat("--state-dir=", kStateDir),
+                                   "--insecure"};
   for (const auto& f : o.coordinator_flags) argv.push_back(f);
   auto child = c->net_->Start(0, argv, {}, absl::StrCat(c->dir_, "/coordinator.log"), "/tmp");
   if (!child.ok()) return child.status();
@@ -610,6 +611,7 @@ absl::Status MultiHostCluster::StartWorker(int host) {
       Bin("frameworm-worker"),
       absl::StrCat("--coordinator=", address_),
       absl::StrCat("--name=", h.hostname),
+      "--insecure",
       absl::StrCat("--slots=", options_.slots_per_worker),
       absl::StrCat("--work-dir=", kWorkDir),
       absl::StrCat("--heartbeat-interval=", options_.heartbeat_interval_s)};
