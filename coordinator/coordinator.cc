@@ -310,7 +310,7 @@ absl::StatusOr<Coordinator::Registration> Coordinator::RegisterWorker(
     if (!session.ok()) return session.status();
     reg.session_id = *std::move(session);
     reg.heartbeat_interval_s = workers_.heartbeat_interval_s();
-    jobs_.Reconcile(req.name(), req.running());
+    jobs_.Reconcile(req.name(), req.running(), req.ended());
     jobs_.Schedule();
   }
   Flush();

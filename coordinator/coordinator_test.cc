@@ -918,4 +918,43 @@ TEST_F(CoordinatorTest, LogUploadsAndLogRequestsAreBoundedToTheJobsRanks) {
   EXPECT_EQ(coord_->CheckLogRequest("nope", 0, 0).code(), absl::StatusCode::kNotFound);
 }
 
+// A rank that finished while its worker could not reach the coordinator
+// (e.g. during a coordinator restart) is reported in the registration's
+// `ended`: it counts as done, not as lost.
+TEST_F(CoordinatorTest, RankThatEndedWhileItsWorkerWasAwayIsNotLost) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(1);
+  const std::string id = Submit(spec);
+  ASSERT_EQ(Job(id).state(), v1::RUNNING);
+  auto ended = [&](const std::string& worker, int code) {
+    int rank = Job(id).workers(0) == worker ? 0 : 1;
+    v1::RegisterWorkerRequest req;
+    req.set_name(worker);
+    req.set_address(worker + ".host");
+    req.set_slots(1);
+    v1::TaskStatus* t = req.add_ended();
+    t->mutable_ref()->set_job_id(id);
+    t->mutable_ref()->set_generation(1);
+    t->set_rank(rank);
+    t->set_state(v1::TASK_EXITED);
+    t->set_exit_code(code);
+    auto reg = coord_->RegisterWorker(req);
+    ASSERT_TRUE(reg.ok()) << reg.status();
+    ASSERT_TRUE(coord_->AttachSession(reg->session_id).ok());
+    sessions_[worker] = reg->session_id;
+  };
+  ended("w0", 0);
+  v1::JobStatus st = Job(id);
+  EXPECT_EQ(st.state(), v1::RUNNING) << st.reason();
+  EXPECT_EQ(st.generation(), 1);
+  EXPECT_EQ(st.restarts(), 0);
+  // The other rank ends the same way, with a failure: that one counts.
+  ended("w1", 3);
+  st = Job(id);
+  EXPECT_EQ(st.generation(), 2) << st.ShortDebugString();
+  EXPECT_NE(st.reason().find("exited with code 3"), std::string::npos) << st.reason();
+}
+
 }  // namespace frameworm::coordinator

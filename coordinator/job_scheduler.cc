@@ -357,8 +357,17 @@ void JobScheduler::HandleTaskStatus(const std::string& worker,
 
 void JobScheduler::Reconcile(
     const std::string& worker,
-    const google::protobuf::RepeatedPtrField<v1::TaskStatus>& running) {
+    const google::protobuf::RepeatedPtrField<v1::TaskStatus>& running,
+    const google::protobuf::RepeatedPtrField<v1::TaskStatus>& ended) {
   std::set<std::pair<std::string, int>> reported;
+  // First what ended while the worker was away (a finished rank is done,
+  // a failed one fails its generation), then what still runs.
+  for (const v1::TaskStatus& t : ended) {
+    if (t.state() == v1::TASK_RUNNING) continue;
+    if (IsCurrentTask(FindMutable(t.ref().job_id()), worker, t))
+      reported.insert({t.ref().job_id(), t.rank()});
+    HandleTaskStatus(worker, t);
+  }
   for (const v1::TaskStatus& t : running) {
     if (IsCurrentTask(FindMutable(t.ref().job_id()), worker, t))
       reported.insert({t.ref().job_id(), t.rank()});

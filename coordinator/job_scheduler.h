@@ -98,12 +98,13 @@ class JobScheduler {
   // A task status from `worker`: current ranks progress, stale running
   // tasks (older generation, ended job) are killed.
   void HandleTaskStatus(const std::string& worker, const v1::TaskStatus& t);
-  // After `worker` (re)registered with the tasks it still runs: those are
-  // handled as statuses; a current rank it no longer runs fails its
-  // generation.
-  void Reconcile(
-      const std::string& worker,
-      const google::protobuf::RepeatedPtrField<v1::TaskStatus>& running);
+  // After `worker` (re)registered with the tasks it still runs (`running`)
+  // and the final statuses it could not deliver (`ended`): the ended ones
+  // are handled first (a finished rank is done), then the running ones; a
+  // current rank in neither fails its generation.
+  void Reconcile(const std::string& worker,
+                 const google::protobuf::RepeatedPtrField<v1::TaskStatus>& running,
+                 const google::protobuf::RepeatedPtrField<v1::TaskStatus>& ended);
   // Heartbeat timeouts, hung ranks, timed checkpoints.
   void Supervise();
 

@@ -210,7 +210,7 @@ TEST_F(JobSchedulerTest, ReloadRestoresRunningGenerationPortAndDoneRanks) {
   t.set_state(v1::TASK_RUNNING);
   google::protobuf::RepeatedPtrField<v1::TaskStatus> running;
   *running.Add() = t;
-  jobs_->Reconcile("w0", running);
+  jobs_->Reconcile("w0", running, {});
   EXPECT_EQ(Get(id).state, v1::RUNNING);
   Exit("w0", id, 0, 0);
   EXPECT_EQ(Get(id).state, v1::SUCCEEDED);

@@ -27,6 +27,9 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
     return absl::InvalidArgumentError(absl::StrCat(
         "worker slots must be within 1..", kMaxSlots, ", got ", req.slots()));
   // Old generations' tasks may still be dying beside the current ones.
+  if (req.ended_size() > kMaxSlots)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker reports ", req.ended_size(), " ended tasks; at most ", kMaxSlots));
   if (req.running_size() > kMaxSlots)
     return absl::InvalidArgumentError(absl::StrCat(
         "worker reports ", req.running_size(), " running tasks; at most ", kMaxSlots));

@@ -288,6 +288,9 @@ class WorkerAgentImpl final : public WorkerAgent {
     for (const TaskStatusInfo& s : supervisor_.Running()) {
       *req.add_running() = ToProto(s);
     }
+    for (const Final& f : finals_) {
+      if (!f.delivered) *req.add_ended() = ToProto(f.status);
+    }
     v1::RegisterWorkerResponse resp;
     grpc::ClientContext rctx;
     rctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.register_timeout));
@@ -339,10 +342,8 @@ class WorkerAgentImpl final : public WorkerAgent {
     // First a heartbeat, then what the coordinator may have missed.
     next_heartbeat_ = absl::Now();
     SendHeartbeat();
-    outgoing_.clear();  // running tasks went with RegisterWorker
-    for (const Final& f : finals_) {
-      if (!f.delivered) outgoing_.push_back(f.status);
-    }
+    outgoing_.clear();  // running and ended tasks went with RegisterWorker
+    for (Final& f : finals_) f.delivered = true;
     FlushStatuses();
   }
 
