@@ -11,6 +11,7 @@
 #include "coordinator/checkpoint_paths.h"
 #include "coordinator/generation_plan.h"
 #include "coordinator/sqlite_store.h"
+#include "coordinator/state_dir_lock.h"
 #include "jobspec/job_spec.h"
 
 namespace frameworm::coordinator {
@@ -57,11 +58,16 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     const CoordinatorOptions& options, Clock& clock) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
   const CoordinatorOptions o = WithAbsoluteStateDir(options);
+  absl::StatusOr<std::unique_ptr<StateDirLock>> lock = StateDirLock::Acquire(o.state_dir);
+  if (!lock.ok()) return lock.status();
   absl::StatusOr<std::unique_ptr<SqliteStore>> store =
       SqliteStore::Open(o.state_dir);
   if (!store.ok()) return store.status();
   Store* raw = store->get();
-  return Start(o, clock, std::move(store).value(), raw);
+  absl::StatusOr<std::unique_ptr<Coordinator>> c =
+      Start(o, clock, std::move(store).value(), raw);
+  if (c.ok()) (*c)->lock_ = std::move(lock).value();
+  return c;
 }
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::CreateWithStore(

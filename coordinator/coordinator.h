@@ -59,6 +59,7 @@
 #include "coordinator/job_scheduler.h"
 #include "coordinator/metric_writer.h"
 #include "coordinator/port_allocator.h"
+#include "coordinator/state_dir_lock.h"
 #include "coordinator/store.h"
 #include "coordinator/worker_registry.h"
 #include "frameworm/v1/common.pb.h"
@@ -221,6 +222,8 @@ class Coordinator {
   // Calls the listener for what the parts queued under the lock.
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Held by Create()'s coordinators; declared first, released last.
+  std::unique_ptr<StateDirLock> lock_;
   const std::string state_dir_;                      // absolute
   const std::vector<std::string> checkpoint_roots_;  // never empty
   Clock& clock_;

@@ -957,4 +957,17 @@ TEST_F(CoordinatorTest, RankThatEndedWhileItsWorkerWasAwayIsNotLost) {
   EXPECT_NE(st.reason().find("exited with code 3"), std::string::npos) << st.reason();
 }
 
+TEST_F(CoordinatorTest, OneCoordinatorPerStateDir) {
+  coord_.reset();
+  auto first = Coordinator::Create(Options(), clock_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = Coordinator::Create(Options(), clock_);
+  ASSERT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find(dir_), std::string::npos) << second.status();
+  EXPECT_NE(second.status().message().find(std::to_string(getpid())), std::string::npos)
+      << second.status();
+  first->reset();  // released with its holder
+  EXPECT_TRUE(Coordinator::Create(Options(), clock_).ok());
+}
+
 }  // namespace frameworm::coordinator

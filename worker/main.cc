@@ -53,7 +53,7 @@ ABSL_FLAG(double, heartbeat_interval,
           "seconds between heartbeats (the coordinator may ask for another)");
 ABSL_FLAG(double, shutdown_grace,
           absl::ToDoubleSeconds(frameworm::WorkerAgent::Options{}.shutdown_grace),
-          "on SIGTERM/SIGINT, seconds trainers get between SIGTERM and SIGKILL");
+          "on SIGTERM/SIGINT/SIGHUP, seconds trainers get between SIGTERM and SIGKILL");
 
 namespace {
 
@@ -215,6 +215,7 @@ int main(int argc, char** argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);  // a closed terminal stops the worker cleanly too
   sigaddset(&set, SIGCHLD);
   ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
