@@ -13,6 +13,15 @@ void GenerationProgress::Start(int world, absl::Time now) {
   last_checkpoint_ = now;
 }
 
+void GenerationProgress::ExpectReportsSince(absl::Time now) {
+  any_report_ = true;
+  first_report_ = now;
+  for (Rank& r : ranks_) {
+    r.reported = true;
+    r.last_report = now;
+  }
+}
+
 int64_t GenerationProgress::Step(int rank, int64_t step, int64_t total_steps,
                                  absl::Time now) {
   Rank& r = ranks_[rank];

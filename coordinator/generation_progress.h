@@ -34,6 +34,11 @@ class GenerationProgress {
   // A generation of `world` ranks starts (or is reloaded) at `now`; the
   // checkpoint timer starts too.
   void Start(int world, absl::Time now);
+  // A generation reloaded after a coordinator restart that had reported
+  // before it: every running rank's hang timer starts at `now`, as if each
+  // had just reported (without this, a rank stuck across the restart would
+  // never be caught).
+  void ExpectReportsSince(absl::Time now);
   int world() const { return static_cast<int>(ranks_.size()); }
 
   // A step report; returns the checkpoint step to tell the rank (0: none).

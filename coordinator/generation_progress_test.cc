@@ -122,4 +122,19 @@ TEST(GenerationProgressTest, NewGenerationResetsRanksButKeepsMaxStep) {
 }
 
 }  // namespace
+TEST(GenerationProgressTest, ReloadedGenerationTimesEveryRankFromTheReload) {
+  SimulatedClock clock;
+  const absl::Duration timeout = absl::Seconds(5);
+  GenerationProgress p;
+  p.Start(2, clock.Now());
+  p.ExpectReportsSince(clock.Now());
+  clock.Advance(timeout);
+  p.Step(0, 7, 0, clock.Now());
+  EXPECT_FALSE(p.Hung(clock.Now(), timeout));
+  clock.Advance(absl::Milliseconds(1));
+  std::optional<std::string> hung = p.Hung(clock.Now(), timeout);
+  ASSERT_TRUE(hung.has_value());
+  EXPECT_NE(hung->find("rank 1 hung"), std::string::npos) << *hung;
+}
+
 }  // namespace frameworm::coordinator

@@ -81,6 +81,11 @@ absl::Status JobScheduler::Reload() {
       job->resume_from = gen->resume_from;
       ports_.Reserve(job->master_port);
       job->progress.Start(static_cast<int>(as->size()), now);
+      // Its trainers reported before the restart: they are timed from now.
+      const v1::AggregatedStep* last = job->metrics.Last();
+      if (last != nullptr && last->generation() == job->generation) {
+        job->progress.ExpectReportsSince(now);
+      }
       for (const AssignmentRow& a : *as) {
         RankState r;
         r.worker = a.worker;

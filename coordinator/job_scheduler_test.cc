@@ -216,6 +216,48 @@ TEST_F(JobSchedulerTest, ReloadRestoresRunningGenerationPortAndDoneRanks) {
   EXPECT_EQ(Get(id).state, v1::SUCCEEDED);
 }
 
+// A rank stuck across a coordinator restart (its generation had reported)
+// is caught heartbeat_timeout after the reload; a generation that never
+// reported (a program that does not call the coordinator) is not.
+TEST_F(JobSchedulerTest, HangDetectionSurvivesARestart) {
+  AddWorker("w0", 2);
+  v1::JobSpec spec = Spec(1, 1, 2);
+  spec.set_heartbeat_timeout_s(4);
+  spec.set_max_restarts(1);
+  const std::string id = Submit(spec);
+  AddWorker("w1", 1);
+  v1::JobSpec quiet_spec = Spec(1, 1);
+  quiet_spec.set_heartbeat_timeout_s(4);
+  const std::string quiet = Submit(quiet_spec);  // never reports
+  ASSERT_EQ(Get(quiet).workers, std::vector<std::string>{"w1"});
+  v1::StepMetrics m;
+  m.mutable_ref()->set_job_id(id);
+  m.mutable_ref()->set_generation(1);
+  m.mutable_ref()->set_token(Get(id).ranks[0].task.token());
+  m.set_rank(0);
+  m.set_step(3);
+  m.set_samples(8);
+  absl::StatusOr<JobScheduler::StepOutcome> out = jobs_->ReportStep(m);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_TRUE(out->row.has_value());
+  ASSERT_TRUE(store_.PutMetrics({*out->row}).ok());
+  clock_.Advance(absl::Seconds(1));
+  Restart();
+  AddWorker("w0", 2);  // back at once: only the ranks' silence counts
+  AddWorker("w1", 1);
+  clock_.Advance(absl::Seconds(3));
+  jobs_->Supervise();
+  EXPECT_EQ(Get(id).generation, 1);
+  clock_.Advance(absl::Seconds(2));
+  workers_->Hear(sessions_["w0"]).IgnoreError();
+  workers_->Hear(sessions_["w1"]).IgnoreError();
+  jobs_->Supervise();
+  EXPECT_EQ(Get(id).state, v1::RESTARTING) << Get(id).reason;
+  EXPECT_NE(Get(id).reason.find("rank 0 hung"), std::string::npos) << Get(id).reason;
+  EXPECT_EQ(Get(quiet).state, v1::RUNNING);
+  EXPECT_EQ(Get(quiet).generation, 1);
+}
+
 TEST_F(JobSchedulerTest, StepReportsFeedMetricsAndProgress) {
   AddWorker("w0", 2);
   const std::string id = Submit(Spec(1, 1, 2));

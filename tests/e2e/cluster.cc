@@ -69,9 +69,10 @@ absl::Status Cluster::StartWorker(const std::string& name, int slots) {
   return absl::OkStatus();
 }
 
-absl::Status Cluster::RestartCoordinator() {
+absl::Status Cluster::RestartCoordinator(absl::Duration down) {
   coordinator_->Signal(SIGKILL);
   coordinator_->Wait(absl::Seconds(10));
+  absl::SleepFor(down);
   return StartCoordinator(address_);
 }
 

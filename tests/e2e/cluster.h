@@ -42,9 +42,9 @@ class Cluster {
   ChildProcess& worker(int i) { return *workers_.at(i); }
 
   absl::Status StartWorker(const std::string& name, int slots);
-  // SIGKILL the coordinator, then start it again on the same address and
-  // state directory.
-  absl::Status RestartCoordinator();
+  // SIGKILL the coordinator, wait `down`, then start it again on the same
+  // address and state directory.
+  absl::Status RestartCoordinator(absl::Duration down = absl::ZeroDuration());
 
   // frameworm-cli with --coordinator set.
   RunResult Cli(const std::vector<std::string>& args,

@@ -196,6 +196,34 @@ TEST(ClusterE2E, FrozenNodeIsDetectedByHeartbeatTimeout) {
   kill(trainer, SIGKILL);
 }
 
+// Issue #8's schedule: a trainer is stopped, 1 s later the coordinator is
+// killed and 2 s after that restarted. The reloaded generation is timed from
+// the reload, so the hang is caught within the heartbeat timeout (it used to
+// go unnoticed until Gloo's own timeout, minutes later).
+TEST(ClusterE2E, HangAcrossACoordinatorRestartIsCaught) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  constexpr int kTimeout = 4;
+  auto id = (*c)->Submit(TrainJob("hung-restart", 150, 20, "cnn", 2, 1, kTimeout));
+  ASSERT_TRUE(id.ok()) << id.status();
+  WaitForCheckpoint(**c, *id, 20);
+  std::vector<pid_t> pids = TrainerPidsWithJobId(*id);
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_EQ(kill(pids[0], SIGSTOP), 0);
+  absl::SleepFor(absl::Seconds(1));
+  ASSERT_TRUE((*c)->RestartCoordinator(absl::Seconds(2)).ok());
+  const absl::Time reloaded = absl::Now();
+  auto restarted = (*c)->WaitFor(
+      *id, [](const v1::JobStatus& s) { return s.generation() >= 2 || IsFinal(s.state()); },
+      absl::Seconds(40));
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_LE(absl::Now() - reloaded, absl::Seconds(kTimeout + 10)) << restarted->reason();
+  auto st = (*c)->WaitForFinal(*id, absl::Seconds(150));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  EXPECT_GE(st->restarts(), 1);
+}
+
 TEST(ClusterE2E, StoppedTrainerIsTreatedAsHungAndRestarted) {
   auto c = Cluster::Start({});
   ASSERT_TRUE(c.ok()) << c.status();
