@@ -108,6 +108,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
              .advertise = options.advertise,
              .default_heartbeat_timeout = options.default_heartbeat_timeout,
              .reconnect_grace = options.reconnect_grace,
+             .startup_timeout = options.startup_timeout,
              .metrics = {options.straggler_factor, options.straggler_window},
              .checkpoint_lead_steps = options.checkpoint_lead_steps},
             clock, store_, workers_, ports_, checkpoints_) {}

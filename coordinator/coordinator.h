@@ -76,6 +76,8 @@ struct CoordinatorOptions {
   absl::Duration default_heartbeat_timeout = absl::Seconds(10);
   // Extra time a worker gets to re-register after a coordinator restart.
   absl::Duration reconnect_grace = absl::Seconds(5);
+  // A built-in trainer with no report this long after its start is hung.
+  absl::Duration startup_timeout = absl::Minutes(5);
   double heartbeat_interval_s = 1.0;  // told to workers
   double straggler_factor = 1.5;
   int straggler_window = 5;

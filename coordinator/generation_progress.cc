@@ -9,6 +9,7 @@ namespace frameworm::coordinator {
 void GenerationProgress::Start(int world, absl::Time now) {
   ranks_.assign(static_cast<size_t>(std::max(0, world)), Rank{});
   any_report_ = false;
+  started_ = now;
   checkpoint_at_ = 0;
   last_checkpoint_ = now;
 }
@@ -77,7 +78,16 @@ void GenerationProgress::MaybeTimedCheckpoint(absl::Time now,
 }
 
 std::optional<std::string> GenerationProgress::Hung(
-    absl::Time now, absl::Duration timeout) const {
+    absl::Time now, absl::Duration timeout, std::optional<absl::Duration> startup) const {
+  if (startup) {
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      const Rank& r = ranks_[i];
+      if (!r.done && !r.reported && now - started_ > *startup) {
+        return absl::StrCat("rank ", i, " hung: no report within ",
+                            absl::FormatDuration(*startup), " of its start");
+      }
+    }
+  }
   if (!any_report_) return std::nullopt;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const Rank& r = ranks_[i];

@@ -61,8 +61,12 @@ class GenerationProgress {
   int64_t checkpoint_at() const { return checkpoint_at_; }
 
   // "rank <r> hung: ..." for the first running rank silent for longer than
-  // `timeout`; nullopt when none is (or no rank reported yet).
-  std::optional<std::string> Hung(absl::Time now, absl::Duration timeout) const;
+  // `timeout`; nullopt when none is (or no rank reported yet). With
+  // `startup` (trainers known to report, e.g. frameworm-train), a running
+  // rank with no report at all that long after the generation's start (or
+  // reload) is hung too, even before anyone reported.
+  std::optional<std::string> Hung(absl::Time now, absl::Duration timeout,
+                                  std::optional<absl::Duration> startup = std::nullopt) const;
 
   // Highest step reported in any generation (RestoreMaxStep after reload).
   int64_t max_step() const { return max_step_; }
@@ -79,6 +83,7 @@ class GenerationProgress {
   };
   std::vector<Rank> ranks_;
   bool any_report_ = false;
+  absl::Time started_;  // Start()
   absl::Time first_report_;
   int64_t checkpoint_at_ = 0;  // pending checkpoint step, 0: none
   absl::Time last_checkpoint_;

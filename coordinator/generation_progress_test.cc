@@ -137,4 +137,24 @@ TEST(GenerationProgressTest, ReloadedGenerationTimesEveryRankFromTheReload) {
   EXPECT_NE(hung->find("rank 1 hung"), std::string::npos) << *hung;
 }
 
+TEST(GenerationProgressTest, StartupDeadlineCatchesRanksThatNeverReport) {
+  SimulatedClock clock;
+  const absl::Duration timeout = absl::Seconds(5);
+  const absl::Duration startup = absl::Seconds(60);
+  GenerationProgress p;
+  p.Start(2, clock.Now());
+  clock.Advance(startup);
+  EXPECT_FALSE(p.Hung(clock.Now(), timeout, startup));
+  p.Step(0, 1, 0, clock.Now());
+  clock.Advance(absl::Milliseconds(1));
+  std::optional<std::string> hung = p.Hung(clock.Now(), absl::Hours(1), startup);
+  ASSERT_TRUE(hung.has_value());
+  EXPECT_NE(hung->find("rank 1 hung: no report within 1m"), std::string::npos) << *hung;
+  // Without a start-up deadline (a program that may never report): never.
+  GenerationProgress quiet;
+  quiet.Start(1, clock.Now());
+  clock.Advance(absl::Hours(2));
+  EXPECT_FALSE(quiet.Hung(clock.Now(), timeout));
+}
+
 }  // namespace frameworm::coordinator

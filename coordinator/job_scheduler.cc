@@ -407,7 +407,12 @@ void JobScheduler::Supervise() {
                                   absl::FormatDuration(timeout)));
       continue;
     }
-    if (std::optional<std::string> hung = job.progress.Hung(now, timeout)) {
+    const bool builtin = job.spec.entrypoint().empty() || job.spec.entrypoint(0) == "frameworm-train";
+    std::optional<absl::Duration> startup;
+    if (builtin && options_.startup_timeout > absl::ZeroDuration()) {
+      startup = std::max(options_.startup_timeout, timeout);
+    }
+    if (std::optional<std::string> hung = job.progress.Hung(now, timeout, startup)) {
       FailGeneration(job, *hung);
       continue;
     }

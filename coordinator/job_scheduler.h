@@ -65,6 +65,9 @@ class JobScheduler {
     std::string advertise;  // the trainers' coordinator address
     absl::Duration default_heartbeat_timeout = absl::Seconds(10);
     absl::Duration reconnect_grace = absl::Seconds(5);
+    // Built-in trainers (frameworm-train) that have not reported this long
+    // after their generation started are hung. 0: never.
+    absl::Duration startup_timeout = absl::Minutes(5);
     MetricAggregator::Options metrics;
     int checkpoint_lead_steps = 2;  // checkpoint_at = max step + this
   };

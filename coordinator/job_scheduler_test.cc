@@ -258,6 +258,29 @@ TEST_F(JobSchedulerTest, HangDetectionSurvivesARestart) {
   EXPECT_EQ(Get(quiet).generation, 1);
 }
 
+// A built-in trainer that never reports is hung after the start-up
+// timeout; a user's program (which may never call the coordinator) is not.
+TEST_F(JobSchedulerTest, BuiltInTrainersThatNeverReportAreHungAfterStartup) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  v1::JobSpec builtin = Spec(1, 1);
+  builtin.set_max_restarts(1);
+  const std::string stuck = Submit(builtin);
+  v1::JobSpec own = Spec(1, 1);
+  own.add_entrypoint("/usr/bin/python3");
+  const std::string quiet = Submit(own);
+  for (int i = 0; i < 31; ++i) {  // 5 min 10 s, the workers heard throughout
+    clock_.Advance(absl::Seconds(10));
+    workers_->Hear(sessions_["w0"]).IgnoreError();
+    workers_->Hear(sessions_["w1"]).IgnoreError();
+    jobs_->Supervise();
+  }
+  EXPECT_EQ(Get(stuck).state, v1::RESTARTING);
+  EXPECT_NE(Get(stuck).reason.find("no report within 5m"), std::string::npos)
+      << Get(stuck).reason;
+  EXPECT_EQ(Get(quiet).state, v1::RUNNING) << Get(quiet).reason;
+}
+
 TEST_F(JobSchedulerTest, StepReportsFeedMetricsAndProgress) {
   AddWorker("w0", 2);
   const std::string id = Submit(Spec(1, 1, 2));

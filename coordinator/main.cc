@@ -44,6 +44,9 @@ ABSL_FLAG(std::string, port_range, "29500-29999",
           "MASTER_PORT range for jobs, LO-HI within 1-65535");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
           "default worker/rank timeout, a positive duration like 10s");
+ABSL_FLAG(absl::Duration, startup_timeout, absl::Minutes(5),
+          "a built-in trainer that has not reported this long after its start "
+          "is hung (restarted); 0 turns it off");
 ABSL_FLAG(double, straggler_factor, 1.5,
           "flag ranks slower than X times the median step time, X > 1");
 
@@ -90,6 +93,10 @@ absl::StatusOr<DaemonConfig> FromFlags() {
   if (o.default_heartbeat_timeout <= absl::ZeroDuration())
     return bad("heartbeat-timeout", "a positive duration like 10s",
                absl::FormatDuration(o.default_heartbeat_timeout));
+  o.startup_timeout = absl::GetFlag(FLAGS_startup_timeout);
+  if (o.startup_timeout < absl::ZeroDuration())
+    return bad("startup-timeout", "a duration >= 0 like 5m",
+               absl::FormatDuration(o.startup_timeout));
   o.straggler_factor = absl::GetFlag(FLAGS_straggler_factor);
   if (!(o.straggler_factor > 1.0))
     return bad("straggler-factor", "a number > 1",
