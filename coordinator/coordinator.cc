@@ -160,6 +160,7 @@ v1::JobStatus Coordinator::StatusOf(const Job& job) const {
   v1::JobStatus s;
   s.set_job_id(job.id);
   *s.mutable_spec() = job.spec;
+  for (auto& [name, value] : *s.mutable_spec()->mutable_secret_env()) value = "<redacted>";
   s.set_state(job.state);
   s.set_generation(job.generation);
   s.set_restarts(job.restarts);

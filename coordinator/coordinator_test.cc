@@ -970,4 +970,23 @@ TEST_F(CoordinatorTest, OneCoordinatorPerStateDir) {
   EXPECT_TRUE(Coordinator::Create(Options(), clock_).ok());
 }
 
+TEST_F(CoordinatorTest, SecretEnvReachesRanksButNoReadRpc) {
+  AddWorker("w0", 1);
+  v1::JobSpec spec = Spec(1, 1);
+  (*spec.mutable_env())["PLAIN"] = "visible";
+  (*spec.mutable_secret_env())["HF_TOKEN"] = "hf_s3cr3t";
+  const std::string id = Submit(spec);
+  auto starts = Starts("w0");
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].env().at("HF_TOKEN"), "hf_s3cr3t");  // the rank gets it
+  EXPECT_EQ(starts[0].env().at("PLAIN"), "visible");
+  std::vector<v1::JobStatus> seen = coord_->ListJobs();
+  seen.push_back(Job(id));
+  for (const v1::JobStatus& st : seen) {
+    EXPECT_EQ(st.SerializeAsString().find("hf_s3cr3t"), std::string::npos);
+    EXPECT_EQ(st.spec().secret_env().at("HF_TOKEN"), "<redacted>");
+    EXPECT_EQ(st.spec().env().at("PLAIN"), "visible");
+  }
+}
+
 }  // namespace frameworm::coordinator

@@ -54,6 +54,7 @@ v1::TaskSpec BuildTask(const v1::JobSpec& spec, const RankEnv& env,
   for (std::string& a : TaskArgv(spec, checkpoint_dir))
     t.add_argv(std::move(a));
   t.mutable_env()->insert(spec.env().begin(), spec.env().end());
+  t.mutable_env()->insert(spec.secret_env().begin(), spec.secret_env().end());
   return t;
 }
 

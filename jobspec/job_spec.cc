@@ -94,8 +94,8 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
     return err("entrypoint", absl::StrCat("entrypoint is ", total, " bytes; at most ",
                                           kMaxTotalBytes));
   }
-  for (const auto* map : {&s.env(), &s.train_options()}) {
-    const char* field = map == &s.env() ? "env" : "train";
+  for (const auto* map : {&s.env(), &s.secret_env(), &s.train_options()}) {
+    const char* field = map == &s.env() ? "env" : map == &s.secret_env() ? "secret_env" : "train";
     if (map->size() > static_cast<size_t>(kMaxListEntries)) {
       return err(field, absl::StrCat(field, " has ", map->size(), " entries; at most ",
                                      kMaxListEntries));
@@ -168,15 +168,22 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
                absl::StrCat("backend must be one of gloo, nccl, mpi, got '",
                             s.backend(), "'", Suggest(s.backend(), kBackends)));
   }
-  for (const auto& [k, v] : s.env()) {
-    if (!IsEnvName(k)) {
-      return err("env." + k, absl::StrCat("env name '", k,
-                                          "' is not a valid variable name"));
-    }
-    if (IsReservedEnvName(k)) {
-      return err("env." + k,
-                 absl::StrCat("env variable '", k,
-                              "' is set by Frameworm and cannot be overridden"));
+  for (const auto* map : {&s.env(), &s.secret_env()}) {
+    const std::string field = map == &s.env() ? "env" : "secret_env";
+    for (const auto& [k, v] : *map) {
+      if (!IsEnvName(k)) {
+        return err(field + "." + k, absl::StrCat(field, " name '", k,
+                                                 "' is not a valid variable name"));
+      }
+      if (IsReservedEnvName(k)) {
+        return err(field + "." + k,
+                   absl::StrCat(field, " variable '", k,
+                                "' is set by Frameworm and cannot be overridden"));
+      }
+      if (map == &s.secret_env() && s.env().count(k)) {
+        return err(field + "." + k,
+                   absl::StrCat("'", k, "' is in both env and secret_env"));
+      }
     }
   }
   if (s.max_restarts() < 0) {
@@ -230,9 +237,10 @@ class Parser {
                                        Kind(root)};
     }
     static const std::vector<std::string> kTop = {
-        "name",          "entrypoint", "train",       "nodes",
-        "nproc_per_node", "backend",    "env",         "max_restarts",
-        "heartbeat_timeout", "priority", "total_steps", "checkpoint"};
+        "name",           "entrypoint",        "train",    "nodes",
+        "nproc_per_node", "backend",           "env",      "secret_env",
+        "max_restarts",   "heartbeat_timeout", "priority", "total_steps",
+        "checkpoint"};
     for (const auto& [key, value] : Fields(root, "", kTop)) {
       Field(key, value);
     }
@@ -428,18 +436,19 @@ class Parser {
       spec_->set_nproc_per_node(Int32(v, "nproc_per_node"));
     } else if (key == "backend") {
       spec_->set_backend(Str(v, "backend"));
-    } else if (key == "env") {
+    } else if (key == "env" || key == "secret_env") {
       if (!v.IsMap()) {
-        throw ParseError{Line(v), "env must be a mapping NAME: value, got " +
+        throw ParseError{Line(v), key + " must be a mapping NAME: value, got " +
                                       Kind(v)};
       }
-      for (const auto& [k, val] : Fields(v, "env.", {})) {
+      auto* out = key == "env" ? spec_->mutable_env() : spec_->mutable_secret_env();
+      for (const auto& [k, val] : Fields(v, key + ".", {})) {
         if (!val.IsScalar() && !val.IsNull()) {
-          throw ParseError{Line(val), absl::StrCat("env.", k,
+          throw ParseError{Line(val), absl::StrCat(key, ".", k,
                                                    " must be a scalar, got ",
                                                    Kind(val))};
         }
-        (*spec_->mutable_env())[k] = val.IsNull() ? "" : val.Scalar();
+        (*out)[k] = val.IsNull() ? "" : val.Scalar();
       }
     } else if (key == "max_restarts") {
       spec_->set_max_restarts(Int32(v, "max_restarts"));

@@ -273,4 +273,17 @@ TEST(JobSpec, SizesAndNulBytesAreBounded) {
   EXPECT_THAT(ValidateJobSpec(big).message(), HasSubstr("contains NUL"));
 }
 
+TEST(JobSpec, SecretEnvParsesAndFollowsTheEnvRules) {
+  auto r = ParseJobSpecYaml("name: x\nenv:\n  A: 1\nsecret_env:\n  HF_TOKEN: hf_abc\n", "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->secret_env().at("HF_TOKEN"), "hf_abc");
+  EXPECT_EQ(r->env().count("HF_TOKEN"), 0u);
+  EXPECT_EQ(ParseErr("name: x\nenv:\n  T: 1\nsecret_env:\n  T: 2\n").message(),
+            "job.yaml:5: 'T' is in both env and secret_env");
+  EXPECT_EQ(ParseErr("name: x\nsecret_env:\n  RANK: 2\n").message(),
+            "job.yaml:3: secret_env variable 'RANK' is set by Frameworm and cannot be overridden");
+  EXPECT_EQ(ParseErr("name: x\nsecret_env: [a]\n").message(),
+            std::string("job.yaml:2: secret_env must be a mapping NAME: value, got a list"));
+}
+
 }  // namespace frameworm

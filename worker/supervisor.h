@@ -50,7 +50,7 @@ struct TaskStatusInfo {
 struct TaskLaunch {
   RankEnv rank_env;  // who the trainer is (job, generation, rank, master...)
   std::vector<std::string> argv;
-  std::map<std::string, std::string> env;  // the job's own variables only
+  std::map<std::string, std::string> env;  // the job's env and secret_env only
   // Killed by Fence() once the worker is cut off this long; 0: never.
   absl::Duration fence_after = absl::ZeroDuration();
   TaskKey key() const {
