@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -243,7 +244,7 @@ std::vector<std::string> HostNetwork::Leftovers(const std::string& prefix) {
 }
 
 absl::StatusOr<std::unique_ptr<HostNetwork>> HostNetwork::Create(
-    int hosts, const std::string& log_dir) {
+    int hosts, const std::string& log_dir, const std::vector<std::string>& shared) {
   if (absl::Status s = CheckPrerequisites(); !s.ok()) return s;
   if (hosts < 1 || hosts > 200) {
     return absl::InvalidArgumentError(absl::StrCat("hosts must be 1..200, got ", hosts));
@@ -257,6 +258,7 @@ absl::StatusOr<std::unique_ptr<HostNetwork>> HostNetwork::Create(
   net->claimed_ = true;
   net->prefix_ = ProcessPrefix();
   net->log_dir_ = log_dir;
+  net->shared_ = shared;
   RemoveNames(net->prefix_);  // this pid's leftovers
   RemoveNames("");            // dead runs' leftovers
   if (absl::Status s = net->Build(hosts); !s.ok()) return s;  // ~ cleans up
@@ -322,14 +324,22 @@ absl::Status HostNetwork::Build(int hosts) {
       if (absl::Status s = ip(args); !s.ok()) return s;
     }
 
-    // The holder: private /tmp, /dev/shm, hostname, Debian's /etc/hosts.
+    // The holder: private /tmp, /dev/shm, hostname, Debian's /etc/hosts;
+    // the shared directories come back from the root namespace through
+    // /proc/<this pid>/root, which resolves in this process's mounts.
     const std::string hosts_file = absl::StrCat(log_dir_, "/", h.hostname, ".hosts");
     std::ofstream(hosts_file) << DebianHostsFile(h.hostname);
+    std::string keep;
+    for (const std::string& dir : shared_) {
+      absl::StrAppend(&keep, "mkdir -p ", ShellQuote(dir), "\n", "mount --bind ",
+                      ShellQuote(absl::StrCat("/proc/", getpid(), "/root", dir)), " ",
+                      ShellQuote(dir), "\n");
+    }
     const std::string script = absl::StrCat(
         "set -e\n",
         "mount --bind ", ShellQuote(hosts_file), " /etc/hosts\n",
         "mount -t tmpfs -o mode=1777 fwh-tmp /tmp\n",
-        "mount -t tmpfs -o mode=1777 fwh-shm /dev/shm\n",
+        "mount -t tmpfs -o mode=1777 fwh-shm /dev/shm\n", keep,
         "hostname ", ShellQuote(h.hostname), "\n",
         "echo ready\n",
         "exec ", ShellQuote(Tool("sleep")), " infinity\n");
@@ -538,6 +548,7 @@ absl::StatusOr<std::unique_ptr<MultiHostCluster>> MultiHostCluster::Start(
     const MultiHostOptions& o) {
   if (absl::Status s = HostNetwork::CheckPrerequisites(); !s.ok()) return s;
   std::unique_ptr<MultiHostCluster> c(new MultiHostCluster());
+  std::vector<std::string> shared;  // /tmp directories the hosts must see
   c->options_ = o;
   for (const char* name : {"frameworm-coordinator", "frameworm-worker", "frameworm-cli",
                            "frameworm-train"}) {
@@ -548,16 +559,19 @@ absl::StatusOr<std::unique_ptr<MultiHostCluster>> MultiHostCluster::Start(
           "no executable ", path, " (set FRAMEWORM_BIN_DIR to a build's bin directory)"));
     }
     path = real;
-    if (absl::StartsWith(path, "/tmp/") || absl::StartsWith(path, "/dev/shm/")) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          path, " lies under /tmp or /dev/shm, which every host replaces with its own: "
-                "build outside them"));
+    // A checkout under /tmp (mktemp -d): its top directory there (build,
+    // .venv and all) stays visible on every host.
+    for (const char* root : {"/tmp/", "/dev/shm/"}) {
+      if (!absl::StartsWith(path, root)) continue;
+      const size_t end = path.find('/', strlen(root));
+      const std::string top = path.substr(0, end);
+      if (std::find(shared.begin(), shared.end(), top) == shared.end()) shared.push_back(top);
     }
     c->bins_[name] = path;
   }
   c->dir_ = MakeTempDir("fw-mh");
   if (c->dir_.empty()) return absl::InternalError("mkdtemp failed");
-  auto net = HostNetwork::Create(o.workers + 1, c->dir_);
+  auto net = HostNetwork::Create(o.workers + 1, c->dir_, shared);
   if (!net.ok()) return net.status();
   c->net_ = std::move(*net);
 

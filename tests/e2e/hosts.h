@@ -74,9 +74,12 @@ class HostNetwork {
   static std::vector<std::string> Leftovers(const std::string& prefix);
 
   // Makes `hosts` hosts; holder logs and host files go to `log_dir` (a
-  // directory of the root namespace).
+  // directory of the root namespace). Every host gets a private /tmp and
+  // /dev/shm, except the directories in `shared` (absolute, under /tmp or
+  // /dev/shm: e.g. a checkout with its build and .venv), which each host
+  // sees at the same path, bind-mounted from the root namespace.
   static absl::StatusOr<std::unique_ptr<HostNetwork>> Create(
-      int hosts, const std::string& log_dir);
+      int hosts, const std::string& log_dir, const std::vector<std::string>& shared = {});
   ~HostNetwork();
   HostNetwork(const HostNetwork&) = delete;
   HostNetwork& operator=(const HostNetwork&) = delete;
@@ -133,6 +136,7 @@ class HostNetwork {
 
   std::string prefix_;
   std::string log_dir_;
+  std::vector<std::string> shared_;  // Create(shared)
   std::string subnet_;
   std::string subnet_base_;  // "10.213.K."
   std::string root_address_;
@@ -157,8 +161,9 @@ struct MultiHostOptions {
 // one frameworm-worker per worker host with --coordinator, --advertise=<its
 // address>, --name=<its hostname> and a work dir on its own /tmp; a
 // JobService stub and the CLI from the root namespace over the bridge.
-// Binaries come from $FRAMEWORM_BIN_DIR (default build/bin), which must not
-// lie under /tmp or /dev/shm (the hosts cannot see those).
+// Binaries come from $FRAMEWORM_BIN_DIR (default build/bin); when they lie
+// under /tmp or /dev/shm (a checkout made with mktemp -d), that top
+// directory is shared with every host (HostNetwork::Create's `shared`).
 //
 // The destructor SIGKILLs the daemons and every process on the hosts, then
 // removes the hosts and (unless FRAMEWORM_KEEP_TEST_DIRS is set; then each
