@@ -105,11 +105,7 @@ absl::StatusOr<std::string> AddressTowardEndpoint(const std::string& endpoint) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", endpoint, "' is not HOST:PORT"));
   }
-  std::string host = endpoint.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  return AddressToward(host);
+  return AddressToward(HostOfEndpoint(endpoint));
 }
 
 }  // namespace frameworm

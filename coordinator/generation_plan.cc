@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "jobspec/job_spec.h"
 #include "proto/rank_env_proto.h"
 
 namespace frameworm::coordinator {
@@ -13,8 +14,7 @@ namespace frameworm::coordinator {
 std::vector<std::string> TaskArgv(const v1::JobSpec& spec,
                                   const std::string& checkpoint_dir) {
   const auto& ep = spec.entrypoint();
-  if (!ep.empty() && ep[0] != "frameworm-train")
-    return std::vector<std::string>(ep.begin(), ep.end());
+  if (!UsesBuiltInTrainer(spec)) return std::vector<std::string>(ep.begin(), ep.end());
   std::vector<std::string> argv = {"frameworm-train"};
   std::map<std::string, std::string> sorted(spec.train_options().begin(),
                                             spec.train_options().end());

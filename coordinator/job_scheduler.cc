@@ -6,8 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/printable.h"
 #include "common/token.h"
 #include "coordinator/generation_plan.h"
+#include "jobspec/job_spec.h"
 
 namespace frameworm::coordinator {
 namespace {
@@ -323,11 +325,7 @@ void JobScheduler::HandleTaskStatus(const std::string& worker,
   // A failed rank's last stderr line, from the worker: bounded and printable
   // before it enters a reason (the worker may be anyone).
   if (!t.stderr_tail().empty() && t.state() != v1::TASK_RUNNING) {
-    std::string tail = t.stderr_tail().substr(0, 256);
-    for (char& c : tail) {
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-    }
-    absl::StrAppend(&where, ": ", tail);
+    absl::StrAppend(&where, ": ", PrintableLine(t.stderr_tail(), 256));
   }
   switch (t.state()) {
     case v1::TASK_RUNNING:
@@ -407,9 +405,8 @@ void JobScheduler::Supervise() {
                                   absl::FormatDuration(timeout)));
       continue;
     }
-    const bool builtin = job.spec.entrypoint().empty() || job.spec.entrypoint(0) == "frameworm-train";
     std::optional<absl::Duration> startup;
-    if (builtin && options_.startup_timeout > absl::ZeroDuration()) {
+    if (UsesBuiltInTrainer(job.spec) && options_.startup_timeout > absl::ZeroDuration()) {
       startup = std::max(options_.startup_timeout, timeout);
     }
     if (std::optional<std::string> hung = job.progress.Hung(now, timeout, startup)) {

@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
   // No --advertise: trainers get the bound address, unless it is a wildcard
   // (0.0.0.0, ::), which is no address on another host; then each worker
   // hands its trainers the address it reaches the coordinator by.
-  if (o.advertise.empty() && !frameworm::IsWildcardHost(listen.substr(0, listen.rfind(':')))) {
+  if (o.advertise.empty() && !frameworm::IsWildcardHost(listen_host)) {
     (*core)->SetAdvertise(bound);
   }
 

@@ -123,8 +123,7 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
       }
     }
   }
-  bool builtin = s.entrypoint().empty() || s.entrypoint(0) == "frameworm-train";
-  if (!builtin && !s.train_options().empty()) {
+  if (!UsesBuiltInTrainer(s) && !s.train_options().empty()) {
     return err("train",
                absl::StrCat("train options apply only to the built-in "
                             "frameworm-train, but entrypoint is '",
@@ -565,6 +564,10 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(v1::JobSpec spec) {
         absl::StrCat("invalid job spec: ", err->message));
   }
   return spec;
+}
+
+bool UsesBuiltInTrainer(const v1::JobSpec& spec) {
+  return spec.entrypoint().empty() || spec.entrypoint(0) == "frameworm-train";
 }
 
 }  // namespace frameworm

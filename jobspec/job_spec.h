@@ -58,6 +58,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 // its line.) Errors: INVALID_ARGUMENT "invalid job spec: <rule's message>".
 absl::StatusOr<v1::JobSpec> NormalizeJobSpec(v1::JobSpec spec);
 
+// True when the job runs the built-in frameworm-train (no entrypoint, or
+// one whose program is "frameworm-train").
+bool UsesBuiltInTrainer(const v1::JobSpec& spec);
+
 }  // namespace frameworm
 
 #endif  // FRAMEWORM_JOBSPEC_JOB_SPEC_H_

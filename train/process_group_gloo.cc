@@ -3,7 +3,6 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/node_address.h"
 #include "train/process_group.h"
@@ -16,8 +15,7 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Backend>> CreateGlooBackend(
   try {
     auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
     const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-    const bool loopback = absl::StartsWith(o.master_addr, "127.") ||
-                          o.master_addr == "localhost" || o.master_addr == "::1";
+    const bool loopback = IsLoopbackHost(o.master_addr);
     if (ifname != nullptr && *ifname != '\0') {
       // The operator named the interface: that wins.
       opts->devices.push_back(

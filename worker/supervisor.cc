@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/printable.h"
 
 namespace frameworm {
 
@@ -52,12 +53,8 @@ std::string LastLine(const std::string& path) {
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
     text.pop_back();
   }
-  std::string line = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
-  if (line.size() > 256) line.resize(256);
-  for (char& c : line) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  return line;
+  const size_t nl = text.rfind('\n');
+  return PrintableLine(absl::string_view(text).substr(nl == std::string::npos ? 0 : nl + 1), 256);
 }
 
 }  // namespace
@@ -165,14 +162,12 @@ int Supervisor::KillAll(absl::Duration grace) {
 
 std::vector<TaskKey> Supervisor::Fence(absl::Duration cut_off) {
   std::vector<TaskKey> out;
-  for (auto& [key, t] : tasks_) {
+  for (const auto& [key, t] : tasks_) {
     if (t.status.state != TaskState::kRunning || t.sigkill_sent) continue;
     if (t.fence_after <= absl::ZeroDuration() || cut_off < t.fence_after) continue;
-    launcher_.Signal(t.status.pid, SIGKILL).IgnoreError();
-    t.sigkill_sent = true;
-    t.kill_at = clock_.Now();
     out.push_back(key);
   }
+  for (const TaskKey& key : out) Kill(key.job_id, key.generation, key.rank, absl::ZeroDuration());
   return out;
 }
 
