@@ -249,6 +249,10 @@ absl::StatusOr<std::unique_ptr<HostNetwork>> HostNetwork::Create(
   if (hosts < 1 || hosts > 200) {
     return absl::InvalidArgumentError(absl::StrCat("hosts must be 1..200, got ", hosts));
   }
+  if (shared.size() > 6) {  // the holder's shell passes each as fd 3..8
+    return absl::InvalidArgumentError(
+        absl::StrCat("at most 6 shared directories, got ", shared.size()));
+  }
   bool expected = false;
   if (!g_network_exists.compare_exchange_strong(expected, true)) {
     return absl::FailedPreconditionError(
@@ -324,22 +328,26 @@ absl::Status HostNetwork::Build(int hosts) {
       if (absl::Status s = ip(args); !s.ok()) return s;
     }
 
-    // The holder: private /tmp, /dev/shm, hostname, Debian's /etc/hosts;
-    // the shared directories come back from the root namespace through
-    // /proc/<this pid>/root, which resolves in this process's mounts.
+    // The holder: private /tmp, /dev/shm, hostname, Debian's /etc/hosts.
+    // A shared directory is opened before /tmp is covered and bound back
+    // from that descriptor (a bind from another mount namespace's path is
+    // refused by the kernel; the descriptor is in this one).
     const std::string hosts_file = absl::StrCat(log_dir_, "/", h.hostname, ".hosts");
     std::ofstream(hosts_file) << DebianHostsFile(h.hostname);
-    std::string keep;
-    for (const std::string& dir : shared_) {
-      absl::StrAppend(&keep, "mkdir -p ", ShellQuote(dir), "\n", "mount --bind ",
-                      ShellQuote(absl::StrCat("/proc/", getpid(), "/root", dir)), " ",
-                      ShellQuote(dir), "\n");
+    std::string open_shared, bind_shared;
+    for (size_t k = 0; k < shared_.size(); ++k) {
+      const std::string dir = ShellQuote(shared_[k]);
+      const size_t fd = 3 + k;
+      absl::StrAppend(&open_shared, "exec ", fd, "<", dir, "\n");
+      absl::StrAppend(&bind_shared, "mkdir -p ", dir, "\n",
+                      "mount --no-canonicalize --bind /proc/self/fd/", fd, " ", dir, "\n",
+                      "exec ", fd, "<&-\n");
     }
     const std::string script = absl::StrCat(
-        "set -e\n",
+        "set -e\n", open_shared,
         "mount --bind ", ShellQuote(hosts_file), " /etc/hosts\n",
         "mount -t tmpfs -o mode=1777 fwh-tmp /tmp\n",
-        "mount -t tmpfs -o mode=1777 fwh-shm /dev/shm\n", keep,
+        "mount -t tmpfs -o mode=1777 fwh-shm /dev/shm\n", bind_shared,
         "hostname ", ShellQuote(h.hostname), "\n",
         "echo ready\n",
         "exec ", ShellQuote(Tool("sleep")), " infinity\n");
