@@ -59,6 +59,9 @@ class GenerationProgress {
   // since the last one and nothing is pending; only once ranks report.
   void MaybeTimedCheckpoint(absl::Time now, absl::Duration every, int lead);
   int64_t checkpoint_at() const { return checkpoint_at_; }
+  // Some rank sent a step report this generation (or it was reloaded after
+  // reports, ExpectReportsSince).
+  bool any_report() const { return any_report_; }
 
   // "rank <r> hung: ..." for the first running rank silent for longer than
   // `timeout`; nullopt when none is (or no rank reported yet). With

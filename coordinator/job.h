@@ -49,6 +49,10 @@ struct Job {
   std::string master_addr;
   int master_port = 0;
   std::string resume_from;
+  // Elastic growth (job_growth.cc): the checkpoint step after which this
+  // generation ends to restart on more nodes; 0: none planned, -1: a
+  // planned growth's checkpoint was missed, not retried this generation.
+  int64_t grow_at = 0;
   GenerationProgress progress;
   MetricAggregator metrics;
 };

@@ -165,6 +165,22 @@ absl::StatusOr<int64_t> JobScheduler::RequestCheckpoint(
 
 // -------------------------------------------------------------- placement
 
+std::vector<std::string> JobScheduler::FreeWorkers(
+    int nproc, const std::vector<std::string>& exclude, int* capable) const {
+  const std::map<std::string, int> used = SlotsInUse();
+  std::vector<std::string> free;
+  if (capable != nullptr) *capable = 0;
+  for (const WorkerRegistry::Worker* w : workers_.All()) {
+    if (!workers_.Schedulable(*w) || w->slots < nproc) continue;
+    if (std::find(exclude.begin(), exclude.end(), w->name) != exclude.end()) continue;
+    if (capable != nullptr) ++*capable;
+    auto u = used.find(w->name);
+    if (w->slots - (u == used.end() ? 0 : u->second) >= nproc)
+      free.push_back(w->name);
+  }
+  return free;
+}
+
 void JobScheduler::Schedule() {
   std::vector<Job*> queue;
   for (const auto& [id, job] : jobs_)
@@ -176,25 +192,22 @@ void JobScheduler::Schedule() {
       return a->spec.priority() > b->spec.priority();
     return a->seq < b->seq;
   });
+  bool waiting = false;
   for (Job* job : queue) {
-    const int nproc = job->spec.nproc_per_node();
-    const std::map<std::string, int> used = SlotsInUse();
     int capable = 0;
-    std::vector<std::string> free;
-    for (const WorkerRegistry::Worker* w : workers_.All()) {
-      if (!workers_.Schedulable(*w) || w->slots < nproc) continue;
-      ++capable;
-      auto u = used.find(w->name);
-      if (w->slots - (u == used.end() ? 0 : u->second) >= nproc)
-        free.push_back(w->name);
-    }
+    std::vector<std::string> free =
+        FreeWorkers(job->spec.nproc_per_node(), {}, &capable);
     // Never fits the live cluster: skipped. Waits for busy slots: blocks.
     if (capable < job->spec.nodes_min()) continue;
+    waiting = true;
     if (static_cast<int>(free.size()) < job->spec.nodes_min()) break;
     if (static_cast<int>(free.size()) > job->spec.nodes_max())
       free.resize(job->spec.nodes_max());
     if (!StartGeneration(*job, free)) break;
+    waiting = false;
   }
+  // Free capacity goes to queued jobs first, then to growing ones.
+  if (!waiting) PlanGrowth();
 }
 
 bool JobScheduler::StartGeneration(Job& job,
@@ -264,6 +277,7 @@ void JobScheduler::KillAll(Job& job) {
 void JobScheduler::LeaveRunning(Job& job) {
   ports_.Release(job.master_port);
   job.ranks.clear();
+  job.grow_at = 0;
 }
 
 void JobScheduler::FailGeneration(Job& job, const std::string& reason) {
@@ -413,6 +427,8 @@ void JobScheduler::Supervise() {
       FailGeneration(job, *hung);
       continue;
     }
+    // A growth checkpoint the ranks passed without taking: not retried.
+    if (job.grow_at > 0 && job.progress.checkpoint_at() == 0) job.grow_at = -1;
     job.progress.MaybeTimedCheckpoint(
         now, absl::Seconds(job.spec.checkpoint().every_n_minutes() * 60),
         options_.checkpoint_lead_steps);
@@ -527,6 +543,7 @@ void JobScheduler::CheckpointRecorded(const std::string& job_id, int64_t step) {
   if (!job) return;
   job->progress.CheckpointRecorded(step, clock_.Now());
   Changed(*job);
+  MaybeGrow(*job, step);
 }
 
 // ------------------------------------------------------------------- views

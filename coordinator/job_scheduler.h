@@ -14,6 +14,15 @@
 // not block the queue; one that merely waits for busy slots does (strict
 // order).
 //
+// Elastic growth (job_growth.cc): when nothing waits in the queue, a
+// RUNNING job on fewer than nodes.max workers whose trainers report steps
+// and for which free workers exist asks its ranks for a checkpoint; once
+// that checkpoint is recorded, the generation ends ("growing from N to M
+// nodes") and the next starts at once on the old workers plus the free ones
+// (up to nodes.max), resuming from it. Growth is not a failure: it does not
+// count against max_restarts. A growth checkpoint the ranks miss is not
+// asked for again in that generation.
+//
 // Time: decisions use the injected Clock; Supervise() does the time-driven
 // work (heartbeat timeouts, hang detection, every_n_minutes checkpoints).
 //
@@ -139,6 +148,15 @@ class JobScheduler {
   bool IsCurrentTask(const Job* job, const std::string& worker,
                      const v1::TaskStatus& t) const;
   bool StartGeneration(Job& job, const std::vector<std::string>& workers);
+  // Schedulable workers with `nproc` free slots, not in `exclude`, in the
+  // registry's order; `capable` (optional) counts those with enough slots
+  // at all.
+  std::vector<std::string> FreeWorkers(int nproc, const std::vector<std::string>& exclude,
+                                       int* capable = nullptr) const;
+  // Growth (job_growth.cc): asks growable jobs for their checkpoint;
+  // grows `job` once the checkpoint of `step` is recorded.
+  void PlanGrowth();
+  void MaybeGrow(Job& job, int64_t step);
   void KillAll(Job& job);
   void FailGeneration(Job& job, const std::string& reason);
   void Succeed(Job& job);

@@ -71,6 +71,20 @@ class JobSchedulerTest : public ::testing::Test {
     t.set_exit_code(code);
     jobs_->HandleTaskStatus(worker, t);
   }
+  // A step report from `rank` of the current generation; returns the
+  // checkpoint step the rank is told.
+  int64_t Report(const std::string& id, int rank, int64_t step) {
+    v1::StepMetrics m;
+    m.mutable_ref()->set_job_id(id);
+    m.mutable_ref()->set_generation(Get(id).generation);
+    m.mutable_ref()->set_token(Get(id).ranks[rank].task.token());
+    m.set_rank(rank);
+    m.set_step(step);
+    m.set_samples(8);
+    absl::StatusOr<JobScheduler::StepOutcome> out = jobs_->ReportStep(m);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return out.ok() ? out->checkpoint_at : -1;
+  }
 
   SimulatedClock clock_;
   MemoryStore store_;
@@ -324,6 +338,102 @@ TEST_F(JobSchedulerTest, StepReportsFeedMetricsAndProgress) {
   ref.set_job_id("job-none");
   EXPECT_EQ(jobs_->CheckpointTarget(ref).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobSchedulerTest, ElasticJobGrowsOntoAJoiningWorkerAtItsCheckpoint) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  const std::string id = Submit(Spec(2, 3));
+  ASSERT_EQ(Get(id).workers.size(), 2u);
+  // No free worker, or no reports yet: nothing is planned.
+  jobs_->Schedule();
+  EXPECT_EQ(Get(id).grow_at, 0);
+  AddWorker("w2", 1);
+  jobs_->Schedule();
+  EXPECT_EQ(Get(id).grow_at, 0);  // its trainers never reported a step
+  EXPECT_EQ(Report(id, 0, 5), 0);
+  EXPECT_EQ(Report(id, 1, 5), 0);
+  jobs_->Schedule();
+  EXPECT_EQ(Get(id).grow_at, 7);  // max step + lead
+  EXPECT_EQ(Report(id, 0, 6), 7);  // every rank is asked for it
+  // An older checkpoint does not trigger the growth.
+  jobs_->CheckpointRecorded(id, 4);
+  EXPECT_EQ(Get(id).generation, 1);
+  jobs_->CheckpointRecorded(id, 7);
+  const Job& job = Get(id);
+  EXPECT_EQ(job.state, v1::RUNNING);
+  EXPECT_EQ(job.generation, 2);
+  EXPECT_EQ(job.workers, (std::vector<std::string>{"w0", "w1", "w2"}));
+  EXPECT_EQ(job.ranks.size(), 3u);
+  EXPECT_EQ(job.ranks[2].task.world_size(), 3);
+  EXPECT_EQ(job.restarts, 0);  // growth is not a failure
+  EXPECT_EQ(job.reason, "growing from 2 to 3 nodes after the checkpoint of step 7");
+  EXPECT_EQ(job.grow_at, 0);
+  EXPECT_EQ(job.progress.max_step(), 6);
+  // At nodes.max: never again.
+  AddWorker("w3", 1);
+  jobs_->Schedule();
+  EXPECT_EQ(Get(id).grow_at, 0);
+  EXPECT_EQ(jobs_->SlotsInUse(),
+            (std::map<std::string, int>{{"w0", 1}, {"w1", 1}, {"w2", 1}}));
+}
+
+TEST_F(JobSchedulerTest, QueuedJobsGetFreeWorkersBeforeAGrowingJob) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  const std::string id = Submit(Spec(2, 3));
+  Report(id, 0, 5);
+  Report(id, 1, 5);
+  const std::string queued = Submit(Spec(2, 2));
+  EXPECT_EQ(Get(queued).state, v1::PENDING);
+  AddWorker("w2", 1);  // one free worker: not enough for the queued job
+  jobs_->Schedule();
+  EXPECT_EQ(Get(queued).state, v1::PENDING);
+  EXPECT_EQ(Get(id).grow_at, 0);  // it waits; growth would starve it
+}
+
+TEST_F(JobSchedulerTest, GrowthWhoseWorkerWasTakenMeanwhileKeepsTheGeneration) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  const std::string id = Submit(Spec(2, 3));
+  Report(id, 0, 5);
+  Report(id, 1, 5);
+  AddWorker("w2", 1);
+  jobs_->Schedule();
+  ASSERT_EQ(Get(id).grow_at, 7);
+  const std::string other = Submit(Spec(1, 1));  // takes w2 first
+  EXPECT_EQ(Get(other).workers, (std::vector<std::string>{"w2"}));
+  jobs_->CheckpointRecorded(id, 7);
+  EXPECT_EQ(Get(id).generation, 1);
+  EXPECT_EQ(Get(id).state, v1::RUNNING);
+  EXPECT_EQ(Get(id).grow_at, 0);  // planned again when a worker is free
+}
+
+TEST_F(JobSchedulerTest, AMissedGrowthCheckpointIsNotAskedForAgain) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  v1::JobSpec spec = Spec(2, 3);
+  spec.set_max_restarts(1);
+  const std::string id = Submit(spec);
+  Report(id, 0, 5);
+  Report(id, 1, 5);
+  AddWorker("w2", 1);
+  jobs_->Schedule();
+  ASSERT_EQ(Get(id).grow_at, 7);
+  // Trainers that ignore checkpoint requests pass it by more than 10 steps.
+  Report(id, 0, 30);
+  EXPECT_EQ(Report(id, 1, 30), 0);
+  jobs_->Supervise();
+  jobs_->Schedule();
+  EXPECT_EQ(Get(id).grow_at, -1);
+  EXPECT_EQ(Get(id).progress.checkpoint_at(), 0);
+  EXPECT_EQ(Get(id).generation, 1);
+  // The next generation may plan again.
+  Exit("w1", id, 1, 3);
+  jobs_->Schedule();
+  ASSERT_EQ(Get(id).state, v1::RUNNING);
+  EXPECT_EQ(Get(id).generation, 2);
+  EXPECT_EQ(Get(id).workers.size(), 3u);  // a restart takes what is free
 }
 
 }  // namespace

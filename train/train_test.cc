@@ -214,6 +214,46 @@ TEST(TrainerTest, WarmupAndAccumulation) {
 
 std::string TempPath(const std::string& name) { return testutil::MakeTempDir(name); }
 
+// A trainer that believes it is one of `world` ranks (no collectives run
+// in load_checkpoint).
+class TrainerInWorld : public Trainer {
+ public:
+  TrainerInWorld(int world, Setup& s) : Trainer(s.model, s.opt), world_(world) {}
+  int world_size() const override { return world_; }
+
+ private:
+  int world_;
+};
+
+TEST(CheckpointTest, AnotherWorldSizeResumesAtTheSameShareOfTheEpoch) {
+  TrainerOptions o;
+  o.max_steps = 6;
+  auto one = MakeSetup(1, o);
+  const std::string path = TempPath("world") + "/ckpt-6.pt";
+  {
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    ASSERT_TRUE(one.trainer->train(tl, vl).ok());
+    ASSERT_EQ(one.trainer->state().batch_in_epoch, 6);
+    ASSERT_TRUE(one.trainer->save_checkpoint(path).ok());
+  }
+  // 6 batches of one rank = 2 batches of each of 3 ranks.
+  auto three = MakeSetup(2, o);
+  TrainerInWorld grown(3, three);
+  ASSERT_TRUE(grown.load_checkpoint(path).ok());
+  EXPECT_EQ(grown.state().step, 6);
+  EXPECT_EQ(grown.state().epoch, 0);
+  EXPECT_EQ(grown.state().batch_in_epoch, 2);
+  auto four = MakeSetup(3, o);
+  TrainerInWorld bigger(4, four);
+  ASSERT_TRUE(bigger.load_checkpoint(path).ok());
+  EXPECT_EQ(bigger.state().batch_in_epoch, 1);  // 1.5, rounded down
+  // The same world size: unchanged.
+  auto same = MakeSetup(4, o);
+  ASSERT_TRUE(same.trainer->load_checkpoint(path).ok());
+  EXPECT_EQ(same.trainer->state().batch_in_epoch, 6);
+}
+
 TEST(CheckpointTest, ResumeThenContinueEqualsUninterrupted) {
   TrainerOptions o;
   o.epochs = 2;

@@ -382,6 +382,16 @@ absl::Status Trainer::load_checkpoint(const std::string& path) {
     state_.epoch = epoch.to(torch::kCPU).item<int64_t>();
     state_.step = step.to(torch::kCPU).item<int64_t>();
     state_.batch_in_epoch = bie.to(torch::kCPU).item<int64_t>();
+    // Saved by a world of another size (an elastic job grew or shrank):
+    // the same share of the epoch's samples is done, each rank now takes
+    // a 1/world share of every global batch.
+    torch::Tensor saved_world;
+    if (ar.try_read("state/world_size", saved_world)) {
+      const int64_t w = saved_world.to(torch::kCPU).item<int64_t>();
+      if (w > 0 && w != world_size()) {
+        state_.batch_in_epoch = state_.batch_in_epoch * w / world_size();
+      }
+    }
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> l(gen.mutex());
     gen.set_state(rng.to(torch::kCPU));

@@ -142,7 +142,10 @@ class Trainer {
   absl::StatusOr<CheckpointFileInfo> save_checkpoint(const std::string& path);
   // Every rank loads. Errors: NOT_FOUND, DATA_LOSS (truncated, corrupt),
   // INVALID_ARGUMENT (does not fit this model/optimizer). On error nothing
-  // is changed.
+  // is changed. A checkpoint saved by a world of another size resumes at
+  // the same share of the epoch (batch_in_epoch x saved world / world,
+  // rounded down: a few samples may be seen twice, none skipped); step and
+  // epoch carry over.
   absl::Status load_checkpoint(const std::string& path);
 
   const TrainerState& state() const { return state_; }

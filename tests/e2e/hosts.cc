@@ -607,7 +607,8 @@ absl::StatusOr<std::unique_ptr<MultiHostCluster>> MultiHostCluster::Start(
         " over the bridge from ", c->net_->root_address()));
   }
   c->stub_ = v1::JobService::NewStub(channel);
-  for (int h = 1; h <= o.workers; ++h) {
+  const int started = o.started_workers < 0 ? o.workers : std::min(o.started_workers, o.workers);
+  for (int h = 1; h <= started; ++h) {
     if (absl::Status s = c->StartWorker(h); !s.ok()) return s;
   }
   return c;

@@ -148,6 +148,9 @@ class HostNetwork {
 
 struct MultiHostOptions {
   int workers = 2;  // worker hosts 1..workers; host 0 runs the coordinator
+  // Worker daemons Start() starts (hosts 1..started_workers); the other
+  // hosts exist, idle, until StartWorker. -1: all.
+  int started_workers = -1;
   int slots_per_worker = 1;
   double heartbeat_interval_s = 0.5;
   std::vector<std::string> coordinator_flags;  // extra flags

@@ -27,6 +27,7 @@ namespace {
 struct Job {
   std::string name;
   int nodes = 2;
+  int nodes_max = 0;  // > nodes: elastic, nodes: {min: nodes, max: nodes_max}
   std::string model = "cnn";
   int steps = 60;
   int batch = 64;
@@ -37,7 +38,10 @@ struct Job {
   std::string entrypoint;  // a YAML list; empty: the built-in trainer
 
   std::string Yaml() const {
-    std::string y = absl::StrCat("name: ", name, "\nnodes: ", nodes,
+    const std::string n = nodes_max > nodes
+                              ? absl::StrCat("{min: ", nodes, ", max: ", nodes_max, "}")
+                              : absl::StrCat(nodes);
+    std::string y = absl::StrCat("name: ", name, "\nnodes: ", n,
                                  "\nmax_restarts: ", max_restarts,
                                  "\nheartbeat_timeout: ", heartbeat_timeout, "\n");
     if (!entrypoint.empty()) {
@@ -173,15 +177,19 @@ class MultiHostE2E : public ::testing::Test {
   }
 
   // Starts the cluster into c_ (left null on failure: check started()).
-  void Start(int workers, bool derive_addresses = false) {
+  // `started`: worker daemons started now (-1: one per host).
+  void Start(int workers, bool derive_addresses = false, int started = -1) {
     MultiHostOptions o;
     o.workers = workers;
     o.derive_addresses = derive_addresses;
+    o.started_workers = started;
     auto c = MultiHostCluster::Start(o);
     ASSERT_TRUE(c.ok()) << c.status();
     c_ = std::move(*c);
     pids_.push_back(c_->coordinator().pid());
-    for (int h = 1; h <= workers; ++h) pids_.push_back(c_->worker(h).pid());
+    for (int h = 1; h <= (started < 0 ? workers : started); ++h) {
+      pids_.push_back(c_->worker(h).pid());
+    }
   }
   bool started() const { return c_ != nullptr; }
 
@@ -440,6 +448,61 @@ TEST_F(MultiHostE2E, KilledWorkerJobResumesOnHostWithoutTheCheckpoint) {
   }
   EXPECT_GT(first_gen2, newest) << "generation 2 did not resume from step " << newest
                                 << Diagnose(c, *id);
+  EXPECT_EQ(last, job.steps);
+  RunResult logs = c.Cli({"logs", *id, "--rank", "0"});
+  EXPECT_TRUE(absl::StrContains(logs.output, "\"event\":\"resumed\"")) << Tail(logs.output, 2000);
+}
+
+// An elastic job (nodes: {min: 2, max: 3}) running on two hosts grows
+// onto a third host whose worker joins mid-run: one checkpoint, then
+// generation 2 on three hosts resumes from it (no restart counted).
+TEST_F(MultiHostE2E, ElasticJobGrowsOntoAJoiningHost) {
+  Start(3, /*derive_addresses=*/false, /*started=*/2);
+  ASSERT_TRUE(started());
+  MultiHostCluster& c = *c_;
+  Job job;
+  job.name = "grow";
+  job.nodes_max = 3;
+  job.steps = 240;
+  job.max_restarts = 0;  // growth must not need a restart
+  job.env = kGlooOnBridge;
+  auto id = Submit(job);
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto running = WaitForStep(c, *id, 1, absl::Seconds(60));
+  ASSERT_TRUE(running.ok()) << running.status();
+  ASSERT_EQ(running->workers_size(), 2);
+  ASSERT_TRUE(c.StartWorker(3).ok());
+  pids_.push_back(c.worker(3).pid());
+  const absl::Time joined = absl::Now();
+  auto grown = c.WaitFor(
+      *id, [](const v1::JobStatus& s) { return s.generation() >= 2 || IsFinal(s.state()); },
+      absl::Seconds(60));
+  ASSERT_TRUE(grown.ok()) << grown.status() << Diagnose(c, *id);
+  RecordProperty("grown_after_join_ms", absl::StrCat(absl::ToInt64Milliseconds(absl::Now() - joined)));
+  ASSERT_EQ(grown->generation(), 2) << Diagnose(c, *id);
+  EXPECT_EQ(grown->workers_size(), 3) << grown->ShortDebugString();
+  auto st = c.WaitForFinal(*id, absl::Seconds(150));
+  ASSERT_TRUE(st.ok()) << st.status() << Diagnose(c, *id);
+  ASSERT_EQ(st->state(), v1::SUCCEEDED) << Diagnose(c, *id);
+  EXPECT_EQ(st->generation(), 2);
+  EXPECT_EQ(st->restarts(), 0);
+  std::set<int> hosts;
+  for (const auto& w : st->workers()) hosts.insert(c.HostOf(w));
+  EXPECT_EQ(hosts, (std::set<int>{1, 2, 3})) << st->ShortDebugString();
+  // Generation 2 resumed after the growth checkpoint, not from zero.
+  const int64_t checkpoint = NewestCheckpointStep(c, *id);
+  EXPECT_GT(checkpoint, 0);
+  auto steps = c.Metrics(*id);
+  ASSERT_TRUE(steps.ok()) << steps.status();
+  int64_t last_gen1 = 0, first_gen2 = -1, last = 0;
+  for (const auto& s : *steps) {
+    if (s.generation() == 1) last_gen1 = std::max(last_gen1, s.step());
+    if (s.generation() == 2 && first_gen2 < 0) first_gen2 = s.step();
+    last = std::max(last, s.step());
+  }
+  EXPECT_GT(first_gen2, 1) << Diagnose(c, *id);
+  EXPECT_LE(first_gen2, last_gen1 + 1) << "steps between the checkpoint and the growth are redone";
+  RecordProperty("steps_redone", absl::StrCat(last_gen1 + 1 - first_gen2));
   EXPECT_EQ(last, job.steps);
   RunResult logs = c.Cli({"logs", *id, "--rank", "0"});
   EXPECT_TRUE(absl::StrContains(logs.output, "\"event\":\"resumed\"")) << Tail(logs.output, 2000);

@@ -1,0 +1,55 @@
+// Elastic growth of RUNNING jobs (the contract is in job_scheduler.h): a
+// job below nodes.max checkpoints, then restarts on more workers.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/job_scheduler.h"
+
+namespace frameworm::coordinator {
+
+void JobScheduler::PlanGrowth() {
+  for (const auto& [id, job_ptr] : jobs_) {
+    Job& job = *job_ptr;
+    if (job.state != v1::RUNNING || job.grow_at != 0 ||
+        static_cast<int>(job.workers.size()) >= job.spec.nodes_max() ||
+        !job.progress.any_report()) {
+      continue;
+    }
+    if (FreeWorkers(job.spec.nproc_per_node(), job.workers).empty()) continue;
+    job.grow_at = job.progress.RequestCheckpoint(options_.checkpoint_lead_steps);
+  }
+}
+
+void JobScheduler::MaybeGrow(Job& job, int64_t step) {
+  if (job.state != v1::RUNNING || job.grow_at <= 0 || step < job.grow_at) return;
+  std::vector<std::string> extra =
+      FreeWorkers(job.spec.nproc_per_node(), job.workers);
+  const int room = job.spec.nodes_max() - static_cast<int>(job.workers.size());
+  if (extra.empty() || room <= 0) {
+    job.grow_at = 0;  // the free workers went elsewhere; planned again later
+    return;
+  }
+  if (static_cast<int>(extra.size()) > room) extra.resize(room);
+  std::vector<std::string> next = job.workers;
+  next.insert(next.end(), extra.begin(), extra.end());
+  const std::string reason =
+      absl::StrCat("growing from ", job.workers.size(), " to ", next.size(),
+                   " nodes after the checkpoint of step ", step);
+  const absl::Time now = clock_.Now();
+  KillAll(job);
+  job.state = v1::RESTARTING;
+  job.reason = reason;
+  LogStoreError(store_.EndGeneration(RowOf(job), job.generation,
+                                     absl::ToUnixMillis(now), reason),
+                "end generation");
+  LeaveRunning(job);
+  Changed(job);
+  std::fprintf(stderr, "coordinator: job %s: %s\n", job.id.c_str(), reason.c_str());
+  // When the start cannot happen now (no MASTER_PORT, the store), the job
+  // stays RESTARTING and Schedule() starts it like any other.
+  StartGeneration(job, next);
+}
+
+}  // namespace frameworm::coordinator
