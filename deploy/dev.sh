@@ -14,7 +14,7 @@ JOBS="${FRAMEWORM_JOBS:-$(nproc)}"
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libyaml-cpp-dev libsqlite3-dev
-  libgloo-dev zlib1g-dev dataset-fashion-mnist
+  libgloo-dev zlib1g-dev libssl-dev dataset-fashion-mnist
   iproute2 util-linux nftables)
 
 log() { echo "[dev.sh] $*" >&2; }

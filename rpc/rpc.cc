@@ -15,8 +15,9 @@ constexpr int kKeepaliveMs = 2000;
 constexpr int kKeepaliveTimeoutMs = 2000;
 }  // namespace
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const TlsFiles* tls) {
   grpc::ChannelArguments args;
+  if (tls != nullptr) args.SetSslTargetNameOverride(kCoordinatorTlsName);
   args.SetMaxReceiveMessageSize(kChannelMaxMessageBytes);
   args.SetMaxSendMessageSize(kChannelMaxMessageBytes);
   // Reconnect quickly after a coordinator restart (gRPC's default backoff
@@ -28,16 +29,18 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(),
-                                   args);
+  return grpc::CreateCustomChannel(
+      target, tls != nullptr ? ClientCredentials(*tls) : grpc::InsecureChannelCredentials(), args);
 }
 
 absl::StatusOr<StartedServer> StartServer(
     const ServerOptions& options, const std::vector<grpc::Service*>& services) {
   grpc::ServerBuilder builder;
   StartedServer out;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
-                           &out.port);
+  builder.AddListeningPort(
+      options.listen,
+      options.tls ? ServerCredentials(*options.tls) : grpc::InsecureServerCredentials(),
+      &out.port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   // A second server on a port already in use must fail, not share it.

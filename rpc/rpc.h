@@ -1,5 +1,5 @@
-// The one place where gRPC channels and servers are made, so TLS and auth
-// tokens can be added here later without touching callers.
+// The one place where gRPC channels and servers are made: plaintext, or
+// mutual TLS with the cluster's certificates (rpc/tls.h).
 //
 // Thread safety: free functions; the returned objects are gRPC's own
 // (thread-safe channels; a server owned by the caller).
@@ -7,21 +7,29 @@
 #define FRAMEWORM_RPC_RPC_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/tls.h"
 
 namespace frameworm {
 
-// A channel to `target` ("host:port"). Never fails: connection errors show
-// up on the calls.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
+// A channel to `target` ("host:port"), plaintext, or with `tls` presenting
+// its certificate and accepting only the cluster's coordinator (checked
+// against kCoordinatorTlsName, not `target`). Never fails: connection
+// errors show up on the calls.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
+                                           const TlsFiles* tls = nullptr);
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:0";  // port 0: pick a free one
   int max_message_bytes = 16 << 20;    // larger messages are refused
+  // Mutual TLS: every client must present a certificate of tls->ca_pem.
+  // Unset: plaintext.
+  std::optional<TlsFiles> tls;
 };
 
 struct StartedServer {

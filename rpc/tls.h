@@ -1,0 +1,46 @@
+// TLS material of one process and what gRPC makes of it.
+//
+// A TLS directory (made by `frameworm-cli admin ca issue`, rpc/cluster_ca.h)
+// holds ca.crt (the cluster CA: the only issuer trusted), tls.crt (this
+// process's certificate, CN "<role>:<name>") and tls.key (its key, which
+// must not be readable by group or others). The coordinator serves with
+// its own and requires a client certificate from the same CA on every
+// connection; clients (workers, trainers, the CLI) present theirs and
+// accept only a server certificate of the cluster CA carrying the DNS name
+// kCoordinatorTlsName, whatever address they dial.
+//
+// Errors: NOT_FOUND (a file is missing, with how to make it),
+// PERMISSION_DENIED (tls.key readable by others), INVALID_ARGUMENT (not
+// PEM). Thread safety: free functions.
+#ifndef FRAMEWORM_RPC_TLS_H_
+#define FRAMEWORM_RPC_TLS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/caller.h"
+#include "grpcpp/grpcpp.h"
+
+namespace frameworm {
+
+// The name every coordinator certificate carries and every client checks.
+inline constexpr char kCoordinatorTlsName[] = "frameworm-coordinator";
+
+struct TlsFiles {
+  std::string dir;
+  std::string ca_pem, cert_pem, key_pem;
+};
+
+absl::StatusOr<TlsFiles> LoadTlsDir(const std::string& dir);
+
+std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const TlsFiles& tls);
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsFiles& tls);
+
+// The authenticated caller of a server call: kLocal on a plaintext
+// connection, else the role and name of its verified certificate.
+Caller CallerOf(const grpc::ServerContextBase& ctx);
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_RPC_TLS_H_
