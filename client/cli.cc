@@ -24,6 +24,15 @@ ABSL_FLAG(int, rank, -1,
           "logs: only rank N's output, raw; -1: every rank, each line "
           "prefixed \"[rank N] \"");
 ABSL_FLAG(int64_t, since, 0, "metrics: only the steps after this one");
+ABSL_FLAG(std::string, tls_dir, "",
+          "mutual TLS to the coordinator with this directory's ca.crt, tls.crt and tls.key "
+          "(made by `admin ca issue`); empty: plaintext");
+ABSL_FLAG(std::string, ca_dir, "", "admin ca: the cluster CA's directory (ca.crt, ca.key)");
+ABSL_FLAG(std::string, role, "", "admin ca issue: coordinator, worker, user or admin");
+ABSL_FLAG(std::string, name, "",
+          "admin ca issue: the identity (a worker's --name, a user's login)");
+ABSL_FLAG(std::string, out, "", "admin ca issue: the TLS directory to create (default ./<role>-<name>)");
+ABSL_FLAG(int, days, 0, "admin ca: validity in days (default 3650 for the CA, 825 for others)");
 
 namespace frameworm {
 namespace {
@@ -52,7 +61,7 @@ const FlagsConfig& Config() {
   static const FlagsConfig* config = new FlagsConfig{
       kProgram,
       Usage(),
-      {{"coordinator", "FRAMEWORM_COORDINATOR"}},
+      {{"coordinator", "FRAMEWORM_COORDINATOR"}, {"tls_dir", "FRAMEWORM_TLS_DIR"}},
       {{"-f", "follow"}},
   };
   return *config;
@@ -78,6 +87,12 @@ void ResetFlags(const CliOptions& options) {
   ResetFlag(FLAGS_follow);
   ResetFlag(FLAGS_rank);
   ResetFlag(FLAGS_since);
+  ResetFlag(FLAGS_tls_dir);
+  ResetFlag(FLAGS_ca_dir);
+  ResetFlag(FLAGS_role);
+  ResetFlag(FLAGS_name);
+  ResetFlag(FLAGS_out);
+  ResetFlag(FLAGS_days);
   absl::SetFlag(&FLAGS_coordinator, options.default_coordinator);
 }
 
@@ -94,7 +109,9 @@ absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional) {
   CommandLine out;
   out.flags = {absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_csv),
                absl::GetFlag(FLAGS_follow), absl::GetFlag(FLAGS_rank),
-               absl::GetFlag(FLAGS_since)};
+               absl::GetFlag(FLAGS_since),  absl::GetFlag(FLAGS_ca_dir),
+               absl::GetFlag(FLAGS_role),   absl::GetFlag(FLAGS_name),
+               absl::GetFlag(FLAGS_out),    absl::GetFlag(FLAGS_days)};
   const CommandFlags& f = out.flags;
   if (absl::GetFlag(FLAGS_coordinator).empty())
     return absl::InvalidArgumentError("--coordinator needs HOST:PORT");
@@ -126,6 +143,17 @@ absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional) {
     return absl::InvalidArgumentError("--json and --csv exclude each other");
   if ((f.rank >= 0 || f.follow) && name != "logs")
     return absl::InvalidArgumentError("--rank and -f apply to logs only");
+  const bool admin = name == "admin";
+  if (admin && (out.args[0] != "ca" || (out.args[1] != "init" && out.args[1] != "issue")))
+    return absl::InvalidArgumentError("admin takes 'ca init' or 'ca issue'");
+  if (!admin && (!f.ca_dir.empty() || !f.role.empty() || !f.name.empty() || !f.out_dir.empty() ||
+                 f.days != 0))
+    return absl::InvalidArgumentError("--ca-dir, --role, --name, --out and --days apply to admin ca only");
+  if (admin && f.ca_dir.empty())
+    return absl::InvalidArgumentError("admin ca needs --ca-dir DIR (the cluster CA's directory)");
+  if (admin && out.args[1] == "issue" && (f.role.empty() || f.name.empty()))
+    return absl::InvalidArgumentError("admin ca issue needs --role and --name");
+  if (f.days < 0) return absl::InvalidArgumentError("--days needs a number of days >= 1");
   return out;
 }
 
@@ -155,8 +183,17 @@ int RunCli(const std::vector<std::string>& args, const CliOptions& options,
   }
   absl::StatusOr<CommandLine> line = Check(parsed->positional);
   if (!line.ok()) return usage_error(line.status());
+  std::optional<TlsFiles> tls;
+  if (const std::string dir = absl::GetFlag(FLAGS_tls_dir); !dir.empty()) {
+    absl::StatusOr<TlsFiles> loaded = LoadTlsDir(dir);
+    if (!loaded.ok()) {
+      err << kProgram << ": --tls-dir: " << loaded.status().message() << "\n";
+      return 1;
+    }
+    tls = *std::move(loaded);
+  }
   std::unique_ptr<v1::JobService::Stub> stub = v1::JobService::NewStub(
-      MakeChannel(absl::GetFlag(FLAGS_coordinator)));
+      MakeChannel(absl::GetFlag(FLAGS_coordinator), tls ? &*tls : nullptr));
   const Invocation invocation{
       parsed->positional[0], std::move(line->args), line->flags, options,
       *stub,                 out,                   err};

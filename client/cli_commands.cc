@@ -221,6 +221,9 @@ constexpr Command kCommands[] = {
     {"metrics", Metrics, 1, "one job id", "metrics ID [--json|--csv]",
      "per-step aggregated metrics"},
     {"workers", Workers, 0, "no arguments", "workers", "registered workers"},
+    {"admin", Admin, 2, "'ca init' or 'ca issue'", "admin ca init|issue",
+     "the cluster CA: init --ca-dir D; issue --ca-dir D\n"
+     "--role coordinator|worker|user|admin --name N [--out DIR]"},
 };
 
 }  // namespace

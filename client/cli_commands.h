@@ -25,6 +25,9 @@ struct CommandFlags {
   bool follow = false; // logs only
   int rank = -1;       // logs only; -1: every rank
   int64_t since = 0;   // metrics: steps after this one
+  // admin ca init|issue (client/cli_admin.cc).
+  std::string ca_dir, role, name, out_dir;
+  int days = 0;  // 0: the default validity
 };
 
 // One run of one command.
@@ -46,6 +49,9 @@ struct Command {
   absl::string_view synopsis;     // "status ID", in --help
   absl::string_view summary;      // what it does, in --help; may hold '\n'
 };
+
+// `admin ca init` / `admin ca issue` (client/cli_admin.cc): no coordinator.
+int Admin(const Invocation& c);
 
 // Every command, in --help order.
 absl::Span<const Command> Commands();

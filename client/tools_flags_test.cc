@@ -148,5 +148,57 @@ TEST(WorkerFlagsTest, AdvertiseThatCannotBeDerivedIsAFlagError) {
   EXPECT_THAT(r.output, HasSubstr("no-such-host.invalid")) << r.output;
 }
 
+// The cluster CA from the command line, and TLS directories the daemons
+// refuse (the positive path: the multi-host suite runs under TLS).
+TEST_F(CoordinatorFlagsTest, AdminCaIssuesCertificatesThatDaemonsCheck) {
+  const std::string ca = dir_ + "/ca";
+  e2e::RunResult r = RunTool("frameworm-cli", {"admin", "ca", "init", "--ca-dir", ca});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cluster CA created in " + ca));
+  r = RunTool("frameworm-cli", {"admin", "ca", "init", "--ca-dir", ca});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("ALREADY_EXISTS"));
+  for (const char* who : {"user:alice", "worker:w1", "coordinator:main"}) {
+    const std::string s(who);
+    const std::string role = s.substr(0, s.find(':')), name = s.substr(s.find(':') + 1);
+    r = RunTool("frameworm-cli", {"admin", "ca", "issue", "--ca-dir", ca, "--role", role,
+                                  "--name", name, "--out", dir_ + "/" + name});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("--tls-dir " + dir_ + "/" + name));
+  }
+  // Usage errors.
+  r = RunTool("frameworm-cli", {"admin", "ca", "issue", "--ca-dir", ca, "--name", "x"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("needs --role and --name"));
+  r = RunTool("frameworm-cli", {"admin", "ca", "frob", "--ca-dir", ca});
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunTool("frameworm-cli", {"admin", "ca", "issue", "--ca-dir", ca, "--role", "root",
+                                "--name", "x", "--out", dir_ + "/x"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("role must be"));
+  r = RunTool("frameworm-cli", {"list", "--ca-dir", ca});
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunTool("frameworm-cli", {"list", "--tls-dir", dir_ + "/nowhere"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--tls-dir: cannot read " + dir_ + "/nowhere/ca.crt"));
+  // Daemons take only their own role's certificate.
+  r = Coordinator({"--listen=0.0.0.0:0", "--tls-dir=" + dir_ + "/alice"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("not a coordinator certificate"));
+  r = RunTool("frameworm-worker", {"--coordinator=192.0.2.1:7070", "--tls-dir=" + dir_ + "/alice"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("user alice's certificate, not a worker's"));
+  r = RunTool("frameworm-worker",
+              {"--coordinator=192.0.2.1:7070", "--tls-dir=" + dir_ + "/w1", "--name=w2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--name=w2 but the --tls-dir certificate is worker:w1"));
+  // A key others can read is refused.
+  std::filesystem::permissions(dir_ + "/w1/tls.key", std::filesystem::perms::owner_read |
+                                                        std::filesystem::perms::group_read);
+  r = RunTool("frameworm-worker", {"--coordinator=192.0.2.1:7070", "--tls-dir=" + dir_ + "/w1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("chmod 600"));
+}
+
 }  // namespace
 }  // namespace frameworm

@@ -14,6 +14,9 @@
 //   FRAMEWORM_RESUME_FROM            when resuming from a checkpoint
 //   FRAMEWORM_TOKEN                  the rank's secret for the coordinator's
 //                                    trainer calls (per generation), when set
+//   FRAMEWORM_TLS_DIR                the worker's TLS directory (rpc/tls.h)
+//                                    when it talks to the coordinator over
+//                                    TLS; trainers present its certificate
 // A job's own `env` may set none of these, nor any other FRAMEWORM_* name
 // (IsReservedEnvName): those are Frameworm's.
 //
@@ -45,6 +48,7 @@ struct RankEnv {
   int64_t generation = 0;   // FRAMEWORM_GENERATION
   std::string resume_from;  // FRAMEWORM_RESUME_FROM; empty: fresh start
   std::string token;        // FRAMEWORM_TOKEN; empty: none
+  std::string tls_dir;      // FRAMEWORM_TLS_DIR; empty: plaintext
   bool operator==(const RankEnv&) const = default;
 };
 

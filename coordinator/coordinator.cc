@@ -183,9 +183,11 @@ v1::JobStatus Coordinator::StatusOf(const Job& job) const {
   return s;
 }
 
-absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& in) {
+absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& in,
+                                                   const std::string& owner) {
   absl::StatusOr<v1::JobSpec> spec = NormalizeJobSpec(in);
   if (!spec.ok()) return spec.status();
+  spec->set_owner(owner);
   if (absl::Status s = CheckCheckpointDirAllowed(spec->checkpoint().dir(),
                                                  checkpoint_roots_);
       !s.ok()) {
@@ -200,6 +202,13 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& in) {
   }
   Flush();
   return id;
+}
+
+absl::StatusOr<std::string> Coordinator::JobOwner(const std::string& job_id) const {
+  absl::MutexLock l(&mu_);
+  absl::StatusOr<const Job*> job = FindLocked(job_id);
+  if (!job.ok()) return job.status();
+  return (*job)->spec.owner();
 }
 
 absl::StatusOr<v1::JobStatus> Coordinator::GetJob(

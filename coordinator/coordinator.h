@@ -126,7 +126,12 @@ class Coordinator {
   // ---- Jobs (JobService) ----
   // INVALID_ARGUMENT "invalid job spec: ..." (naming the field) for a bad
   // spec; nothing is stored.
-  absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec);
+  // `owner` (Caller::Owner() of the submitter, coordinator/access.h) is
+  // recorded as the spec's owner, replacing whatever the spec said.
+  absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec,
+                                        const std::string& owner = "local");
+  // The spec's owner of a job; NOT_FOUND for an unknown job.
+  absl::StatusOr<std::string> JobOwner(const std::string& job_id) const;
   // NOT_FOUND for an unknown job.
   absl::StatusOr<v1::JobStatus> GetJob(const std::string& job_id) const;
   std::vector<v1::JobStatus> ListJobs() const;

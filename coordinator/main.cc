@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +32,10 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "address to serve on, HOST:PORT (port 0: a free one)");
 ABSL_FLAG(std::string, state_dir, "./frameworm-state",
           "durable state, logs, default checkpoints");
+ABSL_FLAG(std::string, tls_dir, "",
+          "serve mutual TLS with this directory's ca.crt, tls.crt and tls.key "
+          "(`frameworm-cli admin ca issue --role coordinator --name NAME`): every client "
+          "must present a certificate of that CA");
 ABSL_FLAG(bool, insecure, false,
           "allow a --listen address off loopback in plaintext (no TLS yet: "
           "whoever reaches the port can run jobs); private networks only");
@@ -129,14 +134,30 @@ int main(int argc, char** argv) {
   const frameworm::coordinator::CoordinatorOptions& o = config->core;
   const std::string& listen = config->listen;
   const std::string listen_host = frameworm::HostOfEndpoint(listen);
-  if (!frameworm::IsLoopbackHost(listen_host)) {
+  std::optional<frameworm::TlsFiles> tls;
+  if (const std::string dir = absl::GetFlag(FLAGS_tls_dir); !dir.empty()) {
+    absl::StatusOr<frameworm::TlsFiles> loaded = frameworm::LoadTlsDir(dir);
+    if (!loaded.ok()) {
+      frameworm::FlagErrorExit(Config(), "--tls-dir: " + std::string(loaded.status().message()));
+    }
+    absl::StatusOr<frameworm::Caller> who = frameworm::IdentityOf(*loaded);
+    if (!who.ok() || who->role != frameworm::Caller::Role::kCoordinator) {
+      frameworm::FlagErrorExit(
+          Config(), "--tls-dir: " + dir + "/tls.crt is not a coordinator certificate (issue one "
+                    "with `frameworm-cli admin ca issue --role coordinator --name NAME`)");
+    }
+    tls = *std::move(loaded);
+  }
+  if (!tls && !frameworm::IsLoopbackHost(listen_host)) {
     if (!absl::GetFlag(FLAGS_insecure)) {
       frameworm::FlagErrorExit(
           Config(), absl::StrCat("--listen=", listen,
-                                 " is off loopback and Frameworm has no TLS yet: anyone who "
-                                 "reaches it can run commands on your workers. Listen on "
-                                 "127.0.0.1, or add --insecure on a network only your cluster "
-                                 "reaches"));
+                                 " is off loopback without TLS: anyone who reaches it could run "
+                                 "commands on your workers. Create the cluster's certificates "
+                                 "(`frameworm-cli admin ca init --ca-dir D`, then `admin ca issue "
+                                 "--ca-dir D --role coordinator --name NAME`) and pass "
+                                 "--tls-dir; or listen on 127.0.0.1; or add --insecure on a "
+                                 "network only your cluster reaches"));
     }
     std::fprintf(stderr,
                  "frameworm-coordinator: WARNING: --insecure: serving %s in plaintext without "
@@ -163,6 +184,7 @@ int main(int argc, char** argv) {
   frameworm::ServerOptions so;
   so.listen = listen;
   so.max_message_bytes = 16 << 20;
+  so.tls = tls;
   auto server = frameworm::StartServer(so, service.services());
   if (!server.ok()) {
     std::fprintf(stderr, "frameworm-coordinator: %s\n",

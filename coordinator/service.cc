@@ -16,7 +16,9 @@
 #include "frameworm/v1/job_service.grpc.pb.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
+#include "coordinator/access.h"
 #include "rpc/status_util.h"
+#include "rpc/tls.h"
 
 namespace frameworm::coordinator {
 namespace {
@@ -335,6 +337,22 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::CheckpointChun
   v1::CheckpointChunk chunk_;
 };
 
+// The job `id` exists and `caller` may see and control it (access.h).
+absl::Status JobAllowed(Impl* impl, const Caller& caller, const std::string& id) {
+  if (absl::Status s = CheckJobClient(caller); !s.ok()) return s;
+  absl::StatusOr<std::string> owner = impl->core->JobOwner(id);
+  if (!owner.ok()) return owner.status();
+  return CheckJobAccess(caller, id, *owner);
+}
+
+// A server stream refused before it started.
+template <typename T>
+class Refused final : public grpc::ServerWriteReactor<T> {
+ public:
+  explicit Refused(const absl::Status& s) { this->Finish(ToGrpcStatus(s)); }
+  void OnDone() override { delete this; }
+};
+
 // A unary reactor finished with `status`.
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
                                const absl::Status& status) {
@@ -352,13 +370,17 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
                                       const v1::SubmitJobRequest* req,
                                       v1::SubmitJobResponse* resp) override {
-    absl::StatusOr<std::string> id = impl_->core->SubmitJob(req->spec());
+    const Caller caller = CallerOf(*ctx);
+    if (absl::Status s = CheckJobClient(caller); !s.ok()) return Done(ctx, s);
+    absl::StatusOr<std::string> id = impl_->core->SubmitJob(req->spec(), caller.Owner());
     if (id.ok()) resp->set_job_id(*id);
     return Done(ctx, id.status());
   }
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
                                    const v1::GetJobRequest* req,
                                    v1::JobStatus* resp) override {
+    if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
+      return Done(ctx, s);
     absl::StatusOr<v1::JobStatus> st = impl_->core->GetJob(req->job_id());
     if (st.ok()) *resp = std::move(*st);
     return Done(ctx, st.status());
@@ -366,23 +388,33 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
                                      const v1::ListJobsRequest*,
                                      v1::ListJobsResponse* resp) override {
-    for (auto& j : impl_->core->ListJobs()) *resp->add_jobs() = std::move(j);
+    const Caller caller = CallerOf(*ctx);
+    if (absl::Status s = CheckJobClient(caller); !s.ok()) return Done(ctx, s);
+    for (auto& j : impl_->core->ListJobs()) {
+      if (SeesJob(caller, j.spec().owner())) *resp->add_jobs() = std::move(j);
+    }
     return Done(ctx, absl::OkStatus());
   }
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
                                       const v1::CancelJobRequest* req,
                                       v1::CancelJobResponse* resp) override {
+    if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
+      return Done(ctx, s);
     absl::StatusOr<v1::JobStatus> st = impl_->core->CancelJob(req->job_id());
     if (st.ok()) *resp->mutable_job() = std::move(*st);
     return Done(ctx, st.status());
   }
   grpc::ServerWriteReactor<v1::JobStatus>* WatchJob(
-      grpc::CallbackServerContext*, const v1::WatchJobRequest* req) override {
+      grpc::CallbackServerContext* ctx, const v1::WatchJobRequest* req) override {
+    if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
+      return new Refused<v1::JobStatus>(s);
     return new WatchReactor(impl_, req->job_id());
   }
   grpc::ServerUnaryReactor* RequestCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::RequestCheckpointRequest* req,
       v1::RequestCheckpointResponse* resp) override {
+    if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
+      return Done(ctx, s);
     absl::StatusOr<int64_t> at = impl_->core->RequestCheckpoint(req->job_id());
     if (at.ok()) resp->set_at_step(*at);
     return Done(ctx, at.status());
@@ -390,6 +422,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* ListCheckpoints(
       grpc::CallbackServerContext* ctx, const v1::ListCheckpointsRequest* req,
       v1::ListCheckpointsResponse* resp) override {
+    if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
+      return Done(ctx, s);
     auto list = impl_->core->ListCheckpoints(req->job_id());
     if (list.ok())
       for (auto& c : *list) *resp->add_checkpoints() = std::move(c);
@@ -398,6 +432,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* GetMetrics(grpc::CallbackServerContext* ctx,
                                        const v1::GetMetricsRequest* req,
                                        v1::GetMetricsResponse* resp) override {
+    if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
+      return Done(ctx, s);
     auto steps = impl_->core->GetMetrics(req->job_id(), req->since_step());
     if (steps.ok())
       for (auto& s : *steps) *resp->add_steps() = std::move(s);
@@ -406,20 +442,18 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerUnaryReactor* ListWorkers(
       grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest*,
       v1::ListWorkersResponse* resp) override {
+    if (absl::Status s = CheckJobClient(CallerOf(*ctx)); !s.ok()) return Done(ctx, s);
     for (auto& w : impl_->core->ListWorkers())
       *resp->add_workers() = std::move(w);
     return Done(ctx, absl::OkStatus());
   }
   grpc::ServerWriteReactor<v1::LogChunk>* GetLogs(
-      grpc::CallbackServerContext*, const v1::GetLogsRequest* req) override {
+      grpc::CallbackServerContext* ctx, const v1::GetLogsRequest* req) override {
+    if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
+      return new Refused<v1::LogChunk>(s);
     if (absl::Status s = impl_->core->CheckLogRequest(req->job_id(), req->rank(), req->offset());
         !s.ok()) {
-      class Refused final : public grpc::ServerWriteReactor<v1::LogChunk> {
-       public:
-        explicit Refused(grpc::Status s) { Finish(std::move(s)); }
-        void OnDone() override { delete this; }
-      };
-      return new Refused(ToGrpcStatus(s));
+      return new Refused<v1::LogChunk>(s);
     }
     return new LogsReactor(impl_, *req);
   }
@@ -434,6 +468,8 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   grpc::ServerUnaryReactor* RegisterWorker(
       grpc::CallbackServerContext* ctx, const v1::RegisterWorkerRequest* req,
       v1::RegisterWorkerResponse* resp) override {
+    if (absl::Status s = CheckWorkerClient(CallerOf(*ctx), req->name()); !s.ok())
+      return Done(ctx, s);
     auto reg = impl_->core->RegisterWorker(*req);
     if (reg.ok()) {
       resp->set_session_id(reg->session_id);
@@ -442,7 +478,17 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
     return Done(ctx, reg.status());
   }
   grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Session(
-      grpc::CallbackServerContext*) override {
+      grpc::CallbackServerContext* ctx) override {
+    // Which worker: the session id (unguessable) in its first message.
+    if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) {
+      class RefusedSession final
+          : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
+       public:
+        explicit RefusedSession(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
+        void OnDone() override { delete this; }
+      };
+      return new RefusedSession(s);
+    }
     return new SessionReactor(impl_);
   }
 
@@ -459,6 +505,10 @@ class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
     // Finished once the report's aggregate is committed (by the core's
     // metric writer thread) or refused: the reactor never waits on disk.
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
     impl_->core->ReportStepAsync(
         *req, [reactor, resp](absl::StatusOr<v1::ReportStepResponse> r) {
           if (r.ok()) *resp = std::move(*r);
@@ -469,17 +519,28 @@ class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
   grpc::ServerUnaryReactor* ReportCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::CheckpointRecord* req,
       v1::ReportCheckpointResponse* resp) override {
+    if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) return Done(ctx, s);
     auto expired = impl_->core->ReportCheckpoint(*req);
     if (expired.ok())
       for (auto& p : *expired) resp->add_expired(p);
     return Done(ctx, expired.status());
   }
   grpc::ServerReadReactor<v1::CheckpointChunk>* UploadCheckpoint(
-      grpc::CallbackServerContext*, v1::UploadCheckpointResponse* resp) override {
+      grpc::CallbackServerContext* ctx, v1::UploadCheckpointResponse* resp) override {
+    if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) {
+      class RefusedUpload final : public grpc::ServerReadReactor<v1::CheckpointChunk> {
+       public:
+        explicit RefusedUpload(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
+        void OnDone() override { delete this; }
+      };
+      return new RefusedUpload(s);
+    }
     return new UploadReactor(impl_, resp);
   }
   grpc::ServerWriteReactor<v1::CheckpointChunk>* DownloadCheckpoint(
-      grpc::CallbackServerContext*, const v1::DownloadCheckpointRequest* req) override {
+      grpc::CallbackServerContext* ctx, const v1::DownloadCheckpointRequest* req) override {
+    if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok())
+      return new Refused<v1::CheckpointChunk>(s);
     return new DownloadReactor(impl_, *req);
   }
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/token.h"
 #include "coordinator/job_logs.h"
 
 namespace frameworm::coordinator {
@@ -54,8 +55,9 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
   w.attached = false;
   w.last_seen = clock_.Now();
   w.outbox.clear();  // undelivered commands are superseded by reconcile
-  w.session_id = absl::StrCat("s", options_.session_prefix, "-",
-                              next_session_++, "-", req.name());
+  // Unguessable: a session id is what the Session stream's messages carry.
+  w.session_id = absl::StrCat("s", options_.session_prefix, "-", next_session_++, "-",
+                              req.name(), "-", NewToken().substr(0, 32));
   sessions_[w.session_id] = w.name;
   return w.session_id;
 }

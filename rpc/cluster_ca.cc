@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -44,8 +45,17 @@ absl::Status Errno(const std::string& what) {
   return absl::Status(absl::ErrnoToStatusCode(errno), absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
+// `dir` and any missing parents; `dir` itself made 0700 when created here.
 absl::Status MakeDir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return Errno("creating " + dir);
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) return absl::InternalError(absl::StrCat("creating ", parent.string(), ": ", ec.message()));
+  if (::mkdir(dir.c_str(), 0700) == 0) {
+    if (::chmod(dir.c_str(), 0700) != 0) return Errno("chmod " + dir);
+  } else if (errno != EEXIST) {
+    return Errno("creating " + dir);
+  }
   struct stat st;
   if (::lstat(dir.c_str(), &st) != 0) return Errno(dir);
   if (!S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(dir + " is not a directory");

@@ -5,6 +5,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpc/grpc_security_constants.h"
@@ -47,6 +50,25 @@ absl::StatusOr<TlsFiles> LoadTlsDir(const std::string& dir) {
     *field = *std::move(pem);
   }
   return t;
+}
+
+absl::StatusOr<Caller> IdentityOf(const TlsFiles& tls) {
+  BIO* bio = BIO_new_mem_buf(tls.cert_pem.data(), static_cast<int>(tls.cert_pem.size()));
+  X509* cert = bio != nullptr ? PEM_read_bio_X509(bio, nullptr, nullptr, nullptr) : nullptr;
+  BIO_free(bio);
+  char cn[256] = {};
+  const int n = cert != nullptr
+                    ? X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn,
+                                                sizeof cn)
+                    : -1;
+  X509_free(cert);
+  const Caller c = n > 0 ? Caller::FromCommonName(cn) : Caller{};
+  if (c.role == Caller::Role::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        tls.dir, "/tls.crt is not a Frameworm certificate (its common name must be "
+        "<role>:<name>; issue one with `frameworm-cli admin ca issue`)"));
+  }
+  return c;
 }
 
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const TlsFiles& tls) {

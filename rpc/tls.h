@@ -34,6 +34,10 @@ struct TlsFiles {
 
 absl::StatusOr<TlsFiles> LoadTlsDir(const std::string& dir);
 
+// Who tls.cert_pem says its holder is (role and name of its common name);
+// INVALID_ARGUMENT when it is not a certificate of ours.
+absl::StatusOr<Caller> IdentityOf(const TlsFiles& tls);
+
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const TlsFiles& tls);
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsFiles& tls);
 

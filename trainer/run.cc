@@ -110,6 +110,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   if (!env.coordinator.empty() && !env.job_id.empty()) {
     TrainerChannelOptions co;
     co.coordinator = env.coordinator;
+    co.tls_dir = env.tls_dir;
     co.job_id = env.job_id;
     co.generation = env.generation;
     co.rank = rank;

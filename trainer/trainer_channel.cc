@@ -171,7 +171,17 @@ absl::StatusOr<std::unique_ptr<ControlChannel>> NewTrainerChannel(
     return absl::InvalidArgumentError(
         "trainer channel: call_timeout must be positive");
   }
-  std::shared_ptr<grpc::Channel> channel = MakeChannel(options.coordinator);
+  std::optional<TlsFiles> tls;
+  if (!options.tls_dir.empty()) {
+    absl::StatusOr<TlsFiles> loaded = LoadTlsDir(options.tls_dir);
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat("FRAMEWORM_TLS_DIR: ", loaded.status().message()));
+    }
+    tls = *std::move(loaded);
+  }
+  std::shared_ptr<grpc::Channel> channel =
+      MakeChannel(options.coordinator, tls ? &*tls : nullptr);
   if (options.connect_timeout > absl::ZeroDuration() &&
       !channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat(

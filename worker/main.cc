@@ -39,6 +39,10 @@ ABSL_FLAG(std::string, gpus, "",
 ABSL_FLAG(std::string, work_dir, "",
           "where trainer logs go (created 0700); empty: "
           "$XDG_STATE_HOME (else ~/.local/state)/frameworm/worker-<name>");
+ABSL_FLAG(std::string, tls_dir, "",
+          "mutual TLS to the coordinator with this directory's ca.crt, tls.crt and tls.key "
+          "(`frameworm-cli admin ca issue --role worker --name NAME`); the worker's name is "
+          "the certificate's");
 ABSL_FLAG(bool, insecure, false,
           "allow a --coordinator off loopback in plaintext (no TLS yet: a man "
           "in the middle could run commands here); private networks only");
@@ -63,7 +67,7 @@ const frameworm::FlagsConfig& Config() {
       "usage: frameworm-worker [flags]\n"
       "  The per-node daemon: registers with the coordinator and runs the\n"
       "  trainer processes it is sent.\n",
-      {{"coordinator", "FRAMEWORM_COORDINATOR"}},
+      {{"coordinator", "FRAMEWORM_COORDINATOR"}, {"tls_dir", "FRAMEWORM_TLS_DIR"}},
       {}};
   return *config;
 }
@@ -119,18 +123,38 @@ int main(int argc, char** argv) {
   frameworm::WorkerAgent::Options o;
   o.coordinator = absl::GetFlag(FLAGS_coordinator);
   if (o.coordinator.empty()) FlagErrorExit(Config(), "--coordinator must not be empty");
-  if (!frameworm::IsLoopbackHost(frameworm::HostOfEndpoint(o.coordinator))) {
+  std::string cert_name;
+  if (const std::string dir = absl::GetFlag(FLAGS_tls_dir); !dir.empty()) {
+    absl::StatusOr<frameworm::TlsFiles> tls = frameworm::LoadTlsDir(dir);
+    if (!tls.ok()) FlagErrorExit(Config(), "--tls-dir: " + std::string(tls.status().message()));
+    absl::StatusOr<frameworm::Caller> who = frameworm::IdentityOf(*tls);
+    if (!who.ok()) FlagErrorExit(Config(), "--tls-dir: " + std::string(who.status().message()));
+    if (who->role != frameworm::Caller::Role::kWorker) {
+      FlagErrorExit(Config(), "--tls-dir: " + dir + "/tls.crt is " + who->Describe() +
+                                  "'s certificate, not a worker's");
+    }
+    cert_name = who->name;
+    tls->dir = std::filesystem::absolute(dir).string();
+    o.tls = *std::move(tls);
+  }
+  if (!o.tls && !frameworm::IsLoopbackHost(frameworm::HostOfEndpoint(o.coordinator))) {
     if (!absl::GetFlag(FLAGS_insecure)) {
       FlagErrorExit(Config(), "--coordinator=" + o.coordinator +
-                                  " is off loopback and Frameworm has no TLS yet: whoever can "
-                                  "intercept the connection can run commands here. Add "
-                                  "--insecure on a network only your cluster reaches");
+                                  " is off loopback: use mutual TLS (--tls-dir, made by "
+                                  "`frameworm-cli admin ca issue --role worker --name NAME`; "
+                                  "see the README's Security section), or add --insecure on a "
+                                  "network only your cluster reaches");
     }
     std::fprintf(stderr,
                  "frameworm-worker: WARNING: --insecure: talking to %s in plaintext\n",
                  o.coordinator.c_str());
   }
   o.name = absl::GetFlag(FLAGS_name);
+  if (!cert_name.empty() && !o.name.empty() && o.name != cert_name) {
+    FlagErrorExit(Config(), "--name=" + o.name + " but the --tls-dir certificate is worker:" +
+                                cert_name + " (the coordinator accepts only that name)");
+  }
+  if (o.name.empty()) o.name = cert_name;
   if (o.name.empty()) {
     char host[256] = {0};
     ::gethostname(host, sizeof(host) - 1);
@@ -205,6 +229,8 @@ int main(int argc, char** argv) {
     if (eq != std::string::npos) own_env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   o.base_env = frameworm::TrainerBaseEnv(own_env, pass_env);
+  // Trainers reach the coordinator as this worker does (rpc/tls.h).
+  if (o.tls) o.base_env["FRAMEWORM_TLS_DIR"] = o.tls->dir;
   o.on_event = [](const std::string& line) {
     std::cout << line << std::endl;
   };

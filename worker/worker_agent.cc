@@ -63,7 +63,7 @@ class WorkerAgentImpl final : public WorkerAgent {
       : options_(o),
         supervisor_({o.work_dir, o.coordinator, o.base_env, o.gpus}, RealClock::Real(),
                     launcher),
-        stub_(v1::WorkerService::NewStub(MakeChannel(o.coordinator))),
+        stub_(v1::WorkerService::NewStub(MakeChannel(o.coordinator, o.tls ? &*o.tls : nullptr))),
         heartbeat_interval_(o.heartbeat_interval),
         backoff_(o.initial_backoff) {}
 

@@ -29,10 +29,12 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "rpc/tls.h"
 #include "worker/process_launcher.h"
 #include "worker/supervisor.h"
 
@@ -49,6 +51,8 @@ class WorkerAgent {
     std::vector<std::string> gpus;
     std::string work_dir;
     std::map<std::string, std::string> base_env;  // trainers' starting env
+    // Mutual TLS to the coordinator (rpc/tls.h); unset: plaintext.
+    std::optional<TlsFiles> tls;
     absl::Duration heartbeat_interval = absl::Seconds(1);
     absl::Duration register_timeout = absl::Seconds(2);
     absl::Duration initial_backoff = absl::Milliseconds(100);

@@ -1,0 +1,36 @@
+// Who may call what on the coordinator. The Caller comes from the
+// transport (rpc/tls.h CallerOf): a verified certificate's role and name,
+// or kLocal for a plaintext connection (loopback, or --insecure by the
+// operator's choice), which may do anything.
+//
+//   JobService      admins and local callers: every job; users: the jobs
+//                   they submitted (ListJobs shows only those; another's
+//                   job is PERMISSION_DENIED); ListWorkers: any user.
+//                   Workers and coordinators: nothing.
+//   WorkerService   workers, under their certificate's name only.
+//   TrainerService  workers (trainers present their worker's certificate;
+//                   each call also carries the rank's token).
+//
+// Errors: PERMISSION_DENIED naming who called and what it may do.
+// Thread safety: free functions.
+#ifndef FRAMEWORM_COORDINATOR_ACCESS_H_
+#define FRAMEWORM_COORDINATOR_ACCESS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/caller.h"
+
+namespace frameworm::coordinator {
+
+absl::Status CheckJobClient(const Caller& caller);
+// `owner`: the job's spec().owner().
+absl::Status CheckJobAccess(const Caller& caller, const std::string& job_id,
+                            const std::string& owner);
+bool SeesJob(const Caller& caller, const std::string& owner);
+absl::Status CheckWorkerClient(const Caller& caller, const std::string& worker_name);
+absl::Status CheckTrainerClient(const Caller& caller);
+
+}  // namespace frameworm::coordinator
+
+#endif  // FRAMEWORM_COORDINATOR_ACCESS_H_
