@@ -23,12 +23,18 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const TlsF
   // Reconnect quickly after a coordinator restart (gRPC's default backoff
   // grows to 120 s).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  // gRPC reads this as the least time one connection attempt (TCP and the
+  // TLS handshake) may take: over a busy or just-healed link a TLS
+  // handshake needs more than the 200 ms that sufficed for plaintext.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Its own connections: a new channel never inherits another channel's
+  // half-dead connection attempt (WorkerAgent redials with a new one).
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return grpc::CreateCustomChannel(
       target, tls != nullptr ? ClientCredentials(*tls) : grpc::InsecureChannelCredentials(), args);
 }

@@ -304,6 +304,11 @@ class WorkerAgentImpl final : public WorkerAgent {
       }
       next_attempt_ = absl::Now() + backoff_;
       backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+      // Redial from scratch: a connection attempt begun while the network
+      // was down can outlive the outage (seen after a link flap, where it
+      // left no time for the TLS handshake).
+      stub_ = v1::WorkerService::NewStub(
+          MakeChannel(options_.coordinator, options_.tls ? &*options_.tls : nullptr));
       return;
     }
     last_error_.clear();

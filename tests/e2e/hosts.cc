@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -28,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "rpc/cluster_ca.h"
 #include "rpc/rpc.h"
 #include "tests/e2e/cluster.h"
 
@@ -583,6 +585,22 @@ absl::StatusOr<std::unique_ptr<MultiHostCluster>> MultiHostCluster::Start(
   if (!net.ok()) return net.status();
   c->net_ = std::move(*net);
 
+  // The cluster's certificates: each host's on its own /tmp.
+  const std::string ca = absl::StrCat(c->dir_, "/ca");
+  if (absl::Status s = InitClusterCa(ca); !s.ok()) return s;
+  c->admin_tls_ = absl::StrCat(c->dir_, "/admin-tls");
+  if (absl::Status s = IssueCertificate(ca, "admin", "test", c->admin_tls_); !s.ok()) return s;
+  auto admin = LoadTlsDir(c->admin_tls_);
+  if (!admin.ok()) return admin.status();
+  c->admin_files_ = *admin;
+  for (int h = 0; h <= o.workers; ++h) {
+    const std::string on_host = c->net_->PathOnHost(h, kTlsDir);
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(on_host).parent_path(), ec);
+    absl::Status s = h == 0 ? IssueCertificate(ca, "coordinator", "coordinator", on_host)
+                            : IssueCertificate(ca, "worker", c->net_->host(h).hostname, on_host);
+    if (!s.ok()) return s;
+  }
   const std::string listen =
       absl::StrCat(c->net_->host(0).address, ":", kCoordinatorPort);
   std::vector<std::string> argv = {c->Bin("frameworm-coordinator"),
@@ -590,7 +608,7 @@ absl::StatusOr<std::unique_ptr<MultiHostCluster>> MultiHostCluster::Start(
                                                                  ? absl::StrCat("0.0.0.0:", kCoordinatorPort)
                                                                  : listen),
                                    absl::StrCat("--state-dir=", kStateDir),
-                                   "--insecure"};
+                                   absl::StrCat("--tls-dir=", kTlsDir)};
   for (const auto& f : o.coordinator_flags) argv.push_back(f);
   auto child = c->net_->Start(0, argv, {}, absl::StrCat(c->dir_, "/coordinator.log"), "/tmp");
   if (!child.ok()) return child.status();
@@ -600,7 +618,7 @@ absl::StatusOr<std::unique_ptr<MultiHostCluster>> MultiHostCluster::Start(
   c->address_ = listen;
   // The test's own path to the coordinator (root namespace -> bridge ->
   // host 0) works before anything depends on it.
-  auto channel = MakeChannel(c->address_);
+  auto channel = MakeChannel(c->address_, &c->admin_files_);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
     return absl::UnavailableError(absl::StrCat(
         "the test process cannot reach the coordinator at ", c->address_,
@@ -634,7 +652,7 @@ absl::Status MultiHostCluster::StartWorker(int host) {
       Bin("frameworm-worker"),
       absl::StrCat("--coordinator=", address_),
       absl::StrCat("--name=", h.hostname),
-      "--insecure",
+      absl::StrCat("--tls-dir=", kTlsDir),
       absl::StrCat("--slots=", options_.slots_per_worker),
       absl::StrCat("--work-dir=", kWorkDir),
       absl::StrCat("--heartbeat-interval=", options_.heartbeat_interval_s)};
@@ -669,7 +687,8 @@ absl::Status MultiHostCluster::KillWorker(int host) {
 RunResult MultiHostCluster::Cli(const std::vector<std::string>& args,
                                 absl::Duration timeout) {
   std::vector<std::string> argv = {Bin("frameworm-cli"),
-                                   absl::StrCat("--coordinator=", address_)};
+                                   absl::StrCat("--coordinator=", address_),
+                                   absl::StrCat("--tls-dir=", admin_tls_)};
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv, {}, timeout);
 }
@@ -678,7 +697,7 @@ absl::StatusOr<std::string> MultiHostCluster::Submit(const std::string& yaml) {
   std::string path = absl::StrCat(dir_, "/job-", job_ids_.size(), ".yaml");
   std::ofstream(path) << yaml;
   // The CLI gives up on a TCP handshake slower than its channel's minimum
-  // connect timeout (200 ms, rpc/rpc.cc); such a call never reached the
+  // connect timeout (rpc/rpc.cc); such a call never reached the
   // coordinator, so it is safe to repeat (at most 3 tries).
   RunResult r;
   for (int attempt = 0; attempt < 3; ++attempt) {

@@ -49,6 +49,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "rpc/tls.h"
 #include "absl/time/time.h"
 #include "frameworm/v1/job_service.grpc.pb.h"
 #include "tests/e2e/process.h"
@@ -159,11 +160,18 @@ struct MultiHostOptions {
   bool derive_addresses = false;
 };
 
+// Certificates of a MultiHostCluster (rpc/cluster_ca.h): the CA and an
+// admin's TLS directory in the log directory (root namespace); each host's
+// own (coordinator:coordinator, worker:<hostname>) at kTlsDir on that host.
+inline constexpr char kTlsDir[] = "/tmp/frameworm/tls";
+
 // A Frameworm cluster on a HostNetwork: frameworm-coordinator on host 0
 // listening on its bridge address (port 7070, state dir on host 0's /tmp),
 // one frameworm-worker per worker host with --coordinator, --advertise=<its
 // address>, --name=<its hostname> and a work dir on its own /tmp; a
 // JobService stub and the CLI from the root namespace over the bridge.
+// Every connection is mutual TLS (kTlsDir; the stub and the CLI as
+// admin:test), as a real cluster's must be.
 // Binaries come from $FRAMEWORM_BIN_DIR (default build/bin); when they lie
 // under /tmp or /dev/shm (a checkout made with mktemp -d), that top
 // directory is shared with every host (HostNetwork::Create's `shared`).
@@ -231,6 +239,8 @@ class MultiHostCluster {
   std::map<int, std::unique_ptr<ChildProcess>> workers_;
   std::map<int, int> worker_starts_;
   std::unique_ptr<v1::JobService::Stub> stub_;
+  std::string admin_tls_;  // the test's own TLS directory (root namespace)
+  TlsFiles admin_files_;
   std::vector<std::string> job_ids_;
 };
 
