@@ -1,12 +1,14 @@
 #include "tests/e2e/cluster.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "rpc/cluster_ca.h"
 #include "rpc/rpc.h"
 
 namespace frameworm::e2e {
@@ -25,6 +27,14 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
   c->options_ = o;
   c->dir_ = MakeTempDir("fw-e2e");
   if (c->dir_.empty()) return absl::InternalError("mkdtemp failed");
+  if (o.tls) {
+    if (absl::Status s = InitClusterCa(c->dir_ + "/ca"); !s.ok()) return s;
+    auto admin = c->TlsDir("admin", "test");
+    if (!admin.ok()) return admin.status();
+    auto files = LoadTlsDir(*admin);
+    if (!files.ok()) return files.status();
+    c->admin_tls_ = *files;
+  }
   if (auto s = c->StartCoordinator("127.0.0.1:0"); !s.ok()) return s;
   for (int i = 0; i < o.workers; ++i) {
     if (auto s = c->StartWorker(absl::StrCat("w", i), o.slots_per_worker); !s.ok()) {
@@ -34,10 +44,22 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
   return c;
 }
 
+absl::StatusOr<std::string> Cluster::TlsDir(const std::string& role, const std::string& name) {
+  const std::string dir = absl::StrCat(dir_, "/tls/", name);
+  if (::access((dir + "/tls.key").c_str(), F_OK) == 0) return dir;
+  if (absl::Status s = IssueCertificate(dir_ + "/ca", role, name, dir); !s.ok()) return s;
+  return dir;
+}
+
 absl::Status Cluster::StartCoordinator(const std::string& listen) {
   std::vector<std::string> argv = {Bin("frameworm-coordinator"),
                                    absl::StrCat("--listen=", listen),
                                    absl::StrCat("--state-dir=", dir_, "/state")};
+  if (options_.tls) {
+    auto tls = TlsDir("coordinator", "coordinator");
+    if (!tls.ok()) return tls.status();
+    argv.push_back(absl::StrCat("--tls-dir=", *tls));
+  }
   for (const auto& f : options_.coordinator_flags) argv.push_back(f);
   auto child = ChildProcess::Start(
       argv, {}, absl::StrCat(dir_, "/coordinator-", coordinator_starts_++, ".log"));
@@ -48,7 +70,7 @@ absl::Status Cluster::StartCoordinator(const std::string& listen) {
   std::string addr(line->substr(line->find("listening on ") + 13));
   while (!addr.empty() && (addr.back() == '\r' || addr.back() == ' ')) addr.pop_back();
   address_ = addr;
-  stub_ = v1::JobService::NewStub(MakeChannel(address_));
+  stub_ = v1::JobService::NewStub(MakeChannel(address_, options_.tls ? &admin_tls_ : nullptr));
   return absl::OkStatus();
 }
 
@@ -59,6 +81,11 @@ absl::Status Cluster::StartWorker(const std::string& name, int slots) {
       absl::StrCat("--name=", name), absl::StrCat("--slots=", slots),
       absl::StrCat("--work-dir=", work),
       absl::StrCat("--heartbeat-interval=", options_.heartbeat_interval_s)};
+  if (options_.tls) {
+    auto tls = TlsDir("worker", name);
+    if (!tls.ok()) return tls.status();
+    argv.push_back(absl::StrCat("--tls-dir=", *tls));
+  }
   for (const auto& f : options_.worker_flags) argv.push_back(f);
   auto child = ChildProcess::Start(argv, options_.worker_env,
                                    absl::StrCat(dir_, "/", name, ".log"));
@@ -79,6 +106,7 @@ absl::Status Cluster::RestartCoordinator(absl::Duration down) {
 RunResult Cluster::Cli(const std::vector<std::string>& args, absl::Duration timeout) {
   std::vector<std::string> argv = {Bin("frameworm-cli"),
                                    absl::StrCat("--coordinator=", address_)};
+  if (options_.tls) argv.push_back(absl::StrCat("--tls-dir=", admin_tls_.dir));
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv, {}, timeout);
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "rpc/tls.h"
 #include "absl/time/time.h"
 #include "frameworm/v1/job_service.grpc.pb.h"
 #include "tests/e2e/process.h"
@@ -27,6 +28,10 @@ struct ClusterOptions {
   std::vector<std::string> coordinator_flags;  // extra flags
   std::vector<std::string> worker_flags;       // extra flags, every worker
   std::map<std::string, std::string> worker_env;  // added to every worker's
+  // Mutual TLS everywhere (a CA in dir()/ca; the coordinator, each worker
+  // and the test's admin get their certificates under dir()/tls/). false:
+  // plaintext on loopback.
+  bool tls = true;
 };
 
 class Cluster {
@@ -72,6 +77,10 @@ class Cluster {
   std::unique_ptr<v1::JobService::Stub> stub_;
   std::vector<std::string> job_ids_;
   int coordinator_starts_ = 0;
+  // With options_.tls: the TLS directory of `role`:`name`, issued on first
+  // use (a worker restarted under its name reuses its certificate).
+  absl::StatusOr<std::string> TlsDir(const std::string& role, const std::string& name);
+  TlsFiles admin_tls_;
 };
 
 bool IsFinal(v1::JobState s);
