@@ -2,7 +2,8 @@
 # Frameworm developer entry point.
 #   deploy/dev.sh install   install what is missing (Debian packages, .venv with torch)
 #   deploy/dev.sh build     install, then configure and build into build/
-#   deploy/dev.sh test      install, build, run every test through ctest
+#   deploy/dev.sh test      install, build, run every test through ctest, then
+#                           every fuzz target for a few seconds (fuzz/run.sh)
 #   deploy/dev.sh demo      install, build, run the main job
 # Every step is idempotent: a second run checks and skips what is there.
 set -euo pipefail
@@ -14,7 +15,7 @@ JOBS="${FRAMEWORM_JOBS:-$(nproc)}"
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libyaml-cpp-dev libsqlite3-dev
-  libgloo-dev zlib1g-dev libssl-dev dataset-fashion-mnist
+  libgloo-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev dataset-fashion-mnist
   iproute2 util-linux nftables)
 
 log() { echo "[dev.sh] $*" >&2; }
@@ -56,6 +57,8 @@ run_tests() {
   build
   cd "$BUILD_DIR"
   ctest --output-on-failure -j "$JOBS" "$@"
+  # Every fuzz target briefly from its seed corpus (clang, ASan + UBSan).
+  "$ROOT/fuzz/run.sh" "${FRAMEWORM_FUZZ_SECONDS:-10}"
 }
 
 cmd="${1:-}"

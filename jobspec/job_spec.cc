@@ -271,7 +271,8 @@ class Parser {
     std::vector<std::pair<std::string, YAML::Node>> out;
     std::set<std::string> seen;
     for (auto it = map.begin(); it != map.end(); ++it) {
-      const YAML::Node& k = it->first;
+      // A copy: it-> yields a temporary, a reference to its member dangles.
+      const YAML::Node k = it->first;
       if (!k.IsScalar()) {
         throw ParseError{Line(k), absl::StrCat("a field name under '", prefix,
                                                "' must be a plain string")};
