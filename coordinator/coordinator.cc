@@ -90,6 +90,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
                          std::unique_ptr<Store> owned, Store& store)
     : state_dir_(options.state_dir),
       checkpoint_roots_(options.checkpoint_roots),
+      forget_dead_workers_after_(options.forget_dead_workers_after),
       clock_(clock),
       owned_store_(std::move(owned)),
       store_(store),
@@ -521,6 +522,11 @@ void Coordinator::Tick() {
     absl::MutexLock l(&mu_);
     jobs_.Supervise();
     jobs_.Schedule();
+    if (forget_dead_workers_after_ > absl::ZeroDuration()) {
+      std::set<std::string> busy;
+      for (const auto& [name, slots] : jobs_.SlotsInUse()) busy.insert(name);
+      workers_.ForgetSilentSince(clock_.Now() - forget_dead_workers_after_, busy);
+    }
   }
   Flush();
   // Outside mu_: the store's housekeeping never holds up the core.

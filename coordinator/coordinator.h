@@ -78,6 +78,9 @@ struct CoordinatorOptions {
   absl::Duration reconnect_grace = absl::Seconds(5);
   // A built-in trainer with no report this long after its start is hung.
   absl::Duration startup_timeout = absl::Minutes(5);
+  // A worker detached and silent this long (and running nothing) is
+  // forgotten: ListWorkers no longer shows it. 0: never.
+  absl::Duration forget_dead_workers_after = absl::Hours(1);
   double heartbeat_interval_s = 1.0;  // told to workers
   double straggler_factor = 1.5;
   int straggler_window = 5;
@@ -233,6 +236,7 @@ class Coordinator {
   std::unique_ptr<StateDirLock> lock_;
   const std::string state_dir_;                      // absolute
   const std::vector<std::string> checkpoint_roots_;  // never empty
+  const absl::Duration forget_dead_workers_after_;
   Clock& clock_;
   const std::unique_ptr<Store> owned_store_;  // null: not owned
   Store& store_;

@@ -799,6 +799,21 @@ TEST_F(CoordinatorTest, StoreFailuresAreNotAcknowledged) {
   EXPECT_EQ(coord_->CancelJob(id)->state(), v1::CANCELLED);
 }
 
+TEST_F(CoordinatorTest, WorkersGoneForAnHourAreForgottenOnTick) {
+  const std::string s = AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  coord_->DetachSession(s);
+  clock_.Advance(absl::Minutes(59));
+  Heartbeat("w1");
+  coord_->Tick();
+  EXPECT_EQ(coord_->ListWorkers().size(), 2u);  // not yet
+  clock_.Advance(absl::Minutes(2));
+  coord_->Tick();
+  std::vector<v1::WorkerInfo> left = coord_->ListWorkers();
+  ASSERT_EQ(left.size(), 1u);  // w1 is attached: kept
+  EXPECT_EQ(left[0].name(), "w1");
+}
+
 }  // namespace
 TEST_F(CoordinatorTest, CheckpointReportsAreConfinedToTheJobAndItsDirectory) {
   // A job that has not started owns no checkpoint.

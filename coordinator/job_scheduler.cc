@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -48,9 +49,28 @@ absl::Status JobScheduler::Reload() {
     std::unique_ptr<Job> job = NewJob();
     job->id = row.job_id;
     job->seq = row.seq;
-    if (!job->spec.ParseFromString(row.spec))
-      return absl::InternalError(
-          absl::StrCat("corrupt spec of job ", row.job_id, " in the store"));
+    // A row that does not parse fails its job, not the coordinator: the
+    // job is FAILED with the table and key named, the others run on.
+    auto corrupt = [&](const std::string& what) {
+      job->state = v1::FAILED;
+      job->reason = absl::StrCat("corrupt ", what, " in the state store; marked FAILED at start-up");
+      job->finished_ms = ToMs(now);
+      job->ranks.clear();
+      job->workers.clear();
+      std::fprintf(stderr, "coordinator: job %s: %s\n", job->id.c_str(), job->reason.c_str());
+      LogStoreError(store_.PutJob(RowOf(*job)), "mark a corrupt job FAILED");
+      next_seq_ = std::max(next_seq_, row.seq + 1);
+      const std::string id = job->id;
+      jobs_[id] = std::move(job);
+    };
+    if (!job->spec.ParseFromString(row.spec)) {
+      corrupt(absl::StrCat("jobs row ", row.job_id, " (spec)"));
+      continue;
+    }
+    if (!v1::JobState_IsValid(row.state)) {
+      corrupt(absl::StrCat("jobs row ", row.job_id, " (state ", row.state, ")"));
+      continue;
+    }
     job->state = static_cast<v1::JobState>(row.state);
     job->generation = row.generation;
     job->restarts = row.restarts;
@@ -74,10 +94,22 @@ absl::Status JobScheduler::Reload() {
     if (job->state == v1::RUNNING) {
       absl::StatusOr<GenerationRow> gen =
           store_.LoadGeneration(row.job_id, row.generation);
-      if (!gen.ok()) return gen.status();
       absl::StatusOr<std::vector<AssignmentRow>> as =
           store_.LoadAssignments(row.job_id, row.generation);
-      if (!as.ok()) return as.status();
+      bool tasks_parse = as.ok() && !as->empty();
+      if (as.ok()) {
+        for (const AssignmentRow& a : *as) {
+          v1::TaskSpec t;
+          tasks_parse = tasks_parse && t.ParseFromString(a.task) && a.node_rank >= 0 &&
+                        a.node_rank < 4096;
+        }
+      }
+      if (!gen.ok() || !tasks_parse) {
+        corrupt(absl::StrCat("generations/assignments rows of ", row.job_id, " generation ",
+                             row.generation, !gen.ok() ? absl::StrCat(" (", gen.status().message(), ")")
+                                                       : std::string()));
+        continue;
+      }
       job->master_addr = gen->master_addr;
       job->master_port = gen->master_port;
       job->resume_from = gen->resume_from;

@@ -436,5 +436,43 @@ TEST_F(JobSchedulerTest, AMissedGrowthCheckpointIsNotAskedForAgain) {
   EXPECT_EQ(Get(id).workers.size(), 3u);  // a restart takes what is free
 }
 
+TEST_F(JobSchedulerTest, CorruptRowsFailTheirJobAndTheRestStillLoad) {
+  AddWorker("w0", 1);
+  const std::string good = Submit(Spec(1, 1));
+  ASSERT_EQ(Get(good).state, v1::RUNNING);
+  JobRow bad_spec;
+  bad_spec.job_id = "job-000900";
+  bad_spec.seq = 900;
+  bad_spec.spec = "\xff\xff not a spec";
+  bad_spec.state = v1::PENDING;
+  ASSERT_TRUE(store_.PutJob(bad_spec).ok());
+  JobRow lost_generation = RowOf(Get(good));
+  lost_generation.job_id = "job-000901";
+  lost_generation.seq = 901;
+  lost_generation.state = v1::RUNNING;
+  lost_generation.generation = 7;  // no generation 7 in the store
+  ASSERT_TRUE(store_.PutJob(lost_generation).ok());
+  JobRow bad_state = RowOf(Get(good));
+  bad_state.job_id = "job-000902";
+  bad_state.seq = 902;
+  bad_state.state = 77;
+  ASSERT_TRUE(store_.PutJob(bad_state).ok());
+
+  Restart();  // the coordinator still starts
+  EXPECT_EQ(Get(good).state, v1::RUNNING);
+  for (const char* id : {"job-000900", "job-000901", "job-000902"}) {
+    const Job& j = Get(id);
+    EXPECT_EQ(j.state, v1::FAILED) << id;
+    EXPECT_NE(j.reason.find(absl::StrCat("corrupt")), std::string::npos) << j.reason;
+    EXPECT_NE(j.reason.find(id), std::string::npos) << j.reason;
+  }
+  EXPECT_NE(Get("job-000901").reason.find("generation 7"), std::string::npos);
+  // Recorded: the next start agrees.
+  Restart();
+  EXPECT_EQ(Get("job-000900").state, v1::FAILED);
+  // New jobs get new ids after the highest seen.
+  EXPECT_EQ(Submit(Spec(1, 1)), "job-000903");
+}
+
 }  // namespace
 }  // namespace frameworm::coordinator

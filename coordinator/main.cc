@@ -52,6 +52,8 @@ ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
 ABSL_FLAG(absl::Duration, startup_timeout, absl::Minutes(5),
           "a built-in trainer that has not reported this long after its start "
           "is hung (restarted); 0 turns it off");
+ABSL_FLAG(absl::Duration, forget_dead_workers, absl::Hours(1),
+          "a worker disconnected and silent this long (running nothing) is forgotten; 0: never");
 ABSL_FLAG(double, straggler_factor, 1.5,
           "flag ranks slower than X times the median step time, X > 1");
 
@@ -102,6 +104,9 @@ absl::StatusOr<DaemonConfig> FromFlags() {
   if (o.startup_timeout < absl::ZeroDuration())
     return bad("startup-timeout", "a duration >= 0 like 5m",
                absl::FormatDuration(o.startup_timeout));
+  o.forget_dead_workers_after = absl::GetFlag(FLAGS_forget_dead_workers);
+  if (o.forget_dead_workers_after < absl::ZeroDuration())
+    return bad("forget-dead-workers", "a duration >= 0", absl::FormatDuration(o.forget_dead_workers_after));
   o.straggler_factor = absl::GetFlag(FLAGS_straggler_factor);
   if (!(o.straggler_factor > 1.0))
     return bad("straggler-factor", "a number > 1",

@@ -3,7 +3,9 @@
 // jobs whose rank 0 lands on one host never collide. Ports are handed out
 // round-robin from where the last search stopped (not lowest-first), so a
 // restarted generation gets a different port than the one it just gave
-// back, whose TCPStore socket may still linger.
+// back, whose TCPStore socket may still linger. The search starts at a
+// random port of the range (Options::first), so a restarted coordinator
+// does not hand out again the ports its previous run just used.
 //
 // Ownership: the allocator owns the set of ports in use; the job scheduler
 // acquires a port when a generation starts and releases it when the
@@ -25,10 +27,10 @@ class PortAllocator {
   struct Options {
     int port_min = 29500;  // inclusive
     int port_max = 29999;  // inclusive
+    int first = -1;        // where the search starts; outside the range: random
   };
   // Requires 0 < port_min <= port_max <= 65535 (the Coordinator checks).
-  explicit PortAllocator(const Options& options)
-      : options_(options), next_(options.port_min) {}
+  explicit PortAllocator(const Options& options);
 
   absl::StatusOr<int> Acquire();
   // Gives `port` back; releasing a port not in use does nothing.

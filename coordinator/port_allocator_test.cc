@@ -27,7 +27,7 @@ TEST(PortAllocatorTest, HandsOutEveryPortOnceThenRunsOut) {
 }
 
 TEST(PortAllocatorTest, RoundRobinDoesNotReuseAReleasedPortAtOnce) {
-  PortAllocator ports({29500, 29509});
+  PortAllocator ports({29500, 29509, 29500});
   const int first = *ports.Acquire();
   ports.Release(first);
   const int second = *ports.Acquire();
@@ -37,8 +37,17 @@ TEST(PortAllocatorTest, RoundRobinDoesNotReuseAReleasedPortAtOnce) {
   EXPECT_EQ(ports.in_use(), 1);
 }
 
+TEST(PortAllocatorTest, ARestartedAllocatorStartsAtARandomPort) {
+  // 20 allocators over 1000 ports: all starting at the same port would be
+  // a 1 in 10^57 chance.
+  std::set<int> firsts;
+  for (int i = 0; i < 20; ++i) firsts.insert(*PortAllocator({29000, 29999}).Acquire());
+  EXPECT_GT(firsts.size(), 1u);
+  EXPECT_EQ(*PortAllocator({29000, 29999, 29123}).Acquire(), 29123);
+}
+
 TEST(PortAllocatorTest, ReservedPortsAreSkipped) {
-  PortAllocator ports({29500, 29503});
+  PortAllocator ports({29500, 29503, 29500});
   ports.Reserve(29500);
   ports.Reserve(29501);
   EXPECT_EQ(*ports.Acquire(), 29502);

@@ -158,4 +158,23 @@ absl::Time WorkerRegistry::LastSeen(const std::string& name) const {
   return w == nullptr ? absl::InfinitePast() : w->last_seen;
 }
 
+std::vector<std::string> WorkerRegistry::ForgetSilentSince(absl::Time cutoff,
+                                                           const std::set<std::string>& keep) {
+  std::vector<std::string> gone;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const Worker& w = it->second;
+    if (w.attached || w.last_seen >= cutoff || keep.count(w.name) > 0) {
+      ++it;
+      continue;
+    }
+    if (!w.session_id.empty()) {
+      sessions_.erase(w.session_id);
+      notify_.erase(w.session_id);
+    }
+    gone.push_back(w.name);
+    it = workers_.erase(it);
+  }
+  return gone;
+}
+
 }  // namespace frameworm::coordinator

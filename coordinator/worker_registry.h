@@ -19,8 +19,12 @@
 // TakeSessionsToNotify hands the owner that set (it pokes the transport
 // outside its lock).
 //
-// Ownership: owns every Worker; pointers returned stay valid for the
-// registry's lifetime (workers are never removed).
+// Forgetting: a worker detached and silent since before a cutoff (and not
+// kept by a running job) is dropped by ForgetSilentSince, so a cluster
+// whose workers come and go does not grow without bound.
+//
+// Ownership: owns every Worker; pointers returned stay valid until the next
+// ForgetSilentSince.
 // Thread safety: not thread-safe; owned by the Coordinator under its mutex.
 // Errors: Register: INVALID_ARGUMENT for a bad name or address or slots
 // < 1; session calls: NOT_FOUND as above.
@@ -108,6 +112,10 @@ class WorkerRegistry {
   const Worker* Find(const std::string& name) const;
   // Every worker, by name.
   std::vector<const Worker*> All() const;
+  // Drops every worker that is not attached, was last heard before
+  // `cutoff` and is not in `keep`; returns their names.
+  std::vector<std::string> ForgetSilentSince(absl::Time cutoff,
+                                             const std::set<std::string>& keep);
   // When the worker was last heard from; InfinitePast for an unknown one.
   absl::Time LastSeen(const std::string& name) const;
   double heartbeat_interval_s() const { return options_.heartbeat_interval_s; }

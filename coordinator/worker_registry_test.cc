@@ -114,6 +114,26 @@ TEST_F(WorkerRegistryTest, SchedulableWhileAttachedAndFresh) {
   EXPECT_FALSE(registry_.Schedulable(*w));
 }
 
+TEST_F(WorkerRegistryTest, SilentDetachedWorkersAreForgotten) {
+  const std::string gone = *registry_.Register(Req("gone", 1));
+  ASSERT_TRUE(registry_.Attach(gone).ok());
+  registry_.Detach(gone);
+  const std::string busy = *registry_.Register(Req("busy", 1));  // detached, kept
+  const std::string live = *registry_.Register(Req("live", 1));
+  ASSERT_TRUE(registry_.Attach(live).ok());
+  clock_.Advance(absl::Hours(2));
+  const absl::Time cutoff = clock_.Now() - absl::Hours(1);
+  EXPECT_EQ(registry_.ForgetSilentSince(cutoff, {"busy"}), std::vector<std::string>{"gone"});
+  EXPECT_EQ(registry_.Find("gone"), nullptr);
+  EXPECT_NE(registry_.Find("busy"), nullptr);
+  EXPECT_NE(registry_.Find("live"), nullptr);  // attached: kept however quiet
+  EXPECT_EQ(registry_.Hear(gone).status().code(), absl::StatusCode::kNotFound);
+  // It may come back, as a new worker.
+  const std::string back = *registry_.Register(Req("gone", 1));
+  EXPECT_TRUE(registry_.Attach(back).ok());
+  EXPECT_EQ(registry_.All().size(), 3u);
+}
+
 TEST_F(WorkerRegistryTest, ExpectedWorkersWaitForRegistration) {
   const absl::Time deadline = clock_.Now() + absl::Seconds(5);
   registry_.Expect("w0", deadline);

@@ -66,10 +66,10 @@ class ControlChannel {
   // size or checksum it refuses), INTERNAL when the file cannot be read.
   virtual absl::Status UploadCheckpoint(int64_t step, const std::string& path) = 0;
   // Fetches the coordinator's copy of the checkpoint the job reported at
-  // `path` and writes it to `path` (atomically: a temporary file renamed
+  // `path` and writes it to `dest` (atomically: a temporary file renamed
   // into place; parent directories created). NOT_FOUND when the
   // coordinator holds no copy.
-  virtual absl::Status DownloadCheckpoint(const std::string& path) = 0;
+  virtual absl::Status DownloadCheckpoint(const std::string& path, const std::string& dest) = 0;
 };
 
 }  // namespace frameworm

@@ -1,6 +1,7 @@
 #include "trainer/run.h"
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -239,11 +240,18 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     if (!l.ok()) return Fail(std::string(l.status().message()));
     resume = *l;
   }
+  std::string load_from = resume;
+  bool private_copy = false;
   if (!resume.empty() && channel && !env.resume_from.empty() &&
       !std::filesystem::exists(resume)) {
     // Not on this host's disk (written on another host): fetch the
-    // coordinator's copy.
-    absl::Status got = channel->DownloadCheckpoint(resume);
+    // coordinator's copy. Rank 0 keeps it where the job's checkpoints live
+    // (its retention applies there); any other rank fetches a private copy
+    // and removes it once loaded, so a host that only resumed from a
+    // checkpoint keeps nothing of it.
+    private_copy = rank != 0;
+    if (private_copy) load_from = absl::StrCat(resume, ".rank", rank, "-", ::getpid());
+    absl::Status got = channel->DownloadCheckpoint(resume, load_from);
     if (!got.ok()) {
       return Fail(absl::StrCat("checkpoint ", resume,
                                " is not on this host and fetching it from the coordinator "
@@ -251,7 +259,11 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     }
   }
   if (!resume.empty()) {
-    absl::Status s = trainer->load_checkpoint(resume);
+    absl::Status s = trainer->load_checkpoint(load_from);
+    if (private_copy) {
+      std::error_code ec;
+      std::filesystem::remove(load_from, ec);
+    }
     if (!s.ok()) return Fail(std::string(s.message()));
     if (rank == 0) {
       std::cout << "{\"event\":\"resumed\",\"path\":\"" << resume << "\",\"step\":"

@@ -104,7 +104,7 @@ class GrpcTrainerChannel final : public ControlChannel {
     return absl::OkStatus();
   }
 
-  absl::Status DownloadCheckpoint(const std::string& path) override {
+  absl::Status DownloadCheckpoint(const std::string& path, const std::string& dest) override {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.transfer_timeout));
     v1::DownloadCheckpointRequest req;
@@ -113,8 +113,8 @@ class GrpcTrainerChannel final : public ControlChannel {
     auto reader = stub_->DownloadCheckpoint(&ctx, req);
     namespace fs = std::filesystem;
     std::error_code ec;
-    fs::create_directories(fs::path(path).parent_path(), ec);
-    const std::string tmp = absl::StrCat(path, ".download-", getpid());
+    fs::create_directories(fs::path(dest).parent_path(), ec);
+    const std::string tmp = absl::StrCat(dest, ".download-", getpid());
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return absl::InternalError(absl::StrCat("cannot create ", tmp));
     v1::CheckpointChunk chunk;
@@ -133,8 +133,8 @@ class GrpcTrainerChannel final : public ControlChannel {
       result = absl::DataLossError(absl::StrCat("checkpoint download of ", path, " got ", got,
                                                 " of ", total, " bytes"));
     } else {
-      fs::rename(tmp, path, ec);
-      if (ec) result = absl::InternalError(absl::StrCat("renaming to ", path, ": ", ec.message()));
+      fs::rename(tmp, dest, ec);
+      if (ec) result = absl::InternalError(absl::StrCat("renaming to ", dest, ": ", ec.message()));
     }
     if (!result.ok()) fs::remove(tmp, ec);
     return result;

@@ -29,7 +29,9 @@ extern char** environ;
 
 ABSL_FLAG(std::string, coordinator, frameworm::WorkerAgent::Options{}.coordinator,
           "the coordinator's address, HOST:PORT");
-ABSL_FLAG(std::string, name, "", "this worker's name; empty: <hostname>-<pid>");
+ABSL_FLAG(std::string, name, "",
+          "this worker's name; empty: the --tls-dir certificate's, else the hostname (stable "
+          "across restarts: a restarted worker is the same worker)");
 ABSL_FLAG(int, slots, 0,
           "trainers this worker runs at once; 0: one per GPU slot, at least 1");
 ABSL_FLAG(std::string, gpus, "",
@@ -158,7 +160,7 @@ int main(int argc, char** argv) {
   if (o.name.empty()) {
     char host[256] = {0};
     ::gethostname(host, sizeof(host) - 1);
-    o.name = absl::StrCat(host, "-", ::getpid());
+    o.name = host;
   }
   o.slots = absl::GetFlag(FLAGS_slots);
   if (o.slots < 0) FlagErrorExit(Config(), "--slots must be >= 0");

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <set>
@@ -425,11 +426,21 @@ TEST_F(MultiHostE2E, KilledWorkerJobResumesOnHostWithoutTheCheckpoint) {
   ASSERT_NE(stat(c.net().PathOnHost(spare, path).c_str(), &sb), 0)
       << "the spare host already has " << path;
 
+  const absl::Time killed = absl::Now();
   ASSERT_TRUE(c.KillWorker(writer).ok());
   auto restarted = c.WaitFor(
       *id, [](const v1::JobStatus& s) { return s.generation() >= 2 || IsFinal(s.state()); },
       absl::Seconds(30));
   ASSERT_TRUE(restarted.ok()) << restarted.status() << Diagnose(c, *id);
+  RecordProperty("detection_ms", absl::StrCat(absl::ToInt64Milliseconds(absl::Now() - killed)));
+  auto resumed = c.WaitFor(
+      *id,
+      [](const v1::JobStatus& s) {
+        return (s.generation() >= 2 && s.last().generation() >= 2) || IsFinal(s.state());
+      },
+      absl::Seconds(60));
+  ASSERT_TRUE(resumed.ok()) << resumed.status() << Diagnose(c, *id);
+  RecordProperty("resume_ms", absl::StrCat(absl::ToInt64Milliseconds(absl::Now() - killed)));
   auto st = c.WaitForFinal(*id, absl::Seconds(150));
   ASSERT_TRUE(st.ok()) << st.status() << Diagnose(c, *id);
   ASSERT_EQ(st->state(), v1::SUCCEEDED) << Diagnose(c, *id);
@@ -451,6 +462,15 @@ TEST_F(MultiHostE2E, KilledWorkerJobResumesOnHostWithoutTheCheckpoint) {
   EXPECT_EQ(last, job.steps);
   RunResult logs = c.Cli({"logs", *id, "--rank", "0"});
   EXPECT_TRUE(absl::StrContains(logs.output, "\"event\":\"resumed\"")) << Tail(logs.output, 2000);
+  // A rank other than 0 that fetched the checkpoint kept no copy of it.
+  const std::string job_dir = std::filesystem::path(path).parent_path().string();
+  for (int h = 1; h <= 3; ++h) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(c.net().PathOnHost(h, job_dir), ec)) {
+      EXPECT_FALSE(absl::StrContains(e.path().filename().string(), ".rank"))
+          << "host " << h << " kept " << e.path();
+    }
+  }
 }
 
 // An elastic job (nodes: {min: 2, max: 3}) running on two hosts grows

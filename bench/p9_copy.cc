@@ -1,0 +1,237 @@
+// P9: checkpoint copy throughput between two hosts against the link's own
+// bandwidth, measured in the same run on the multi-host harness
+// (tests/e2e/hosts.h: the coordinator on host 0, a worker on host 1, a veth
+// pair and a bridge between them, mutual TLS).
+//
+//   link:   a plain TCP stream of N MiB from host 1 to host 0 (this binary
+//           in --send / --receive mode): what the veth path carries.
+//   upload: a job on host 1 whose entrypoint is this binary in --upload
+//           mode: it writes an N MiB file and sends it the way rank 0 sends
+//           a checkpoint (TrainerChannel::UploadCheckpoint: 1 MiB chunks,
+//           CRC-32, TLS; the coordinator writes, fsyncs and renames it).
+//
+// Prints one JSON line per trial ({"trial":i,"link_mib_s":..,"upload_mib_s":..})
+// and a summary line with the medians and their ratio. Needs root.
+//   p9_copy [TRIALS] [MIB]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/rank_env.h"
+#include "tests/e2e/hosts.h"
+#include "trainer/trainer_channel.h"
+
+namespace {
+
+using frameworm::e2e::MultiHostCluster;
+using frameworm::e2e::MultiHostOptions;
+
+constexpr int kLinkPort = 7171;
+constexpr size_t kBuf = 1 << 20;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// --receive: accepts one connection, reads to EOF, prints the bytes.
+int Receive() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(kLinkPort);
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(s, 1) != 0) {
+    std::perror("p9 receive: bind/listen");
+    return 1;
+  }
+  std::printf("receiving on %d\n", kLinkPort);
+  std::fflush(stdout);
+  const int c = ::accept(s, nullptr, nullptr);
+  std::vector<char> buf(kBuf);
+  long long total = 0;
+  for (ssize_t n; (n = ::read(c, buf.data(), buf.size())) > 0;) total += n;
+  ::close(c);
+  ::close(s);
+  std::printf("received %lld\n", total);
+  return 0;
+}
+
+// --send HOST MIB: connects, writes MIB MiB, prints MiB/s (until the
+// receiver closed, so the bytes arrived).
+int Send(const std::string& host, long long mib) {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(kLinkPort);
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  for (int i = 0; ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0; ++i) {
+    if (i > 50) {
+      std::perror("p9 send: connect");
+      return 1;
+    }
+    ::usleep(100000);
+  }
+  std::vector<char> buf(kBuf, 'x');
+  const absl::Time t0 = absl::Now();
+  for (long long i = 0; i < mib; ++i) {
+    size_t done = 0;
+    while (done < buf.size()) {
+      const ssize_t n = ::write(s, buf.data() + done, buf.size() - done);
+      if (n <= 0) return 1;
+      done += static_cast<size_t>(n);
+    }
+  }
+  ::shutdown(s, SHUT_WR);
+  char c;
+  while (::read(s, &c, 1) > 0) {
+  }
+  const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+  ::close(s);
+  std::printf("{\"link_mib_s\":%.1f}\n", static_cast<double>(mib) / secs);
+  return 0;
+}
+
+// --upload MIB: a job's rank 0 sending a checkpoint of MIB MiB.
+int Upload(long long mib) {
+  auto env = frameworm::ParseRankEnv(frameworm::ProcessEnvLookup());
+  if (!env.ok()) {
+    std::fprintf(stderr, "p9 upload: %s\n", env.status().ToString().c_str());
+    return 1;
+  }
+  frameworm::TrainerChannelOptions o;
+  o.coordinator = env->coordinator;
+  o.job_id = env->job_id;
+  o.generation = env->generation;
+  o.rank = env->rank;
+  o.token = env->token;
+  o.tls_dir = env->tls_dir;
+  o.connect_timeout = absl::Seconds(15);
+  auto channel = frameworm::NewTrainerChannel(o);
+  if (!channel.ok()) {
+    std::fprintf(stderr, "p9 upload: %s\n", channel.status().ToString().c_str());
+    return 1;
+  }
+  const std::string path = "/tmp/p9-ckpt-1.pt";
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    std::vector<char> buf(kBuf);
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<char>(i * 7919);
+    for (long long i = 0; i < mib; ++i) out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+  }
+  ::sync();
+  const absl::Time t0 = absl::Now();
+  absl::Status s = (*channel)->UploadCheckpoint(1, path);
+  const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+  ::unlink(path.c_str());
+  if (!s.ok()) {
+    std::fprintf(stderr, "p9 upload: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("{\"upload_mib_s\":%.1f}\n", static_cast<double>(mib) / secs);
+  return 0;
+}
+
+// The number after `key` in `text` ("...\"key\":123.4..."), or -1.
+double Field(const std::string& text, const std::string& key) {
+  const size_t at = text.rfind(absl::StrCat("\"", key, "\":"));
+  if (at == std::string::npos) return -1;
+  double v = -1;
+  std::string tail = text.substr(at + key.size() + 3);
+  tail = tail.substr(0, tail.find_first_of(",}"));
+  return absl::SimpleAtod(tail, &v) ? v : -1;
+}
+
+std::string Self() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+int Bench(int trials, long long mib) {
+  MultiHostOptions o;
+  o.workers = 1;
+  auto cluster = MultiHostCluster::Start(o);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "p9: %s\n", cluster.status().ToString().c_str());
+    return 1;
+  }
+  MultiHostCluster& c = **cluster;
+  const std::string self = Self();
+  const std::string coordinator_host = c.net().host(0).address;
+  std::vector<double> link, upload;
+  for (int t = 0; t < trials; ++t) {
+    auto receiver = c.net().Start(0, {self, "--receive"}, {},
+                                  absl::StrCat(c.dir(), "/p9-receive-", t, ".log"), "/tmp");
+    if (!receiver.ok() || !(*receiver)->WaitForLine("receiving", absl::Seconds(10)).ok()) {
+      std::fprintf(stderr, "p9: the receiver on host 0 did not start\n");
+      return 1;
+    }
+    frameworm::e2e::RunResult sent = frameworm::e2e::RunCommand(
+        c.net().OnHost(1, {self, "--send", coordinator_host, absl::StrCat(mib)}), {},
+        absl::Seconds(120));
+    (*receiver)->Wait(absl::Seconds(10));
+    const double l = Field(sent.output, "link_mib_s");
+    auto id = c.Submit(absl::StrCat("name: p9\nnodes: 1\nentrypoint: [\"", self,
+                                    "\", \"--upload\", \"", mib, "\"]\n"));
+    if (!id.ok()) {
+      std::fprintf(stderr, "p9: %s\n", id.status().ToString().c_str());
+      return 1;
+    }
+    auto st = c.WaitForFinal(*id, absl::Seconds(180));
+    const frameworm::e2e::RunResult logs = c.Cli({"logs", *id, "--rank", "0"});
+    const double u = Field(logs.output, "upload_mib_s");
+    if (l <= 0 || u <= 0 || !st.ok() || st->state() != frameworm::v1::SUCCEEDED) {
+      std::fprintf(stderr, "p9: trial %d failed: link %s / upload %s\n", t, sent.output.c_str(),
+                   logs.output.c_str());
+      return 1;
+    }
+    link.push_back(l);
+    upload.push_back(u);
+    std::printf("{\"trial\":%d,\"mib\":%lld,\"link_mib_s\":%.1f,\"upload_mib_s\":%.1f}\n", t, mib,
+                l, u);
+    std::fflush(stdout);
+  }
+  std::printf(
+      "{\"summary\":true,\"trials\":%d,\"mib\":%lld,\"link_mib_s_median\":%.1f,"
+      "\"upload_mib_s_median\":%.1f,\"ratio\":%.3f}\n",
+      trials, mib, Median(link), Median(upload), Median(upload) / Median(link));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  long long mib = 0;
+  if (!args.empty() && args[0] == "--receive") return Receive();
+  if (args.size() == 3 && args[0] == "--send" && absl::SimpleAtoi(args[2], &mib)) {
+    return Send(args[1], mib);
+  }
+  if (args.size() == 2 && args[0] == "--upload" && absl::SimpleAtoi(args[1], &mib)) {
+    return Upload(mib);
+  }
+  int trials = 3;
+  mib = 512;
+  if (!args.empty() && !absl::SimpleAtoi(args[0], &trials)) trials = -1;
+  if (args.size() > 1 && !absl::SimpleAtoi(args[1], &mib)) mib = -1;
+  if (trials < 1 || mib < 1 || args.size() > 2) {
+    std::fprintf(stderr, "usage: p9_copy [TRIALS] [MIB]\n");
+    return 2;
+  }
+  return Bench(trials, mib);
+}

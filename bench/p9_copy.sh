@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# P9: checkpoint copy throughput between two hosts (rank 0's upload to the
+# coordinator over mutual TLS) against a plain TCP stream over the same
+# veth/bridge path, in the same run. Needs root (network namespaces).
+# Writes bench/results/p9_copy.md. Target: ratio >= 0.70.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+TRIALS="${P9_TRIALS:-3}"
+MIB="${P9_MIB:-512}"
+OUT="$RESULTS/p9_copy.md"
+need "$BIN/p9_copy" "$BIN/frameworm-coordinator" "$BIN/frameworm-worker"
+FRAMEWORM_BIN_DIR="$BIN" "$BIN/p9_copy" "$TRIALS" "$MIB" | tee "$TMP/out"
+python3 - "$TMP/out" "$OUT" "$TRIALS" "$MIB" <<'PY'
+import json, os, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+out, trials, mib = sys.argv[2], sys.argv[3], sys.argv[4]
+from benchlib import cpu_model; cpu = cpu_model()
+s = [r for r in rows if r.get("summary")][0]
+lines = ["# P9: checkpoint copy throughput between two hosts", "",
+  f"Command: `bench/p9_copy.sh` (P9_TRIALS={trials}, P9_MIB={mib})",
+  f"Machine: {os.cpu_count()} cores, {cpu}. Hosts: network + mount namespaces on a bridge",
+  "(tests/e2e/hosts.h): the coordinator on host 0, one worker on host 1.", "",
+  "- link: a plain TCP stream of the same size from host 1 to host 0 (what the veth path carries);",
+  "- upload: a job's rank 0 on host 1 sending a checkpoint file the way frameworm-train does",
+  "  (UploadCheckpoint: 1 MiB chunks, CRC-32, mutual TLS; the coordinator writes, fsyncs, renames).", "",
+  "| trial | MiB | link (MiB/s) | upload (MiB/s) | ratio |", "|---|---|---|---|---|"]
+for r in rows:
+  if r.get("summary"): continue
+  lines.append(f"| {r['trial']} | {r['mib']} | {r['link_mib_s']:.0f} | {r['upload_mib_s']:.0f} | {r['upload_mib_s']/r['link_mib_s']:.2f} |")
+lines += ["", f"Medians: link {s['link_mib_s_median']:.0f} MiB/s, upload {s['upload_mib_s_median']:.0f} MiB/s, "
+          f"ratio **{s['ratio']:.2f}** (target >= 0.70)."]
+from benchlib import write_report; write_report(out, lines)
+PY
