@@ -71,6 +71,18 @@ class JobSchedulerTest : public ::testing::Test {
     t.set_exit_code(code);
     jobs_->HandleTaskStatus(worker, t);
   }
+  // An elastic job {min 2, max 3} running on w0 and w1 whose two ranks
+  // reported step 5: it may grow once a worker is free.
+  std::string GrowableJob(int max_restarts = 0) {
+    AddWorker("w0", 1);
+    AddWorker("w1", 1);
+    v1::JobSpec spec = Spec(2, 3);
+    spec.set_max_restarts(max_restarts);
+    const std::string id = Submit(spec);
+    Report(id, 0, 5);
+    Report(id, 1, 5);
+    return id;
+  }
   // A step report from `rank` of the current generation; returns the
   // checkpoint step the rank is told.
   int64_t Report(const std::string& id, int rank, int64_t step) {
@@ -379,11 +391,7 @@ TEST_F(JobSchedulerTest, ElasticJobGrowsOntoAJoiningWorkerAtItsCheckpoint) {
 }
 
 TEST_F(JobSchedulerTest, QueuedJobsGetFreeWorkersBeforeAGrowingJob) {
-  AddWorker("w0", 1);
-  AddWorker("w1", 1);
-  const std::string id = Submit(Spec(2, 3));
-  Report(id, 0, 5);
-  Report(id, 1, 5);
+  const std::string id = GrowableJob();
   const std::string queued = Submit(Spec(2, 2));
   EXPECT_EQ(Get(queued).state, v1::PENDING);
   AddWorker("w2", 1);  // one free worker: not enough for the queued job
@@ -393,11 +401,7 @@ TEST_F(JobSchedulerTest, QueuedJobsGetFreeWorkersBeforeAGrowingJob) {
 }
 
 TEST_F(JobSchedulerTest, GrowthWhoseWorkerWasTakenMeanwhileKeepsTheGeneration) {
-  AddWorker("w0", 1);
-  AddWorker("w1", 1);
-  const std::string id = Submit(Spec(2, 3));
-  Report(id, 0, 5);
-  Report(id, 1, 5);
+  const std::string id = GrowableJob();
   AddWorker("w2", 1);
   jobs_->Schedule();
   ASSERT_EQ(Get(id).grow_at, 7);
@@ -410,13 +414,7 @@ TEST_F(JobSchedulerTest, GrowthWhoseWorkerWasTakenMeanwhileKeepsTheGeneration) {
 }
 
 TEST_F(JobSchedulerTest, AMissedGrowthCheckpointIsNotAskedForAgain) {
-  AddWorker("w0", 1);
-  AddWorker("w1", 1);
-  v1::JobSpec spec = Spec(2, 3);
-  spec.set_max_restarts(1);
-  const std::string id = Submit(spec);
-  Report(id, 0, 5);
-  Report(id, 1, 5);
+  const std::string id = GrowableJob(/*max_restarts=*/1);
   AddWorker("w2", 1);
   jobs_->Schedule();
   ASSERT_EQ(Get(id).grow_at, 7);

@@ -262,7 +262,12 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
       : impl_(impl), resp_(resp) {
     StartRead(&chunk_);
   }
+  // The next chunk is read while this one is appended (its bytes are moved
+  // out first); mu_ keeps the appends in order, as a later OnReadDone may
+  // start before this one returns.
   void OnReadDone(bool ok) override {
+    absl::MutexLock l(&mu_);
+    if (failed_) return;
     if (!ok) {  // the client finished sending
       if (!incoming_) return Finish(ToGrpcStatus(absl::InvalidArgumentError(
           "checkpoint upload sent no chunk")));
@@ -273,22 +278,32 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
     if (!incoming_) {
       auto in = impl_->core->BeginCheckpointUpload(chunk_.ref(), chunk_.step(),
                                                    chunk_.total_bytes());
-      if (!in.ok()) return Finish(ToGrpcStatus(in.status()));
+      if (!in.ok()) return Fail(in.status());
       incoming_ = *std::move(in);
     }
-    if (absl::Status s = incoming_->Append(chunk_.data()); !s.ok())
-      return Finish(ToGrpcStatus(s));
+    std::string data;
+    data.swap(*chunk_.mutable_data());
     if (!chunk_.checksum().empty()) checksum_ = chunk_.checksum();
     StartRead(&chunk_);
+    if (absl::Status s = incoming_->Append(data); !s.ok()) return Fail(s);
   }
   void OnDone() override { delete this; }
 
  private:
+  // Ends the call once; reads still in flight end with ok=false and are
+  // ignored.
+  void Fail(const absl::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    failed_ = true;
+    Finish(ToGrpcStatus(s));
+  }
+
   Impl* const impl_;
   v1::UploadCheckpointResponse* const resp_;
+  absl::Mutex mu_;
   v1::CheckpointChunk chunk_;
-  std::unique_ptr<CheckpointCopies::Incoming> incoming_;
-  std::string checksum_;
+  std::unique_ptr<CheckpointCopies::Incoming> incoming_ ABSL_GUARDED_BY(mu_);
+  std::string checksum_ ABSL_GUARDED_BY(mu_);
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Sends the coordinator's copy of a checkpoint, kMaxChunkBytes at a time;
