@@ -408,7 +408,16 @@ void JobScheduler::Reconcile(
     const std::string& worker,
     const google::protobuf::RepeatedPtrField<v1::TaskStatus>& running,
     const google::protobuf::RepeatedPtrField<v1::TaskStatus>& ended) {
-  std::set<std::pair<std::string, int>> reported;
+  // StartTasks the worker's old session never took are still queued for the
+  // new one: a current rank among them is not lost; stale ones are dropped.
+  const std::set<std::pair<std::string, int>> pending =
+      workers_.KeepPendingStarts(worker, [&](const v1::TaskSpec& t) {
+        v1::TaskStatus as_status;
+        *as_status.mutable_ref() = t.ref();
+        as_status.set_rank(t.rank());
+        return IsCurrentTask(Find(t.ref().job_id()), worker, as_status);
+      });
+  std::set<std::pair<std::string, int>> reported = pending;
   // First what ended while the worker was away (a finished rank is done,
   // a failed one fails its generation), then what still runs.
   for (const v1::TaskStatus& t : ended) {

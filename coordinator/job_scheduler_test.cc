@@ -472,5 +472,35 @@ TEST_F(JobSchedulerTest, CorruptRowsFailTheirJobAndTheRestStillLoad) {
   EXPECT_EQ(Submit(Spec(1, 1)), "job-000903");
 }
 
+TEST_F(JobSchedulerTest, StartsNotYetTakenSurviveAReRegistration) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  const std::string id = Submit(Spec(2, 2));
+  ASSERT_EQ(Get(id).state, v1::RUNNING);
+  // w1's session broke before it took its StartTask; it registers again
+  // running nothing.
+  AddWorker("w1", 1);
+  jobs_->Reconcile("w1", {}, {});
+  EXPECT_EQ(Get(id).state, v1::RUNNING);
+  EXPECT_EQ(Get(id).generation, 1);  // no restart
+  auto cmds = workers_->Take(sessions_["w1"]);
+  ASSERT_TRUE(cmds.ok());
+  ASSERT_EQ(cmds->size(), 1u);
+  EXPECT_EQ((*cmds)[0].start().task().ref().job_id(), id);
+  EXPECT_EQ((*cmds)[0].start().task().rank(), 1);
+  // A start that is no longer current is dropped at the next registration.
+  ASSERT_TRUE(jobs_->Cancel(id).ok());
+  v1::CoordinatorMessage stale;
+  *stale.mutable_start()->mutable_task() = Get(id).ranks.empty()
+                                               ? (*cmds)[0].start().task()
+                                               : Get(id).ranks[0].task;
+  workers_->Send("w1", stale);
+  AddWorker("w1", 1);
+  jobs_->Reconcile("w1", {}, {});
+  auto after = workers_->Take(sessions_["w1"]);
+  ASSERT_TRUE(after.ok());
+  for (const auto& m : *after) EXPECT_FALSE(m.has_start()) << m.ShortDebugString();
+}
+
 }  // namespace
 }  // namespace frameworm::coordinator

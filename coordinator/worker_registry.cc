@@ -46,7 +46,10 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
     }
   }
   Worker& w = workers_[req.name()];
-  if (!w.session_id.empty()) sessions_.erase(w.session_id);
+  if (!w.session_id.empty()) {
+    sessions_.erase(w.session_id);
+    notify_.erase(w.session_id);
+  }
   w.name = req.name();
   w.address = req.address();
   w.instance = req.instance();
@@ -54,11 +57,11 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
   w.registered = true;
   w.attached = false;
   w.last_seen = clock_.Now();
-  w.outbox.clear();  // undelivered commands are superseded by reconcile
   // Unguessable: a session id is what the Session stream's messages carry.
   w.session_id = absl::StrCat("s", options_.session_prefix, "-", next_session_++, "-",
                               req.name(), "-", NewToken().substr(0, 32));
   sessions_[w.session_id] = w.name;
+  if (!w.outbox.empty()) notify_.insert(w.session_id);  // kept for the new session
   return w.session_id;
 }
 
@@ -175,6 +178,25 @@ std::vector<std::string> WorkerRegistry::ForgetSilentSince(absl::Time cutoff,
     it = workers_.erase(it);
   }
   return gone;
+}
+
+std::set<std::pair<std::string, int>> WorkerRegistry::KeepPendingStarts(
+    const std::string& worker, const std::function<bool(const v1::TaskSpec&)>& keep) {
+  std::set<std::pair<std::string, int>> kept;
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return kept;
+  std::deque<v1::CoordinatorMessage>& box = it->second.outbox;
+  for (auto m = box.begin(); m != box.end();) {
+    if (!m->has_start()) {
+      ++m;
+    } else if (keep(m->start().task())) {
+      kept.insert({m->start().task().ref().job_id(), m->start().task().rank()});
+      ++m;
+    } else {
+      m = box.erase(m);
+    }
+  }
+  return kept;
 }
 
 }  // namespace frameworm::coordinator

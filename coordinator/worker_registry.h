@@ -4,9 +4,10 @@
 //
 // Sessions: each (re)registration replaces the worker's session with a new
 // id; calls naming an unknown or replaced session get NOT_FOUND "unknown
-// session '<id>': register the worker again". A registration also drops
-// the undelivered commands of the old session (the registration's
-// reconciliation supersedes them).
+// session '<id>': register the worker again". Commands the old session
+// had not taken stay queued for the new one (a short network drop costs
+// no restart); the registration's reconciliation keeps the StartTasks of
+// current generations and drops the rest (KeepPendingStarts).
 //
 // Liveness: a worker is schedulable while it is registered, its session is
 // attached and it was heard from within min(heartbeat timeout, three
@@ -33,6 +34,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -107,6 +109,11 @@ class WorkerRegistry {
   // Queues KillTask for one rank (-1: every rank of `ref` on the worker).
   void SendKill(const std::string& worker, const v1::JobRef& ref, int rank);
   std::set<std::string> TakeSessionsToNotify();
+  // The worker's queued StartTask commands: those `keep` accepts stay, the
+  // others are dropped (other commands are untouched). Returns the kept
+  // tasks' (job id, rank).
+  std::set<std::pair<std::string, int>> KeepPendingStarts(
+      const std::string& worker, const std::function<bool(const v1::TaskSpec&)>& keep);
 
   bool Schedulable(const Worker& w) const;
   const Worker* Find(const std::string& name) const;

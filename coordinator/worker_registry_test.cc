@@ -87,10 +87,21 @@ TEST_F(WorkerRegistryTest, OutboxIsPerSessionInOrderAndNotifies) {
   EXPECT_EQ((*cmds)[1].kill().rank(), -1);
   EXPECT_DOUBLE_EQ((*cmds)[1].kill().grace_s(), 2.5);
   EXPECT_TRUE(registry_.Take(s)->empty());
-  // A new registration drops what the old session did not deliver.
+  // What the old session did not take waits for the new one; reconcile
+  // keeps the starts it still wants.
   registry_.Send("w0", Start("d"));
+  registry_.Send("w0", Start("e"));
+  registry_.SendKill("w0", ref, -1);
   const std::string s2 = *registry_.Register(Req("w0", 1));
-  EXPECT_TRUE(registry_.Take(s2)->empty());
+  EXPECT_EQ(registry_.TakeSessionsToNotify(), std::set<std::string>{s2});
+  EXPECT_EQ(registry_.KeepPendingStarts(
+                "w0", [](const v1::TaskSpec& t) { return t.ref().job_id() == "e"; }),
+            (std::set<std::pair<std::string, int>>{{"e", 0}}));
+  auto kept = registry_.Take(s2);
+  ASSERT_TRUE(kept.ok());
+  ASSERT_EQ(kept->size(), 2u);
+  EXPECT_EQ((*kept)[0].start().task().ref().job_id(), "e");
+  EXPECT_TRUE((*kept)[1].has_kill());
 }
 
 TEST_F(WorkerRegistryTest, SchedulableWhileAttachedAndFresh) {
