@@ -38,9 +38,13 @@ uint64_t GetLE(const char* p, int n) {
   return v;
 }
 
+// A full disk, quota or file-size limit is RESOURCE_EXHAUSTED (the trainer
+// skips that checkpoint and trains on); anything else UNAVAILABLE.
 absl::Status Errno(const std::string& what, const std::string& path) {
-  return absl::UnavailableError(
-      absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+  const int e = errno;
+  std::string text = absl::StrCat(what, " ", path, ": ", std::strerror(e));
+  if (e == ENOSPC || e == EDQUOT || e == EFBIG) return absl::ResourceExhaustedError(text);
+  return absl::UnavailableError(text);
 }
 
 // POSIX only: libtorch.so exports broken copies of some std::filesystem

@@ -1,7 +1,10 @@
 // Sampler, data, models, Trainer and checkpoints in one process.
+#include <sys/resource.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -252,6 +255,36 @@ TEST(CheckpointTest, AnotherWorldSizeResumesAtTheSameShareOfTheEpoch) {
   auto same = MakeSetup(4, o);
   ASSERT_TRUE(same.trainer->load_checkpoint(path).ok());
   EXPECT_EQ(same.trainer->state().batch_in_epoch, 6);
+}
+
+// A full disk (here: a file-size limit, EFBIG) mid-run skips that
+// checkpoint, leaves no temporary file and trains on.
+TEST(CheckpointTest, AFullDiskSkipsTheCheckpointAndTrainsOn) {
+  TrainerOptions o;
+  o.max_steps = 4;
+  o.checkpoint_every = 2;
+  o.checkpoint_dir = TempPath("full");
+  auto s = MakeSetup(1, o);
+  struct rlimit old;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto* const old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 4096;  // far below the model's checkpoint
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  absl::Status trained;
+  {
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    trained = s.trainer->train(tl, vl);
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_TRUE(trained.ok()) << trained;
+  EXPECT_EQ(s.trainer->state().step, 4);
+  EXPECT_TRUE(std::filesystem::is_empty(o.checkpoint_dir)) << "a checkpoint or temp file was left";
+  // With room again, the same trainer checkpoints.
+  auto again = s.trainer->save_checkpoint(o.checkpoint_dir + "/ckpt-4.pt");
+  EXPECT_TRUE(again.ok()) << again.status();
 }
 
 TEST(CheckpointTest, ResumeThenContinueEqualsUninterrupted) {

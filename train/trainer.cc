@@ -157,7 +157,20 @@ absl::StatusOr<bool> Trainer::AfterStep(const StepInfo& info) {
     a.checkpoint = true;
   }
   if (a.checkpoint) {
-    if (absl::Status s = CheckpointAt(info.step); !s.ok()) return s;
+    absl::Status s = CheckpointAt(info.step);
+    // A full disk mid-run costs this checkpoint, not the run: the previous
+    // one stays complete (the write went to a temporary file, now removed)
+    // and training goes on; every rank learned it from rank 0's flag.
+    if (s.code() == absl::StatusCode::kResourceExhausted) {
+      if (rank() == 0) {
+        std::cout << "{\"event\":\"checkpoint_skipped\",\"step\":" << info.step
+                  << ",\"reason\":\"disk full\"}" << std::endl;
+        std::cerr << "frameworm: checkpoint of step " << info.step
+                  << " skipped, training goes on: " << s.message() << std::endl;
+      }
+      s = absl::OkStatus();
+    }
+    if (!s.ok()) return s;
   }
   return a.stop;
 }
@@ -310,10 +323,18 @@ absl::StatusOr<CheckpointFileInfo> Trainer::save_checkpoint(const std::string& p
       }
     }
   }
-  // The barrier: every rank waits for rank 0's outcome.
-  auto flag = BroadcastFromRank0({write_status.ok() ? 1 : 0});
+  // The barrier: every rank waits for rank 0's outcome (1 written, 2 its
+  // disk is full, 0 another failure).
+  const int outcome = write_status.ok() ? 1
+                      : write_status.code() == absl::StatusCode::kResourceExhausted ? 2
+                                                                                     : 0;
+  auto flag = BroadcastFromRank0({outcome});
   if (!flag.ok()) return flag.status();
   if (!write_status.ok()) return write_status;
+  if ((*flag)[0] == 2) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rank 0's disk is full writing checkpoint ", path));
+  }
   if ((*flag)[0] == 0) {
     return absl::AbortedError(absl::StrCat("rank 0 failed to write checkpoint ", path));
   }
