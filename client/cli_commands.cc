@@ -63,6 +63,28 @@ int CallAndPrint(const Invocation& c, UnaryRpc<Request, Response> rpc,
   return 0;
 }
 
+// CallAndPrint for a paged list RPC: every page, merged (repeated fields
+// append), printed once. Stops if a page's token does not move on.
+template <typename Request, typename Response, typename Format>
+int CallAllPagesAndPrint(const Invocation& c, UnaryRpc<Request, Response> rpc,
+                         Request request, Format format) {
+  Response all;
+  for (int pages = 0;; ++pages) {
+    Response page;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + c.options.call_timeout));
+    grpc::Status s = (c.stub.*rpc)(&ctx, request, &page);
+    if (!s.ok()) return Fail(c, s);
+    const std::string next = page.next_page_token();
+    all.MergeFrom(page);
+    if (next.empty() || next == request.page_token() || pages > 100000) break;
+    request.set_page_token(next);
+  }
+  all.clear_next_page_token();
+  c.out << (c.flags.json ? ToJson(all) + "\n" : format(all));
+  return 0;
+}
+
 int Submit(const Invocation& c) {
   const std::string& path = c.args[0];
   std::ifstream f(path, std::ios::binary);
@@ -80,8 +102,7 @@ int Submit(const Invocation& c) {
 }
 
 int List(const Invocation& c) {
-  return CallAndPrint(c, &Stub::ListJobs, v1::ListJobsRequest(),
-                      FormatJobTable);
+  return CallAllPagesAndPrint(c, &Stub::ListJobs, v1::ListJobsRequest(), FormatJobTable);
 }
 
 int Status(const Invocation& c) {
@@ -195,13 +216,12 @@ int Checkpoints(const Invocation& c) {
 int Metrics(const Invocation& c) {
   v1::GetMetricsRequest request = ForJob<v1::GetMetricsRequest>(c);
   request.set_since_step(c.flags.since);
-  return CallAndPrint(c, &Stub::GetMetrics, request,
-                      c.flags.csv ? FormatMetricsCsv : FormatMetricsTable);
+  return CallAllPagesAndPrint(c, &Stub::GetMetrics, request,
+                              c.flags.csv ? FormatMetricsCsv : FormatMetricsTable);
 }
 
 int Workers(const Invocation& c) {
-  return CallAndPrint(c, &Stub::ListWorkers, v1::ListWorkersRequest(),
-                      FormatWorkers);
+  return CallAllPagesAndPrint(c, &Stub::ListWorkers, v1::ListWorkersRequest(), FormatWorkers);
 }
 
 constexpr Command kCommands[] = {

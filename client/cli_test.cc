@@ -133,6 +133,19 @@ class TestJobService final : public v1::JobService::CallbackService {
     r->Finish(grpc::Status::OK);
     return r;
   }
+  // Five jobs, two per page: "job-1".."job-5"; the token is the last id.
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const v1::ListJobsRequest* req,
+                                     v1::ListJobsResponse* resp) override {
+    const int after = req->page_token().empty() ? 0 : req->page_token().back() - '0';
+    for (int i = after + 1; i <= 5 && i <= after + 2; ++i) {
+      *resp->add_jobs() = Job(absl::StrCat("job-", i), v1::RUNNING, 1);
+    }
+    if (after + 2 < 5) resp->set_next_page_token(absl::StrCat("job-", after + 2));
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
                                    const v1::GetJobRequest* req,
                                    v1::JobStatus* resp) override {
@@ -225,6 +238,15 @@ TEST_F(CliTest, SubmitPrintsJobId) {
   EXPECT_EQ(out_.str(), "job-42\n");
   ASSERT_EQ(svc_.submitted().size(), 1u);
   EXPECT_EQ(svc_.submitted()[0].nproc_per_node(), 2);
+}
+
+TEST_F(CliTest, ListFollowsEveryPage) {
+  ASSERT_EQ(Run({"list"}), 0) << err_.str();
+  for (int i = 1; i <= 5; ++i) {
+    EXPECT_NE(out_.str().find(absl::StrCat("job-", i)), std::string::npos) << out_.str();
+  }
+  ASSERT_EQ(Run({"list", "--json"}), 0) << err_.str();
+  EXPECT_EQ(out_.str().find("nextPageToken"), std::string::npos) << out_.str();
 }
 
 TEST_F(CliTest, BadSpecIsRefusedBeforeSending) {

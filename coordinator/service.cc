@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/job.h"
@@ -17,6 +18,7 @@
 #include "frameworm/v1/trainer_service.grpc.pb.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "coordinator/access.h"
+#include "coordinator/paging.h"
 #include "rpc/status_util.h"
 #include "rpc/tls.h"
 
@@ -352,6 +354,14 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::CheckpointChun
   v1::CheckpointChunk chunk_;
 };
 
+// A job's place in submission order ("job-000042": its sequence number).
+std::string JobPageKey(const std::string& job_id) {
+  int64_t seq = 0;
+  const size_t dash = job_id.rfind('-');
+  if (dash != std::string::npos) (void)absl::SimpleAtoi(job_id.substr(dash + 1), &seq);
+  return NumericPageKey(seq);
+}
+
 // The job `id` exists and `caller` may see and control it (access.h).
 absl::Status JobAllowed(Impl* impl, const Caller& caller, const std::string& id) {
   if (absl::Status s = CheckJobClient(caller); !s.ok()) return s;
@@ -401,13 +411,19 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
     return Done(ctx, st.status());
   }
   grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
-                                     const v1::ListJobsRequest*,
+                                     const v1::ListJobsRequest* req,
                                      v1::ListJobsResponse* resp) override {
     const Caller caller = CallerOf(*ctx);
     if (absl::Status s = CheckJobClient(caller); !s.ok()) return Done(ctx, s);
+    std::vector<v1::JobStatus> visible;
     for (auto& j : impl_->core->ListJobs()) {
-      if (SeesJob(caller, j.spec().owner())) *resp->add_jobs() = std::move(j);
+      if (SeesJob(caller, j.spec().owner())) visible.push_back(std::move(j));
     }
+    auto page = TakePage(std::move(visible), req->page_size(), req->page_token(), 500, 1000,
+                         [](const v1::JobStatus& j) { return JobPageKey(j.job_id()); });
+    if (!page.ok()) return Done(ctx, page.status());
+    for (auto& j : page->items) *resp->add_jobs() = std::move(j);
+    resp->set_next_page_token(page->next_token);
     return Done(ctx, absl::OkStatus());
   }
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
@@ -450,16 +466,23 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
     if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
       return Done(ctx, s);
     auto steps = impl_->core->GetMetrics(req->job_id(), req->since_step());
-    if (steps.ok())
-      for (auto& s : *steps) *resp->add_steps() = std::move(s);
-    return Done(ctx, steps.status());
+    if (!steps.ok()) return Done(ctx, steps.status());
+    auto page = TakePage(*std::move(steps), req->page_size(), req->page_token(), 5000, 20000,
+                         [](const v1::AggregatedStep& s) { return NumericPageKey(s.step()); });
+    if (!page.ok()) return Done(ctx, page.status());
+    for (auto& s : page->items) *resp->add_steps() = std::move(s);
+    resp->set_next_page_token(page->next_token);
+    return Done(ctx, absl::OkStatus());
   }
   grpc::ServerUnaryReactor* ListWorkers(
-      grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest*,
+      grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest* req,
       v1::ListWorkersResponse* resp) override {
     if (absl::Status s = CheckJobClient(CallerOf(*ctx)); !s.ok()) return Done(ctx, s);
-    for (auto& w : impl_->core->ListWorkers())
-      *resp->add_workers() = std::move(w);
+    auto page = TakePage(impl_->core->ListWorkers(), req->page_size(), req->page_token(), 1000,
+                         5000, [](const v1::WorkerInfo& w) { return w.name(); });
+    if (!page.ok()) return Done(ctx, page.status());
+    for (auto& w : page->items) *resp->add_workers() = std::move(w);
+    resp->set_next_page_token(page->next_token);
     return Done(ctx, absl::OkStatus());
   }
   grpc::ServerWriteReactor<v1::LogChunk>* GetLogs(

@@ -228,5 +228,37 @@ TEST_F(ServiceTlsTest, PlaintextAndForeignCertificatesGetNoCallThrough) {
   EXPECT_EQ(Submit("root", &id), grpc::StatusCode::OK);
 }
 
+TEST_F(ServiceTlsTest, ListsArePagedAndAUsersPagesHoldOnlyTheirJobs) {
+  std::vector<std::string> alices;
+  for (int i = 0; i < 5; ++i) {
+    std::string id;
+    ASSERT_EQ(Submit(i % 2 == 0 ? "alice" : "root", &id), grpc::StatusCode::OK);
+    if (i % 2 == 0) alices.push_back(id);
+  }
+  auto page = [&](const std::string& who, int size, const std::string& token,
+                  v1::ListJobsResponse* resp) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::ListJobsRequest req;
+    req.set_page_size(size);
+    req.set_page_token(token);
+    return v1::JobService::NewStub(As(who))->ListJobs(&ctx, req, resp).error_code();
+  };
+  v1::ListJobsResponse r;
+  ASSERT_EQ(page("root", 2, "", &r), grpc::StatusCode::OK);
+  EXPECT_EQ(r.jobs_size(), 2);
+  EXPECT_FALSE(r.next_page_token().empty());
+  std::vector<std::string> seen;
+  std::string token;
+  do {
+    v1::ListJobsResponse p;
+    ASSERT_EQ(page("alice", 2, token, &p), grpc::StatusCode::OK);
+    for (const auto& j : p.jobs()) seen.push_back(j.job_id());
+    token = p.next_page_token();
+  } while (!token.empty());
+  EXPECT_EQ(seen, alices);
+  EXPECT_EQ(page("root", 1001, "", &r), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 }  // namespace
 }  // namespace frameworm::coordinator
