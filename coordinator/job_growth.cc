@@ -37,15 +37,10 @@ void JobScheduler::MaybeGrow(Job& job, int64_t step) {
   const std::string reason =
       absl::StrCat("growing from ", job.workers.size(), " to ", next.size(),
                    " nodes after the checkpoint of step ", step);
-  const absl::Time now = clock_.Now();
   KillAll(job);
   job.state = v1::RESTARTING;
   job.reason = reason;
-  LogStoreError(store_.EndGeneration(RowOf(job), job.generation,
-                                     absl::ToUnixMillis(now), reason),
-                "end generation");
-  LeaveRunning(job);
-  Changed(job);
+  RecordGenerationEnd(job, reason);
   std::fprintf(stderr, "coordinator: job %s: %s\n", job.id.c_str(), reason.c_str());
   // When the start cannot happen now (no MASTER_PORT, the store), the job
   // stays RESTARTING and Schedule() starts it like any other.

@@ -328,21 +328,19 @@ void JobScheduler::FailGeneration(Job& job, const std::string& reason) {
                      ? absl::StrCat(reason, " (no restarts left)")
                      : reason;
   }
-  LogStoreError(
-      store_.EndGeneration(RowOf(job), job.generation, ToMs(now), reason),
-      "end generation");
-  LeaveRunning(job);
-  Changed(job);
+  RecordGenerationEnd(job, reason);
 }
 
 void JobScheduler::Succeed(Job& job) {
-  const absl::Time now = clock_.Now();
   job.state = v1::SUCCEEDED;
-  job.finished_ms = ToMs(now);
+  job.finished_ms = ToMs(clock_.Now());
   job.reason = "";
-  LogStoreError(
-      store_.EndGeneration(RowOf(job), job.generation, ToMs(now), "succeeded"),
-      "end generation");
+  RecordGenerationEnd(job, "succeeded");
+}
+
+void JobScheduler::RecordGenerationEnd(Job& job, const std::string& why) {
+  LogStoreError(store_.EndGeneration(RowOf(job), job.generation, ToMs(clock_.Now()), why),
+                "end generation");
   LeaveRunning(job);
   Changed(job);
 }

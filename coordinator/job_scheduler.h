@@ -163,6 +163,10 @@ class JobScheduler {
   // The RUNNING generation of `job` ended: its port is given back and its
   // ranks are dropped. Only for a job that was RUNNING.
   void LeaveRunning(Job& job);
+  // The RUNNING generation of `job` ended, its new state already set: the
+  // job's row and the generation's end (`why`) are recorded (a store error
+  // is logged), then LeaveRunning; the job changed.
+  void RecordGenerationEnd(Job& job, const std::string& why);
   void Changed(const Job& job) { changed_.insert(job.id); }
 
   Options options_;

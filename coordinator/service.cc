@@ -370,9 +370,10 @@ absl::Status JobAllowed(Impl* impl, const Caller& caller, const std::string& id)
   return CheckJobAccess(caller, id, *owner);
 }
 
-// A server stream refused before it started.
-template <typename T>
-class Refused final : public grpc::ServerWriteReactor<T> {
+// A streaming call refused before it started; `Reactor` is the call's
+// reactor type (server write, read or bidi stream).
+template <typename Reactor>
+class Refused final : public Reactor {
  public:
   explicit Refused(const absl::Status& s) { this->Finish(ToGrpcStatus(s)); }
   void OnDone() override { delete this; }
@@ -438,7 +439,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerWriteReactor<v1::JobStatus>* WatchJob(
       grpc::CallbackServerContext* ctx, const v1::WatchJobRequest* req) override {
     if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
-      return new Refused<v1::JobStatus>(s);
+      return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(s);
     return new WatchReactor(impl_, req->job_id());
   }
   grpc::ServerUnaryReactor* RequestCheckpoint(
@@ -488,10 +489,10 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   grpc::ServerWriteReactor<v1::LogChunk>* GetLogs(
       grpc::CallbackServerContext* ctx, const v1::GetLogsRequest* req) override {
     if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
-      return new Refused<v1::LogChunk>(s);
+      return new Refused<grpc::ServerWriteReactor<v1::LogChunk>>(s);
     if (absl::Status s = impl_->core->CheckLogRequest(req->job_id(), req->rank(), req->offset());
         !s.ok()) {
-      return new Refused<v1::LogChunk>(s);
+      return new Refused<grpc::ServerWriteReactor<v1::LogChunk>>(s);
     }
     return new LogsReactor(impl_, *req);
   }
@@ -519,13 +520,7 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
       grpc::CallbackServerContext* ctx) override {
     // Which worker: the session id (unguessable) in its first message.
     if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) {
-      class RefusedSession final
-          : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
-       public:
-        explicit RefusedSession(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
-        void OnDone() override { delete this; }
-      };
-      return new RefusedSession(s);
+      return new Refused<grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>>(s);
     }
     return new SessionReactor(impl_);
   }
@@ -566,19 +561,14 @@ class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
   grpc::ServerReadReactor<v1::CheckpointChunk>* UploadCheckpoint(
       grpc::CallbackServerContext* ctx, v1::UploadCheckpointResponse* resp) override {
     if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) {
-      class RefusedUpload final : public grpc::ServerReadReactor<v1::CheckpointChunk> {
-       public:
-        explicit RefusedUpload(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
-        void OnDone() override { delete this; }
-      };
-      return new RefusedUpload(s);
+      return new Refused<grpc::ServerReadReactor<v1::CheckpointChunk>>(s);
     }
     return new UploadReactor(impl_, resp);
   }
   grpc::ServerWriteReactor<v1::CheckpointChunk>* DownloadCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::DownloadCheckpointRequest* req) override {
     if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok())
-      return new Refused<v1::CheckpointChunk>(s);
+      return new Refused<grpc::ServerWriteReactor<v1::CheckpointChunk>>(s);
     return new DownloadReactor(impl_, *req);
   }
 
