@@ -38,6 +38,8 @@ class CheckpointCatalog {
   absl::StatusOr<std::vector<std::string>> Record(
       const v1::CheckpointRecord& record, int keep_last);
 
+  // Drops the job's records from memory (its rows are the caller's).
+  void Forget(const std::string& job_id) { jobs_.erase(job_id); }
   // The job's records, oldest step first (empty for an unknown job).
   const std::vector<v1::CheckpointRecord>& List(
       const std::string& job_id) const;

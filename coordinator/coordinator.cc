@@ -91,6 +91,8 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
     : state_dir_(options.state_dir),
       checkpoint_roots_(options.checkpoint_roots),
       forget_dead_workers_after_(options.forget_dead_workers_after),
+      retain_finished_(options.retain_finished),
+      metric_history_(static_cast<size_t>(std::max(0, options.metric_history))),
       clock_(clock),
       owned_store_(std::move(owned)),
       store_(store),
@@ -529,8 +531,36 @@ void Coordinator::Tick() {
     }
   }
   Flush();
+  BoundGrowth();
   // Outside mu_: the store's housekeeping never holds up the core.
   LogStoreError(store_.Maintain(), "store maintenance");
+}
+
+void Coordinator::BoundGrowth() {
+  std::vector<std::string> expired;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> thinned;
+  {
+    absl::MutexLock l(&mu_);
+    const absl::Time now = clock_.Now();
+    if (now - last_bound_ < absl::Seconds(10)) return;
+    last_bound_ = now;
+    if (retain_finished_ > absl::ZeroDuration()) {
+      expired = jobs_.ExpireFinished(absl::ToUnixMillis(now - retain_finished_));
+      for (const std::string& id : expired) checkpoints_.Forget(id);
+    }
+    thinned = jobs_.ThinMetrics(metric_history_);
+  }
+  for (const auto& [id, steps] : thinned)
+    LogStoreError(store_.DeleteMetrics(id, steps), "thin a job's metric history");
+  for (const std::string& id : expired) {
+    absl::Status s = store_.DeleteJob(id);
+    LogStoreError(s, "delete an expired job");
+    if (!s.ok()) continue;  // its rows come back after a restart: kept files
+    logs_.RemoveJob(id);
+    copies_.RemoveJob(id);
+    std::fprintf(stderr, "coordinator: job %s expired (ended over %s ago)\n", id.c_str(),
+                 absl::FormatDuration(retain_finished_).c_str());
+  }
 }
 
 }  // namespace frameworm::coordinator

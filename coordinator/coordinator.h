@@ -81,6 +81,13 @@ struct CoordinatorOptions {
   // A worker detached and silent this long (and running nothing) is
   // forgotten: ListWorkers no longer shows it. 0: never.
   absl::Duration forget_dead_workers_after = absl::Hours(1);
+  // An ended job (SUCCEEDED, FAILED, CANCELLED) is deleted this long after
+  // it ended: its rows, rank logs and the coordinator's checkpoint copies
+  // (never the checkpoint files its ranks wrote). 0: kept forever.
+  absl::Duration retain_finished = absl::Hours(7 * 24);
+  // Metric history per job (MetricAggregator::Thin): a running job keeps at
+  // most 2 x this many aggregated steps, an ended job this many. 0: all.
+  int metric_history = 2000;
   double heartbeat_interval_s = 1.0;  // told to workers
   double straggler_factor = 1.5;
   int straggler_window = 5;
@@ -209,7 +216,10 @@ class Coordinator {
                                                const std::string& path) const;
 
   // Time-driven work; call periodically (e.g. every 100 ms). Also runs the
-  // store's housekeeping (Store::Maintain) outside the mutex.
+  // store's housekeeping (Store::Maintain) and, every 10 s, the bounded
+  // growth (retention of ended jobs, metric thinning) whose deletes
+  // (rows, then files) happen outside the mutex. A failed delete is logged;
+  // its rows are found and expired again after a restart.
   void Tick();
 
  private:
@@ -231,12 +241,16 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls the listener for what the parts queued under the lock.
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);
+  // Every 10 s: expires ended jobs and thins histories (see Tick).
+  void BoundGrowth() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Held by Create()'s coordinators; declared first, released last.
   std::unique_ptr<StateDirLock> lock_;
   const std::string state_dir_;                      // absolute
   const std::vector<std::string> checkpoint_roots_;  // never empty
   const absl::Duration forget_dead_workers_after_;
+  const absl::Duration retain_finished_;
+  const size_t metric_history_;
   Clock& clock_;
   const std::unique_ptr<Store> owned_store_;  // null: not owned
   Store& store_;
@@ -251,6 +265,7 @@ class Coordinator {
   CheckpointCatalog checkpoints_ ABSL_GUARDED_BY(mu_);
   JobScheduler jobs_ ABSL_GUARDED_BY(mu_);
   Listener* listener_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::Time last_bound_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace frameworm::coordinator

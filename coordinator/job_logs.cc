@@ -55,6 +55,12 @@ absl::Status JobLogs::Append(const std::string& job_id, int rank,
   return absl::OkStatus();
 }
 
+void JobLogs::RemoveJob(const std::string& job_id) const {
+  if (!IsPathComponent(job_id)) return;
+  std::error_code ec;
+  fs::remove_all(Dir(job_id), ec);
+}
+
 absl::StatusOr<std::vector<int>> JobLogs::Ranks(
     const std::string& job_id) const {
   if (absl::Status s = Check(job_id, 0); !s.ok()) return s;

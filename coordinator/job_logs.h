@@ -42,6 +42,8 @@ class JobLogs {
   // Appends `data` to the rank's file (creating it and its directory).
   absl::Status Append(const std::string& job_id, int rank,
                       absl::string_view data) const;
+  // Deletes the job's directory and every file in it (best effort).
+  void RemoveJob(const std::string& job_id) const;
   // Ranks that have a file, ascending; empty when the job has none.
   absl::StatusOr<std::vector<int>> Ranks(const std::string& job_id) const;
   // Up to `max_bytes` of the rank's file from `offset`; empty at or past

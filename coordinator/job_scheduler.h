@@ -52,6 +52,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -128,6 +129,18 @@ class JobScheduler {
   // A checkpoint of `step` was recorded: the pending request it satisfies
   // is done, the every_n_minutes timer restarts.
   void CheckpointRecorded(const std::string& job_id, int64_t step);
+
+  // ---- Bounded growth (job_retention.cc) ----
+  // Removes the jobs that ended (SUCCEEDED, FAILED, CANCELLED) before
+  // `before_ms` from the table; returns their ids. Their rows and files are
+  // the caller's to delete.
+  std::vector<std::string> ExpireFinished(int64_t before_ms);
+  // Thins every job's metric history (MetricAggregator::Thin): a job that
+  // has not ended once it holds over 2 x `limit` steps, an ended one to
+  // `limit`. Returns (job id, removed steps) for the caller to delete from
+  // the store. limit 0: nothing.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> ThinMetrics(
+      size_t limit);
 
   // ---- Views ----
   const Job* Find(const std::string& job_id) const;

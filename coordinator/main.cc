@@ -54,6 +54,12 @@ ABSL_FLAG(absl::Duration, startup_timeout, absl::Minutes(5),
           "is hung (restarted); 0 turns it off");
 ABSL_FLAG(absl::Duration, forget_dead_workers, absl::Hours(1),
           "a worker disconnected and silent this long (running nothing) is forgotten; 0: never");
+ABSL_FLAG(absl::Duration, retain_finished, absl::Hours(7 * 24),
+          "an ended job (its record, metrics, logs, the coordinator's checkpoint copies) is "
+          "deleted this long after it ended; the checkpoint files its ranks wrote stay; 0: never");
+ABSL_FLAG(int, metric_history, 2000,
+          "aggregated steps kept per job: older ones are thinned evenly once a running job "
+          "holds twice this, an ended job keeps this many; 0: all");
 ABSL_FLAG(double, straggler_factor, 1.5,
           "flag ranks slower than X times the median step time, X > 1");
 
@@ -107,6 +113,12 @@ absl::StatusOr<DaemonConfig> FromFlags() {
   o.forget_dead_workers_after = absl::GetFlag(FLAGS_forget_dead_workers);
   if (o.forget_dead_workers_after < absl::ZeroDuration())
     return bad("forget-dead-workers", "a duration >= 0", absl::FormatDuration(o.forget_dead_workers_after));
+  o.retain_finished = absl::GetFlag(FLAGS_retain_finished);
+  if (o.retain_finished < absl::ZeroDuration())
+    return bad("retain-finished", "a duration >= 0 like 168h", absl::FormatDuration(o.retain_finished));
+  o.metric_history = absl::GetFlag(FLAGS_metric_history);
+  if (o.metric_history < 0 || o.metric_history == 1)
+    return bad("metric-history", "0 or a count >= 2", absl::StrCat(o.metric_history));
   o.straggler_factor = absl::GetFlag(FLAGS_straggler_factor);
   if (!(o.straggler_factor > 1.0))
     return bad("straggler-factor", "a number > 1",

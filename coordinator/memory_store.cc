@@ -89,6 +89,26 @@ absl::Status MemoryStore::PutMetrics(const std::vector<MetricRow>& rows) {
   return absl::OkStatus();
 }
 
+absl::Status MemoryStore::DeleteMetrics(const std::string& job_id,
+                                        const std::vector<int64_t>& steps) {
+  absl::MutexLock l(&mu_);
+  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  for (int64_t step : steps) metrics_.erase({job_id, step});
+  return absl::OkStatus();
+}
+
+absl::Status MemoryStore::DeleteJob(const std::string& job_id) {
+  absl::MutexLock l(&mu_);
+  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  jobs_.erase(job_id);
+  auto in_job = [&](const auto& key) { return std::get<0>(key) == job_id; };
+  std::erase_if(generations_, [&](const auto& e) { return in_job(e.first); });
+  std::erase_if(assignments_, [&](const auto& e) { return in_job(e.first); });
+  std::erase_if(checkpoints_, [&](const auto& e) { return in_job(e.first); });
+  std::erase_if(metrics_, [&](const auto& e) { return in_job(e.first); });
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<JobRow>> MemoryStore::LoadJobs() {
   absl::MutexLock l(&mu_);
   std::vector<JobRow> out;

@@ -61,8 +61,12 @@ class MemoryStore final : public Store {
       const std::string& job_id) override;
   // metrics
   absl::Status PutMetrics(const std::vector<MetricRow>& rows) override;
+  absl::Status DeleteMetrics(const std::string& job_id,
+                             const std::vector<int64_t>& steps) override;
   absl::StatusOr<std::vector<MetricRow>> LoadMetrics(
       const std::string& job_id) override;
+  // every table
+  absl::Status DeleteJob(const std::string& job_id) override;
   // Nothing to maintain.
   absl::Status Maintain() override { return absl::OkStatus(); }
 

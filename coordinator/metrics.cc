@@ -97,6 +97,29 @@ std::vector<v1::AggregatedStep> MetricAggregator::Since(
   return out;
 }
 
+std::vector<int64_t> MetricAggregator::Thin(size_t limit, size_t trigger) {
+  std::vector<int64_t> removed;
+  const size_t n = steps_.size();
+  if (limit == 0 || n <= std::max(limit, trigger)) return removed;
+  const size_t tail = limit / 2;     // newest steps, kept whole
+  const size_t old = n - tail;       // candidates, oldest first
+  const size_t want = limit - tail;  // of them kept, evenly spaced
+  size_t index = 0, next_kept = 0, kept = 0;
+  for (auto it = steps_.begin(); index < old; ++index) {
+    // Keep index floor(k * old / want) for k = 0..want-1.
+    if (kept < want && index == next_kept) {
+      ++kept;
+      next_kept = kept * old / want;
+      ++it;
+      continue;
+    }
+    removed.push_back(it->first);
+    weights_.erase(it->first);
+    it = steps_.erase(it);
+  }
+  return removed;
+}
+
 const v1::AggregatedStep* MetricAggregator::Last() const {
   return steps_.empty() ? nullptr : &steps_.rbegin()->second;
 }

@@ -44,6 +44,13 @@ class MetricAggregator {
 
   // Steps with step > since_step, in order.
   std::vector<v1::AggregatedStep> Since(int64_t since_step) const;
+  // Bounds the history: once it holds more than `trigger` steps, it is
+  // thinned to `limit` (limit <= trigger): the newest limit/2 steps stay
+  // whole, the older ones are resampled evenly (the oldest step is always
+  // kept), so a loss curve keeps its shape. Returns the removed steps,
+  // ascending (empty when nothing was removed or limit is 0).
+  std::vector<int64_t> Thin(size_t limit, size_t trigger);
+  size_t size() const { return steps_.size(); }
   // The newest step, or nullptr when none.
   const v1::AggregatedStep* Last() const;
   // How many times the straggler flags were computed (tests).

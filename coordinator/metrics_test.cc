@@ -126,5 +126,36 @@ TEST(MetricAggregatorTest, SinceAndRestore) {
   EXPECT_DOUBLE_EQ(s->mean().at("loss"), 2.0);
 }
 
+TEST(MetricAggregatorTest, ThinKeepsTheNewestWholeAndResamplesTheRest) {
+  MetricAggregator agg({1.5, 3});
+  for (int64_t step = 1; step <= 100; ++step)
+    agg.Add(1, 1, Report(0, step, 1, 0.1, 1.0 / step), step);
+  // At or under the trigger nothing happens.
+  EXPECT_TRUE(agg.Thin(40, 100).empty());
+  EXPECT_EQ(agg.size(), 100u);
+  std::vector<int64_t> removed = agg.Thin(40, 80);
+  EXPECT_EQ(removed.size(), 60u);
+  EXPECT_EQ(agg.size(), 40u);
+  std::vector<v1::AggregatedStep> kept = agg.Since(0);
+  ASSERT_EQ(kept.size(), 40u);
+  EXPECT_EQ(kept.front().step(), 1);  // the oldest stays
+  // The newest 20 steps stay whole.
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(kept[20 + i].step(), 81 + i);
+  // The older 20 are spread over steps 1..80, strictly increasing.
+  for (int i = 1; i < 20; ++i) {
+    EXPECT_GT(kept[i].step(), kept[i - 1].step());
+    EXPECT_LE(kept[i].step(), 80);
+  }
+  EXPECT_GE(kept[19].step(), 70);
+  // Removed and kept partition the steps; values are untouched.
+  for (int64_t r : removed) {
+    for (const auto& k : kept) EXPECT_NE(k.step(), r);
+  }
+  EXPECT_DOUBLE_EQ(kept[25].mean().at("loss"), 1.0 / kept[25].step());
+  // New steps still aggregate after thinning; a limit of 0 never thins.
+  ASSERT_NE(agg.Add(1, 1, Report(0, 101, 1, 0.1, 0.5), 101), nullptr);
+  EXPECT_TRUE(agg.Thin(0, 0).empty());
+}
+
 }  // namespace
 }  // namespace frameworm::coordinator

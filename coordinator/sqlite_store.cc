@@ -315,6 +315,35 @@ absl::Status SqliteStore::PutMetrics(const std::vector<MetricRow>& rows) {
   return s;
 }
 
+absl::Status SqliteStore::DeleteMetrics(const std::string& job_id,
+                                        const std::vector<int64_t>& steps) {
+  if (steps.empty()) return absl::OkStatus();
+  absl::MutexLock l(&mu_);
+  return TransactionLocked([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (int64_t step : steps) {
+      absl::Status s = Stmt(db_, "DELETE FROM metrics WHERE job_id=? AND step=?")
+                           .Bind(job_id).Bind(step).Run();
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status SqliteStore::DeleteJob(const std::string& job_id) {
+  absl::MutexLock l(&mu_);
+  return TransactionLocked([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const char* sql : {"DELETE FROM metrics WHERE job_id=?",
+                            "DELETE FROM checkpoints WHERE job_id=?",
+                            "DELETE FROM assignments WHERE job_id=?",
+                            "DELETE FROM generations WHERE job_id=?",
+                            "DELETE FROM jobs WHERE job_id=?"}) {
+      absl::Status s = Stmt(db_, sql).Bind(job_id).Run();
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  });
+}
+
 absl::StatusOr<std::vector<JobRow>> SqliteStore::LoadJobs() {
   absl::MutexLock l(&mu_);
   Stmt st(db_,

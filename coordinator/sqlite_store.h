@@ -55,6 +55,9 @@ class SqliteStore final : public Store {
                                 const std::string& path) override;
   // One transaction on a cached prepared statement.
   absl::Status PutMetrics(const std::vector<MetricRow>& rows) override;
+  absl::Status DeleteMetrics(const std::string& job_id,
+                             const std::vector<int64_t>& steps) override;
+  absl::Status DeleteJob(const std::string& job_id) override;
   // CheckpointIfLarge() with the default threshold.
   absl::Status Maintain() override;
 

@@ -112,6 +112,13 @@ class Store {
   // for an empty list.
   virtual absl::Status PutMetrics(const std::vector<MetricRow>& rows) = 0;
   absl::Status PutMetric(const MetricRow& row) { return PutMetrics({row}); }
+  // Deletes the job's metric rows of `steps` in one transaction (missing
+  // rows are not an error).
+  virtual absl::Status DeleteMetrics(const std::string& job_id,
+                                     const std::vector<int64_t>& steps) = 0;
+  // Deletes every row of the job (job, generations, assignments,
+  // checkpoint records, metrics) in one transaction.
+  virtual absl::Status DeleteJob(const std::string& job_id) = 0;
 
   // Periodic housekeeping, called from the owner's timer without any of the
   // owner's locks (SqliteStore: a passive WAL checkpoint once the WAL has

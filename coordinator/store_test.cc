@@ -108,6 +108,39 @@ TEST(StoreTest, PutMetricsIsOneTransactionAndWalIsCheckpointed) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(StoreTest, DeleteMetricsAndDeleteJobRemoveOnlyThatJobsRows) {
+  const std::string dir = TempDir("delete");
+  {
+    auto store = SqliteStore::Open(dir);
+    ASSERT_TRUE(store.ok());
+    for (const std::string id : {"a", "b"}) {
+      JobRow job{id, id == "a" ? 1 : 2, "spec", 2, 1, 0, "", 1, 2, 0};
+      ASSERT_TRUE((*store)->StartGeneration(job, {id, 1, 2, 0, "", "h", 1, ""},
+                                            {{id, 1, 0, "w", 0, 0, "t", 0}}).ok());
+      ASSERT_TRUE((*store)->AddCheckpoint({id, 1, 5, "/c/" + id, 1, "x", 3}).ok());
+      for (int step = 1; step <= 5; ++step)
+        ASSERT_TRUE((*store)->PutMetric({id, step, "m"}).ok());
+    }
+    ASSERT_TRUE((*store)->DeleteMetrics("a", {2, 4, 99}).ok());  // 99: missing, fine
+    ASSERT_TRUE((*store)->DeleteMetrics("a", {}).ok());
+    ASSERT_TRUE((*store)->DeleteJob("b").ok());
+    ASSERT_TRUE((*store)->DeleteJob("never-was").ok());
+  }
+  auto store = SqliteStore::Open(dir);  // committed: seen after reopening
+  ASSERT_TRUE(store.ok());
+  std::vector<int64_t> steps;
+  for (const MetricRow& m : *(*store)->LoadMetrics("a")) steps.push_back(m.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 3, 5}));
+  ASSERT_EQ((*store)->LoadJobs()->size(), 1u);
+  EXPECT_EQ((*(*store)->LoadJobs())[0].job_id, "a");
+  EXPECT_TRUE((*store)->LoadMetrics("b")->empty());
+  EXPECT_TRUE((*store)->LoadCheckpoints("b")->empty());
+  EXPECT_TRUE((*store)->LoadAssignments("b", 1)->empty());
+  EXPECT_EQ((*store)->LoadGeneration("b", 1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*store)->LoadCheckpoints("a")->size(), 1u);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(StoreTest, OpenFailsOnUnusableDir) {
   // A regular file where the directory should be.
   const std::string file = TempDir("file");

@@ -1,0 +1,112 @@
+// Bounded growth on the Coordinator: ended jobs expire after
+// retain_finished (rows, rank logs, checkpoint copies), metric histories are
+// thinned, and a failed delete is retried after a restart.
+#include <filesystem>
+
+#include "coordinator/coordinator_fixture.h"
+#include "gtest/gtest.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+namespace fs = std::filesystem;
+
+class RetentionTest : public CoordinatorTest {
+ protected:
+  void SetUp() override {
+    CoordinatorTest::SetUp();
+    CoordinatorOptions o = Options();
+    o.retain_finished = absl::Hours(1);
+    o.metric_history = 10;
+    o.default_heartbeat_timeout = absl::Hours(1);  // the clock jumps
+    o.startup_timeout = absl::ZeroDuration();
+    SetOptions(o);
+    coord_.reset();
+    Open();
+  }
+  // Ticks past the 10 s spacing of the bounded-growth pass.
+  void TickLater(absl::Duration d) {
+    clock_.Advance(d);
+    coord_->Tick();
+  }
+};
+
+TEST_F(RetentionTest, RunningHistoriesAreThinnedAndEndedOnesToTheLimit) {
+  AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  for (int64_t step = 1; step <= 20; ++step) ASSERT_TRUE(Step(id, 1, 0, step).ok());
+  TickLater(absl::Seconds(11));
+  EXPECT_EQ(coord_->GetMetrics(id, 0)->size(), 20u);  // at 2 x 10: not yet
+  for (int64_t step = 21; step <= 50; ++step) ASSERT_TRUE(Step(id, 1, 0, step).ok());
+  Heartbeat("w0");
+  TickLater(absl::Seconds(1));  // within 10 s of the last pass: nothing
+  EXPECT_EQ(coord_->GetMetrics(id, 0)->size(), 50u);
+  TickLater(absl::Seconds(10));
+  std::vector<v1::AggregatedStep> kept = *coord_->GetMetrics(id, 0);
+  ASSERT_EQ(kept.size(), 10u);
+  EXPECT_EQ(kept.front().step(), 1);
+  EXPECT_EQ(kept.back().step(), 50);
+  EXPECT_EQ(store_.LoadMetrics(id)->size(), 10u);  // deleted from the store too
+  // Reports go on after thinning; the newest steps are whole.
+  ASSERT_TRUE(Step(id, 1, 0, 51).ok());
+  EXPECT_EQ(coord_->GetMetrics(id, 45)->size(), 6u);
+  // A restart loads only what is left.
+  coord_.reset();
+  Open();
+  EXPECT_EQ(coord_->GetMetrics(id, 0)->size(), 11u);
+}
+
+TEST_F(RetentionTest, EndedJobsExpireWithTheirRowsAndFilesRunningOnesNever) {
+  AddWorker("w0", 1);
+  const std::string done = Submit(Spec(1, 1));
+  ASSERT_TRUE(Step(done, 1, 0, 1).ok());
+  ASSERT_TRUE(coord_->logs().Append(done, 0, "hello\n").ok());
+  TaskState("w0", done, 1, 0, v1::TASK_EXITED, 0);
+  ASSERT_EQ(Job(done).state(), v1::SUCCEEDED);
+  const std::string waiting = Submit(Spec(2, 1));  // never fits: PENDING
+  const std::string running = Submit(Spec(1, 1));
+  ASSERT_EQ(Job(running).state(), v1::RUNNING);
+  ASSERT_TRUE(fs::exists(coord_->logs().Dir(done)));
+
+  for (int i = 0; i < 11; ++i) {  // 55 minutes, heartbeating: kept
+    Heartbeat("w0");
+    TickLater(absl::Minutes(5));
+  }
+  EXPECT_TRUE(coord_->GetJob(done).ok());
+  Heartbeat("w0");
+  TickLater(absl::Minutes(6));
+  EXPECT_EQ(coord_->GetJob(done).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(fs::exists(coord_->logs().Dir(done)));
+  for (const JobRow& row : *store_.LoadJobs()) EXPECT_NE(row.job_id, done);
+  EXPECT_TRUE(store_.LoadMetrics(done)->empty());
+  // Jobs that have not ended stay, however old.
+  EXPECT_EQ(Job(waiting).state(), v1::PENDING);
+  EXPECT_EQ(Job(running).state(), v1::RUNNING);
+  coord_.reset();
+  Open();
+  EXPECT_EQ(coord_->GetJob(done).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(coord_->ListJobs().size(), 2u);
+}
+
+TEST_F(RetentionTest, AFailedDeleteKeepsTheFilesAndIsRetriedAfterARestart) {
+  AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  ASSERT_TRUE(coord_->logs().Append(id, 0, "x\n").ok());
+  ASSERT_EQ(coord_->CancelJob(id)->state(), v1::CANCELLED);
+  store_.FailWrites(absl::UnavailableError("disk gone"));
+  TickLater(absl::Hours(2));
+  // Gone from memory, but its rows could not be deleted: its files stay.
+  EXPECT_EQ(coord_->GetJob(id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(fs::exists(coord_->logs().Dir(id)));
+  store_.FailWrites(absl::OkStatus());
+  coord_.reset();
+  Open();  // the rows come back ...
+  EXPECT_TRUE(coord_->GetJob(id).ok());
+  TickLater(absl::Seconds(1));  // ... and expire at the first pass
+  EXPECT_EQ(coord_->GetJob(id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(fs::exists(coord_->logs().Dir(id)));
+  EXPECT_TRUE(store_.LoadJobs()->empty());
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator
