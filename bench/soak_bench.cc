@@ -1,11 +1,14 @@
 // Soak: a real frameworm-coordinator process on 127.0.0.1 under a steady
 // cluster-sized load for minutes, sampled every --sample-s (issue #8).
 //
-// Set-up: start frameworm-coordinator with a fresh --state-dir (plaintext on
-// loopback, the daemon's default flags); register --workers simulated
-// workers (1 slot each) and open one WorkerService.Session stream per worker
-// on the callback client API, spread over --session-channels connections (so
-// 1000 workers need neither 1000 threads nor 1000 sockets). Every session
+// Set-up: start frameworm-coordinator with a fresh --state-dir (a temporary
+// one, or --state-dir=DIR, which must not exist or be empty; plaintext on
+// loopback; the daemon's default flags plus any --coordinator-arg=FLAG);
+// register --workers simulated workers (1 slot each) and open one
+// WorkerService.Session stream per worker on the callback client API,
+// spread over --session-channels connections (so 1000 workers need neither
+// 1000 threads nor 1000 sockets; RLIMIT_NOFILE is raised to its hard limit
+// anyway, for larger --*-channels). Every session
 // heartbeats every `heartbeat_interval_s` the coordinator's
 // RegisterWorkerResponse asks for (1 s by default, the real worker's
 // default too; --heartbeat-interval-s overrides), the sessions' phases
@@ -535,7 +538,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> known = {
       "workers", "jobs", "duration-s", "sample-s", "step-interval-ms",
       "heartbeat-interval-s", "session-channels", "report-channels",
-      "coordinator", "state-dir"};
+      "coordinator", "state-dir", "coordinator-arg"};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     bool ok = false;
@@ -578,6 +581,12 @@ int main(int argc, char** argv) {
       "coordinator",
       (fs::path(argv[0]).parent_path() / "frameworm-coordinator").string());
   const std::string state_dir_flag = flag("state-dir", "");
+  // Extra frameworm-coordinator flags, one per --coordinator-arg= (e.g.
+  // --coordinator-arg=--metric-history=100); none by default.
+  std::vector<std::string> coord_args;
+  for (int i = 1; i < argc; ++i)
+    if (absl::StartsWith(argv[i], "--coordinator-arg="))
+      coord_args.push_back(argv[i] + std::string("--coordinator-arg=").size());
   const int nodes = workers / jobs;
   const int nsamples = static_cast<int>(std::ceil(duration_s / sample_s - 1e-9));
 
@@ -593,7 +602,7 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
-  auto coord_or = fb::CoordinatorProcess::Start({coord_bin, state_dir_flag, {}});
+  auto coord_or = fb::CoordinatorProcess::Start({coord_bin, state_dir_flag, coord_args});
   if (!coord_or.ok()) return Fail(coord_or.status().ToString());
   std::unique_ptr<fb::CoordinatorProcess> coord = std::move(*coord_or);
   const std::string target = coord->address();
@@ -709,7 +718,9 @@ int main(int argc, char** argv) {
         sessions.push_back(new SimWorker(&shared, i, calls[i]->resp.session_id()));
         sessions.back()->Start(wstubs[i % session_channels].get());
       }
-      const int64_t hb_start = NowNs();
+      // The first heartbeat went with Start(); the next one an interval on.
+      const int64_t hb_start =
+          NowNs() + static_cast<int64_t>(hb_interval_s * 1e9);
       hb_thread = std::thread([&] {
         Pace(workers,
              std::chrono::nanoseconds(static_cast<int64_t>(hb_interval_s * 1e9)),
@@ -900,9 +911,10 @@ int main(int argc, char** argv) {
         index == 0 ? 0.0 : s.reports_ok / window_s, (long long)failed,
         ErrorsJson(s.errors).c_str(), p50, p99, pmax,
         (long long)(late - prev_late), (long long)wstop, (long long)wckpt,
-        (long long)(hb - prev_hb), (hb - prev_hb) / window_s,
-        (long long)(hb_skipped - prev_hb_skipped), (ccpu - prev_ccpu) / window_s,
-        (lcpu - prev_lcpu) / window_s, StatesJson(jc.states).c_str(),
+        (long long)(hb - prev_hb), index == 0 ? 0.0 : (hb - prev_hb) / window_s,
+        (long long)(hb_skipped - prev_hb_skipped),
+        index == 0 ? 0.0 : (ccpu - prev_ccpu) / window_s,
+        index == 0 ? 0.0 : (lcpu - prev_lcpu) / window_s, StatesJson(jc.states).c_str(),
         (long long)jc.min_step, (long long)jc.max_step, (long long)jc.sum_step);
     std::fflush(stdout);
     prev_t = now;
@@ -987,7 +999,8 @@ int main(int argc, char** argv) {
       "\"db_main_bytes_per_report_after_stop\":%.1f,\"steps_stored\":%lld,"
       "\"db_main_bytes_per_step_after_stop\":%.1f,\"log_bytes_last\":%lld,"
       "\"job_states\":%s,\"not_running\":%s,\"coordinator_exit\":%s,"
-      "\"state_dir\":%s,\"interrupted\":%s,\"first_error\":%s}\n",
+      "\"coordinator_args\":%s,\"state_dir\":%s,\"interrupted\":%s,"
+      "\"first_error\":%s}\n",
       workers, jobs, nodes, duration_s, load_s, sample_s,
       static_cast<int>(samples.size()), step_ms, hb_interval_s, session_channels,
       report_channels, register_s, attach_s, start_s, (long long)total_ok,
@@ -1006,6 +1019,7 @@ int main(int argc, char** argv) {
       (long long)last.dir.log, StatesJson(end_jobs.states).c_str(),
       JsonString(absl::StrJoin(end_jobs.not_running, "; ")).c_str(),
       JsonString(stop_status).c_str(),
+      JsonString(absl::StrJoin(coord_args, " ")).c_str(),
       JsonString(state_dir_flag.empty() ? "(temporary, removed)" : state_dir).c_str(),
       interrupted ? "true" : "false", JsonString(first_error).c_str());
   std::fflush(stdout);

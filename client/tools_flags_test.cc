@@ -84,6 +84,9 @@ TEST_F(CoordinatorFlagsTest, BadFlagsAndValuesExitTwoWithOneLine) {
        "--heartbeat-timeout must be a positive duration like 10s, got '0'"},
       {{"--heartbeat-timeout=soon"}, "--heartbeat-timeout: bad value 'soon'"},
       {{"--straggler-factor=1"}, "--straggler-factor must be a number > 1"},
+      {{"--retain-finished=-1h"}, "--retain-finished must be a duration >= 0 like 168h, got '-1h'"},
+      {{"--metric-history=1"}, "--metric-history must be 0 or a count >= 2, got '1'"},
+      {{"--max-log-bytes=4096"}, "--max-log-bytes must be 0 or at least 1048576, got '4096'"},
       {{"--listen=7070"}, "--listen must be HOST:PORT, got '7070'"},
       {{"serve"}, "unexpected argument 'serve'"},
   };
@@ -135,6 +138,12 @@ TEST(WorkerFlagsTest, PlaintextToARemoteCoordinatorNeedsInsecureByName) {
   e2e::RunResult r = RunTool("frameworm-worker", {"--coordinator=192.0.2.1:7070"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("--coordinator=192.0.2.1:7070 is off loopback"));
+}
+
+TEST(WorkerFlagsTest, ALogCapUnderOneMebibyteIsAFlagError) {
+  e2e::RunResult r = RunTool("frameworm-worker", {"--max-log-bytes=1000"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--max-log-bytes must be 0 or at least 1048576, got '1000'"));
 }
 
 TEST(WorkerFlagsTest, AdvertiseThatCannotBeDerivedIsAFlagError) {

@@ -88,6 +88,9 @@ struct CoordinatorOptions {
   // Metric history per job (MetricAggregator::Thin): a running job keeps at
   // most 2 x this many aggregated steps, an ended job this many. 0: all.
   int metric_history = 2000;
+  // A rank's log keeps at most about this much of its newest output
+  // (JobLogs). 0: unbounded.
+  int64_t max_log_bytes = int64_t{64} << 20;
   double heartbeat_interval_s = 1.0;  // told to workers
   double straggler_factor = 1.5;
   int straggler_window = 5;

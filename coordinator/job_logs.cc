@@ -1,12 +1,19 @@
 #include "coordinator/job_logs.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/log_cap.h"
 
 namespace frameworm::coordinator {
 namespace {
@@ -49,9 +56,29 @@ absl::Status JobLogs::Append(const std::string& job_id, int rank,
   std::error_code ec;
   fs::create_directories(Dir(job_id), ec);
   const std::string path = Path(job_id, rank);
-  std::ofstream out(path, std::ios::binary | std::ios::app);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  if (!out) return absl::InternalError(absl::StrCat("cannot append to ", path));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("cannot append to ", path, ": ", std::strerror(errno)));
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      return absl::InternalError(absl::StrCat("cannot append to ", path, ": ", std::strerror(e)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  struct stat st {};
+  const bool over = ::fstat(fd, &st) == 0 && options_.max_bytes_per_rank > 0 &&
+                    st.st_size > options_.max_bytes_per_rank;
+  ::close(fd);
+  if (over) {
+    absl::StatusOr<int64_t> first = CapLog(path, options_.max_bytes_per_rank);
+    if (!first.ok() && !warned_.exchange(true))  // once: the file stays whole
+      std::fprintf(stderr, "coordinator: %s\n", std::string(first.status().message()).c_str());
+  }
   return absl::OkStatus();
 }
 
@@ -81,22 +108,26 @@ absl::StatusOr<std::vector<int>> JobLogs::Ranks(
   return ranks;
 }
 
-absl::StatusOr<std::string> JobLogs::Read(const std::string& job_id, int rank,
-                                          int64_t offset,
-                                          size_t max_bytes) const {
+absl::StatusOr<JobLogs::Chunk> JobLogs::Read(const std::string& job_id, int rank,
+                                             int64_t offset, size_t max_bytes) const {
   if (absl::Status s = Check(job_id, rank); !s.ok()) return s;
   if (offset < 0)
     return absl::InvalidArgumentError(
         absl::StrCat("log offset must be >= 0, got ", offset));
-  std::ifstream in(Path(job_id, rank), std::ios::binary);
-  if (!in)
+  const int fd = ::open(Path(job_id, rank).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
     return absl::NotFoundError(
         absl::StrCat("no log of rank ", rank, " of job ", job_id));
-  in.seekg(offset);
-  std::string buf(max_bytes, '\0');
-  in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-  buf.resize(static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
-  return buf;
+  Chunk chunk;
+  chunk.from = FirstKept(fd, offset);
+  chunk.data.resize(max_bytes);
+  ssize_t n;
+  do {
+    n = ::pread(fd, chunk.data.data(), max_bytes, chunk.from);
+  } while (n < 0 && errno == EINTR);
+  ::close(fd);
+  chunk.data.resize(static_cast<size_t>(std::max<ssize_t>(0, n)));
+  return chunk;
 }
 
 }  // namespace frameworm::coordinator

@@ -4,6 +4,10 @@
 // files are the only state: nothing is cached, so a reader sees every byte
 // appended before its call.
 //
+// Size: a rank's file keeps at most about `max_bytes_per_rank` of its
+// newest output (common/log_cap.h: the head becomes a hole, offsets stay
+// valid); Read says where the data it returns starts.
+//
 // Paths: a job id must be one path component (IsPathComponent) and a rank
 // >= 0, so no caller can reach outside the root.
 // Thread safety: immutable after construction (only the root); every
@@ -14,6 +18,7 @@
 #ifndef FRAMEWORM_COORDINATOR_JOB_LOGS_H_
 #define FRAMEWORM_COORDINATOR_JOB_LOGS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,6 +37,13 @@ class JobLogs {
  public:
   struct Options {
     std::string root;  // <state_dir>/logs; created on the first Append
+    int64_t max_bytes_per_rank = int64_t{64} << 20;  // 0: unbounded
+  };
+  // What Read returns: `data` starts at offset `from` (> the offset asked
+  // for when that part was dropped by the size cap).
+  struct Chunk {
+    int64_t from = 0;
+    std::string data;
   };
   explicit JobLogs(const Options& options) : options_(options) {}
 
@@ -46,15 +58,16 @@ class JobLogs {
   void RemoveJob(const std::string& job_id) const;
   // Ranks that have a file, ascending; empty when the job has none.
   absl::StatusOr<std::vector<int>> Ranks(const std::string& job_id) const;
-  // Up to `max_bytes` of the rank's file from `offset`; empty at or past
-  // the end.
-  absl::StatusOr<std::string> Read(const std::string& job_id, int rank,
+  // Up to `max_bytes` of the rank's file from `offset` (or from the first
+  // byte kept after it); empty at or past the end.
+  absl::StatusOr<Chunk> Read(const std::string& job_id, int rank,
                                    int64_t offset, size_t max_bytes) const;
 
  private:
   absl::Status Check(const std::string& job_id, int rank) const;
 
   const Options options_;
+  mutable std::atomic<bool> warned_{false};  // a cap failed (said once)
 };
 
 }  // namespace frameworm::coordinator

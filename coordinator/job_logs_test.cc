@@ -1,10 +1,13 @@
 #include "coordinator/job_logs.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "common/log_cap.h"
 #include "coordinator/test_dir.h"
 #include "gtest/gtest.h"
 
@@ -27,10 +30,38 @@ TEST_F(JobLogsTest, AppendsThenReadsFromOffsets) {
             absl::StatusCode::kNotFound);
   ASSERT_TRUE(logs.Append("job-1", 0, "hello ").ok());
   ASSERT_TRUE(logs.Append("job-1", 0, "world\n").ok());
-  EXPECT_EQ(*logs.Read("job-1", 0, 0, 100), "hello world\n");
-  EXPECT_EQ(*logs.Read("job-1", 0, 6, 3), "wor");
-  EXPECT_EQ(*logs.Read("job-1", 0, 12, 100), "");   // at the end
-  EXPECT_EQ(*logs.Read("job-1", 0, 500, 100), "");  // past it
+  EXPECT_EQ(logs.Read("job-1", 0, 0, 100)->data, "hello world\n");
+  EXPECT_EQ(logs.Read("job-1", 0, 6, 3)->data, "wor");
+  EXPECT_EQ(logs.Read("job-1", 0, 6, 3)->from, 6);
+  EXPECT_EQ(logs.Read("job-1", 0, 12, 100)->data, "");   // at the end
+  EXPECT_EQ(logs.Read("job-1", 0, 500, 100)->data, "");  // past it
+}
+
+TEST_F(JobLogsTest, ARanksFileKeepsItsNewestOutputUnderTheCap) {
+  const int64_t cap = 4 * kLogCapBlock;
+  JobLogs logs({.root = root_, .max_bytes_per_rank = cap});
+  std::string line(1000, 'x');
+  line.back() = '\n';
+  int64_t written = 0;
+  for (int i = 0; i < 2000; ++i) {  // 2 MB through a 256 KiB cap
+    line[0] = static_cast<char>('a' + i % 26);
+    ASSERT_TRUE(logs.Append("job-1", 0, line).ok());
+    written += static_cast<int64_t>(line.size());
+  }
+  EXPECT_EQ(static_cast<int64_t>(fs::file_size(logs.Path("job-1", 0))), written);  // offsets stay
+  struct stat st {};
+  ASSERT_EQ(::stat(logs.Path("job-1", 0).c_str(), &st), 0);
+  EXPECT_LE(st.st_blocks * 512, cap + 2 * kLogCapBlock);  // the disk holds the cap
+  // A read from 0 starts at the first byte kept, and says so.
+  absl::StatusOr<JobLogs::Chunk> head = logs.Read("job-1", 0, 0, 1000);
+  ASSERT_TRUE(head.ok());
+  EXPECT_GT(head->from, written - cap);
+  EXPECT_EQ(head->from % kLogCapBlock, 0);
+  EXPECT_EQ(head->data.size(), 1000u);
+  // The newest line is whole, at its offset.
+  absl::StatusOr<JobLogs::Chunk> tail = logs.Read("job-1", 0, written - 1000, 5000);
+  EXPECT_EQ(tail->from, written - 1000);
+  EXPECT_EQ(tail->data[0], static_cast<char>('a' + 1999 % 26));
 }
 
 TEST_F(JobLogsTest, RanksListsTheFilesThatExist) {

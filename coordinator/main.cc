@@ -60,6 +60,9 @@ ABSL_FLAG(absl::Duration, retain_finished, absl::Hours(7 * 24),
 ABSL_FLAG(int, metric_history, 2000,
           "aggregated steps kept per job: older ones are thinned evenly once a running job "
           "holds twice this, an ended job keeps this many; 0: all");
+ABSL_FLAG(int64_t, max_log_bytes, int64_t{64} << 20,
+          "a rank's log keeps about this many of its newest bytes (older ones are dropped "
+          "in place; offsets stay valid); 0: unbounded");
 ABSL_FLAG(double, straggler_factor, 1.5,
           "flag ranks slower than X times the median step time, X > 1");
 
@@ -119,6 +122,9 @@ absl::StatusOr<DaemonConfig> FromFlags() {
   o.metric_history = absl::GetFlag(FLAGS_metric_history);
   if (o.metric_history < 0 || o.metric_history == 1)
     return bad("metric-history", "0 or a count >= 2", absl::StrCat(o.metric_history));
+  o.max_log_bytes = absl::GetFlag(FLAGS_max_log_bytes);
+  if (o.max_log_bytes < 0 || (o.max_log_bytes > 0 && o.max_log_bytes < (1 << 20)))
+    return bad("max-log-bytes", "0 or at least 1048576", absl::StrCat(o.max_log_bytes));
   o.straggler_factor = absl::GetFlag(FLAGS_straggler_factor);
   if (!(o.straggler_factor > 1.0))
     return bad("straggler-factor", "a number > 1",

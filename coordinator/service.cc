@@ -237,13 +237,16 @@ class LogsReactor final
         for (int rank : *ranks) offsets_.try_emplace(rank, FirstOffset());
     }
     for (auto& [rank, offset] : offsets_) {
-      absl::StatusOr<std::string> data =
+      absl::StatusOr<JobLogs::Chunk> chunk =
           logs.Read(req_.job_id(), rank, offset, kLogChunkBytes);
-      if (!data.ok() || data->empty()) continue;  // no file or nothing new
-      offset += static_cast<int64_t>(data->size());
+      if (!chunk.ok() || chunk->data.empty()) continue;  // no file or nothing new
       out->Clear();
       out->set_rank(rank);
-      out->set_data(*std::move(data));
+      if (chunk->from > offset)  // the size cap dropped what lay between
+        out->set_data(absl::StrCat("[frameworm: bytes ", offset, "-", chunk->from,
+                                   " of this log were dropped (--max-log-bytes)]\n"));
+      out->mutable_data()->append(chunk->data);
+      offset = chunk->from + static_cast<int64_t>(chunk->data.size());
       return Write();
     }
     if (!req_.follow() || final) return Finish(grpc::Status::OK);

@@ -16,6 +16,7 @@
 #include "frameworm/v1/job_service.grpc.pb.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "rpc/rpc.h"
 
@@ -33,6 +34,7 @@ class ServiceTest : public ::testing::Test {
     CoordinatorOptions o;
     o.state_dir = dir_;
     o.advertise = "127.0.0.1:1";
+    o.max_log_bytes = 1 << 20;
     auto c = Coordinator::Create(o, RealClock::Real());
     ASSERT_TRUE(c.ok()) << c.status();
     core_ = std::move(c).value();
@@ -578,6 +580,24 @@ TEST_F(ServiceTest, WatchStreamsUntilFinalAndLogsAreServed) {
   while (logs->Read(&chunk)) {
   }
   EXPECT_TRUE(logs->Finish().ok());
+
+  // Past the size cap, a read from the start says what was dropped.
+  ASSERT_TRUE(core_->logs().Append(id, 0, std::string(3 << 20, 'z')).ok());
+  grpc::ClientContext cctx;
+  Deadline(&cctx);
+  lreq.set_rank(0);
+  lreq.set_follow(false);
+  auto capped = jobs_->GetLogs(&cctx, lreq);
+  ASSERT_TRUE(capped->Read(&chunk));
+  EXPECT_TRUE(absl::StartsWith(chunk.data(), "[frameworm: bytes 0-")) << chunk.data().substr(0, 80);
+  EXPECT_NE(chunk.data().find("dropped (--max-log-bytes)]\nzzz"), std::string::npos);
+  int64_t got = static_cast<int64_t>(chunk.data().size());
+  while (capped->Read(&chunk)) got += static_cast<int64_t>(chunk.data().size());
+  EXPECT_TRUE(capped->Finish().ok());
+  EXPECT_LT(got, 1 << 20);  // about half the cap, plus the marker
+  EXPECT_GT(got, 400 << 10);
+  lreq.set_rank(-1);
+  lreq.set_follow(true);
 
   grpc::ClientContext nctx;
   Deadline(&nctx);

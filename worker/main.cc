@@ -60,6 +60,9 @@ ABSL_FLAG(double, heartbeat_interval,
 ABSL_FLAG(double, shutdown_grace,
           absl::ToDoubleSeconds(frameworm::WorkerAgent::Options{}.shutdown_grace),
           "on SIGTERM/SIGINT/SIGHUP, seconds trainers get between SIGTERM and SIGKILL");
+ABSL_FLAG(int64_t, max_log_bytes, frameworm::WorkerAgent::Options{}.max_log_bytes,
+          "a task's stdout/stderr file on this node keeps about this many of its newest "
+          "bytes once uploaded (in place: offsets stay valid); 0: unbounded");
 
 namespace {
 
@@ -189,6 +192,11 @@ int main(int argc, char** argv) {
     FlagErrorExit(Config(), "--shutdown-grace must be a number of seconds >= 0");
   }
   o.shutdown_grace = absl::Seconds(grace);
+  o.max_log_bytes = absl::GetFlag(FLAGS_max_log_bytes);
+  if (o.max_log_bytes < 0 || (o.max_log_bytes > 0 && o.max_log_bytes < (1 << 20))) {
+    FlagErrorExit(Config(), absl::StrCat("--max-log-bytes must be 0 or at least 1048576, got '",
+                                         o.max_log_bytes, "'"));
+  }
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   if (o.work_dir.empty()) {
     const char* state = std::getenv("XDG_STATE_HOME");

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/log_cap.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "proto/rank_env_proto.h"
 #include "rpc/rpc.h"
@@ -110,6 +111,7 @@ class WorkerAgentImpl final : public WorkerAgent {
         FlushStatuses();
         TailLogs(killing);
       }
+      CapLogs();
       ForgetDelivered();
 
       if (killing && supervisor_.running_count() == 0) {
@@ -244,6 +246,31 @@ class WorkerAgentImpl final : public WorkerAgent {
           if (!Write(m)) return;
           st.offset[i] += len;
         }
+      }
+    }
+  }
+
+  // Keeps every task's log files within max_log_bytes: uploaded bytes are
+  // dropped first; a backlog over the cap loses its oldest bytes (the
+  // upload skips them).
+  void CapLogs() {
+    if (options_.max_log_bytes <= 0) return;
+    for (auto& [key, st] : logs_) {
+      for (int i = 0; i < 2; ++i) {
+        const std::string path =
+            i == 0 ? supervisor_.StdoutPath(key) : supervisor_.StderrPath(key);
+        std::error_code ec;
+        const int64_t size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+        if (ec || size <= options_.max_log_bytes) continue;
+        const bool backlog_fits = size - st.offset[i] <= options_.max_log_bytes;
+        absl::StatusOr<int64_t> first =
+            CapLog(path, options_.max_log_bytes, backlog_fits ? st.offset[i] : INT64_MAX);
+        if (!first.ok()) {
+          if (!cap_warned_) Event(std::string(first.status().message()));
+          cap_warned_ = true;
+          continue;
+        }
+        st.offset[i] = std::max(st.offset[i], *first);
       }
     }
   }
@@ -400,6 +427,7 @@ class WorkerAgentImpl final : public WorkerAgent {
   absl::Time next_attempt_ = absl::InfinitePast();
   absl::Time next_heartbeat_ = absl::InfinitePast();
   bool connected_ = false;
+  bool cap_warned_ = false;  // a log cap failed (said once)
   // Since when the session is lost (reset on registration); unset before
   // the first registration (no task can run then).
   std::optional<absl::Time> cut_off_since_;

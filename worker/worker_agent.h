@@ -8,7 +8,8 @@
 //    the final statuses not yet delivered, then every --heartbeat-interval a
 //    Heartbeat; a TaskStatus on every change (RUNNING on start,
 //    EXITED/KILLED/START_FAILED at the end); LogUpload chunks (at most
-//    log_chunk_bytes each, with file offsets) of new stdout/stderr data.
+//    log_chunk_bytes each, with file offsets) of new stdout/stderr data;
+//    each file on the node is capped at max_log_bytes.
 //  - When the stream breaks or registration fails: trainers keep running,
 //    reconnect after an exponential backoff (initial_backoff doubling up to
 //    max_backoff), re-register with the running tasks, resend final
@@ -60,6 +61,11 @@ class WorkerAgent {
     absl::Duration shutdown_grace = absl::Seconds(5);
     absl::Duration log_poll_interval = absl::Milliseconds(200);
     size_t log_chunk_bytes = 64 << 10;
+    // A task's stdout/stderr file on this node keeps at most about this
+    // much (common/log_cap.h): bytes already uploaded go first; a backlog
+    // larger than this (a long disconnection) loses its oldest bytes.
+    // 0: unbounded.
+    int64_t max_log_bytes = int64_t{64} << 20;
     // Called with one human-readable line on registration, re-registration
     // and loss of the coordinator (main prints them).
     std::function<void(const std::string&)> on_event;

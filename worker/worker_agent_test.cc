@@ -3,6 +3,7 @@
 #include "worker/worker_agent.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <deque>
@@ -10,7 +11,9 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/log_cap.h"
 #include "absl/synchronization/mutex.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -236,6 +239,7 @@ class WorkerAgentTest : public ::testing::Test {
     o.max_backoff = absl::Milliseconds(200);
     o.shutdown_grace = absl::Milliseconds(300);
     o.log_poll_interval = absl::Milliseconds(20);
+    o.max_log_bytes = max_log_bytes_;
     o.on_event = [this](const std::string& line) {
       absl::MutexLock l(&events_mu_);
       events_.push_back(line);
@@ -250,6 +254,7 @@ class WorkerAgentTest : public ::testing::Test {
   }
 
   std::string dir_;
+  int64_t max_log_bytes_ = int64_t{64} << 20;
   std::unique_ptr<TestCoordinator> coord_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
@@ -321,6 +326,30 @@ TEST_F(WorkerAgentTest, RegistersRunsTasksReportsAndShutsDown) {
   const v1::TaskStatus* killed = FindStatus(ms, 1, v1::TASK_KILLED);
   ASSERT_NE(killed, nullptr) << "final status sent before exiting";
   EXPECT_EQ(killed->signal(), SIGKILL);
+}
+
+TEST_F(WorkerAgentTest, LogFilesOnTheNodeStayUnderTheCapOnceUploaded) {
+  max_log_bytes_ = 1 << 20;
+  StartAgent();
+  // 40 lines of 100 kB, paced so that each is uploaded: 4 MB through 1 MiB.
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd(
+      "i=0; while [ $i -lt 40 ]; do head -c 99999 /dev/zero | tr '\\0' x; echo; "
+      "i=$((i+1)); sleep 0.03; done; echo END; sleep 30",
+      0)));
+  ASSERT_TRUE(coord_->Await(
+      [](auto& ms, auto&) { return absl::EndsWith(LogText(ms, 0, "stdout"), "END\n"); },
+      absl::Seconds(30)));
+  // Every byte reached the coordinator ...
+  EXPECT_EQ(LogText(coord_->messages(), 0, "stdout").size(), 40u * 100000 + 4);
+  // ... while the node's file keeps its length but not its space.
+  std::string file;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ + "/work"))
+    if (e.path().string().find("stdout") != std::string::npos) file = e.path().string();
+  ASSERT_FALSE(file.empty());
+  EXPECT_EQ(std::filesystem::file_size(file), 40u * 100000 + 4);
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_LE(st.st_blocks * 512, (1 << 20) + 2 * kLogCapBlock);
 }
 
 TEST_F(WorkerAgentTest, TaskSpecFieldsBecomeTheTrainersEnvironment) {
