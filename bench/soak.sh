@@ -27,6 +27,7 @@ need "$BIN/frameworm-coordinator" "$BIN/soak_bench"
 # shellcheck disable=SC2206
 cmd=("$BIN/soak_bench" --workers="$WORKERS" --jobs="$JOBS"
      --duration-s="$DURATION" --sample-s="$SAMPLE" $EXTRA)
+envs=$(env | grep -E '^SOAK_[A-Z_]+=' | sort | sed -E "s/^([^=]+)=(.*)$/\1='\2'/" | tr '\n' ' ' || true)
 shown="soak_bench --workers=$WORKERS --jobs=$JOBS --duration-s=$DURATION --sample-s=$SAMPLE${EXTRA:+ $EXTRA}"
 {
   echo "head=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -41,9 +42,9 @@ timeout $((DURATION + 300)) "${cmd[@]}" > "$TMP/soak.jsonl" 2> "$TMP/stderr.txt"
 echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >> "$TMP/meta.txt"
 cat "$TMP/stderr.txt" >&2
 
-python3 - "$TMP" "$OUT" "$rc" "$shown" <<'PY'
+python3 - "$TMP" "$OUT" "$rc" "$shown" "$envs" <<'PY'
 import json, os, statistics, sys
-tmp, out, rc, shown = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+tmp, out, rc, shown, envs = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5].strip()
 meta = dict(l.rstrip("\n").split("=", 1) for l in open(f"{tmp}/meta.txt") if "=" in l)
 lines = [json.loads(l) for l in open(f"{tmp}/soak.jsonl") if l.strip().startswith("{")]
 samples = [l for l in lines if "sample" in l]
@@ -54,7 +55,8 @@ MB = 1 / (1 << 20)
 med = statistics.median
 
 L = ["# Soak: 1,000 heartbeating workers plus 100 jobs reporting steps", "",
-     f"Command: `FRAMEWORM_BUILD_DIR=<build> bench/soak.sh`, which ran `{shown}` "
+     f"Command: `{envs + ' ' if envs else ''}FRAMEWORM_BUILD_DIR=<build> bench/soak.sh`, "
+     f"which ran `{shown}` "
      f"(exit status {rc}).",
      f"Build: commit {meta.get('head')} ({meta.get('dirty')} files changed in "
      f"coordinator/ common/ rpc/ proto/ since it, by work in progress), "
@@ -91,7 +93,7 @@ if summary:
         "The last window ends after every report in flight completed.", ""]
 
 def f(x, d=1): return f"{x:,.{d}f}"
-L += ["| sample | t (s) | RSS MB | peak RSS MB | threads | fds | DB MB (of which WAL) | "
+L += ["| sample | t (s) | RSS MiB | peak RSS MiB | threads | fds | DB MiB (of which WAL) | "
       "reports/s | p50 ms | p99 ms | max ms | refused | late | heartbeats/s | "
       "coordinator CPU (cores) | jobs RUNNING | newest step |",
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -120,15 +122,18 @@ if summary and windows:
     rss_g = last["rss_kb"] - ref["rss_kb"]
     rss_pct = 100 * rss_g / ref["rss_kb"]
     flat = abs(rss_pct) <= 5
+    rates = [(b["rss_kb"] - a["rss_kb"]) / max(1e-9, (b["t_s"] - a["t_s"]) / 60)
+             for a, b in zip(windows, windows[1:])] or [0]
     L += ["## Verdicts", ""]
     L.append(
         f"- **RSS {'flat' if flat else 'not flat'} after warm-up**: "
-        f"{ref['rss_kb'] / 1024:.1f} MB at t={ref['t_s']:.0f} s (sample {ref['sample']}) -> "
-        f"{last['rss_kb'] / 1024:.1f} MB at t={last['t_s']:.0f} s: {rss_pct:+.1f}% "
-        f"({rss_g / dt_min:+,.0f} kB/min, steady over the windows; "
+        f"{ref['rss_kb'] / 1024:.1f} MiB at t={ref['t_s']:.0f} s (sample {ref['sample']}) -> "
+        f"{last['rss_kb'] / 1024:.1f} MiB at t={last['t_s']:.0f} s: {rss_pct:+.1f}% "
+        f"({rss_g / dt_min:+,.0f} kB/min; per window {min(rates):+,.0f} to "
+        f"{max(rates):+,.0f} kB/min; "
         f"{rss_g * 1024 / max(1, steps):,.0f} bytes per aggregated step stored, "
         f"{steps:,} steps over {s['jobs']} jobs in that span). "
-        f"Sample 0 (set-up done, no report yet): {samples[0]['rss_kb'] / 1024:.1f} MB.")
+        f"Sample 0 (set-up done, no report yet): {samples[0]['rss_kb'] / 1024:.1f} MiB.")
     fds_after = [x["fds"] for x in windows]
     L.append(
         f"- **fds {'flat' if max(fds_after) - min(fds_after) <= 2 else 'not flat'}**: "
@@ -138,11 +143,11 @@ if summary and windows:
     db_g = last["db_bytes"] - samples[0]["db_bytes"]
     L.append(
         f"- **DB size grows with the metric rows, as expected**: live files "
-        f"{samples[0]['db_bytes'] * MB:.1f} MB (sample 0) -> {last['db_bytes'] * MB:.1f} MB "
-        f"(of which WAL {last['wal_bytes'] * MB:.1f} MB): {s['db_bytes_per_report']:,.0f} bytes "
+        f"{samples[0]['db_bytes'] * MB:.1f} MiB (sample 0) -> {last['db_bytes'] * MB:.1f} MiB "
+        f"(of which WAL {last['wal_bytes'] * MB:.1f} MiB): {s['db_bytes_per_report']:,.0f} bytes "
         f"per report accepted, mostly WAL; after the coordinator's clean shutdown "
         f"(WAL checkpointed into the main file) coordinator.db is "
-        f"{s['db_main_bytes_after_stop'] * MB:.1f} MB: "
+        f"{s['db_main_bytes_after_stop'] * MB:.1f} MiB: "
         f"{s['db_main_bytes_per_report_after_stop']:,.1f} bytes per report, "
         f"{s['db_main_bytes_per_step_after_stop']:,.0f} bytes per aggregated step row "
         f"({s['steps_stored']:,} rows: {s['jobs']} jobs x about "

@@ -359,8 +359,8 @@ absl::StatusOr<std::vector<v1::CoordinatorMessage>> Coordinator::TakeCommands(
   return workers_.Take(session_id);
 }
 
-absl::Status Coordinator::AppendLogLocked(const std::string& worker,
-                                          const v1::LogUpload& log) {
+absl::Status Coordinator::CheckLogLocked(const std::string& worker,
+                                         const v1::LogUpload& log) const {
   const std::string& id = log.ref().job_id();
   const Job* job = jobs_.Find(id);
   if (job == nullptr)
@@ -381,11 +381,12 @@ absl::Status Coordinator::AppendLogLocked(const std::string& worker,
     return absl::InvalidArgumentError(
         absl::StrCat("log chunk of ", log.data().size(), " bytes; at most 1 MiB"));
   }
-  return logs_.Append(id, log.rank(), log.data());
+  return absl::OkStatus();
 }
 
 absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
   absl::Status status;
+  bool append = false;
   {
     absl::MutexLock l(&mu_);
     absl::StatusOr<WorkerRegistry::Heard> heard = workers_.Hear(m.session_id());
@@ -395,7 +396,13 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
         jobs_.HandleTaskStatus(heard->worker->name, m.task_status());
         break;
       case v1::WorkerMessage::kLog:
-        status = AppendLogLocked(heard->worker->name, m.log());
+        // Checked here, written below without the lock: a slow disk holds up
+        // only this session (its messages are handled one at a time, so
+        // chunks stay in order).
+        status = CheckLogLocked(heard->worker->name, m.log());
+        append = status.ok();
+        if (!heard->became_schedulable) break;
+        jobs_.Schedule();
         break;
       default:
         // A heartbeat only refreshes liveness; it can change scheduling only
@@ -404,9 +411,10 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
         if (!heard->became_schedulable) return absl::OkStatus();
         break;
     }
-    jobs_.Schedule();
+    if (!m.has_log()) jobs_.Schedule();
   }
   Flush();
+  if (append) status = logs_.Append(m.log().ref().job_id(), m.log().rank(), m.log().data());
   return status;
 }
 
@@ -460,6 +468,7 @@ void Coordinator::ReportStepAsync(const v1::StepMetrics& m, ReportDone done) {
 absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
     const v1::CheckpointRecord& in) {
   absl::StatusOr<std::vector<std::string>> expired;
+  std::set<int64_t> steps_before;  // then: the steps whose copies expired
   {
     absl::MutexLock l(&mu_);
     absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(in.ref());
@@ -477,16 +486,16 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
     }
     v1::CheckpointRecord rec = in;
     rec.set_created_unix_ms(absl::ToUnixMillis(clock_.Now()));
-    std::set<int64_t> steps_before;
     for (const auto& c : checkpoints_.List(rec.ref().job_id())) steps_before.insert(c.step());
     steps_before.insert(rec.step());
     expired = checkpoints_.Record(rec, (*job)->spec.checkpoint().keep_last());
     if (!expired.ok()) return expired;
     for (const auto& c : checkpoints_.List(rec.ref().job_id())) steps_before.erase(c.step());
-    for (int64_t gone : steps_before) copies_.Remove(rec.ref().job_id(), gone);
     jobs_.CheckpointRecorded(rec.ref().job_id(), rec.step());
   }
   Flush();
+  // Outside the lock: file deletes never hold up the core.
+  for (int64_t gone : steps_before) copies_.Remove(in.ref().job_id(), gone);
   return expired;
 }
 

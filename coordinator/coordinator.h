@@ -237,10 +237,11 @@ class Coordinator {
   // A job view under mu_: NOT_FOUND for an unknown job.
   absl::StatusOr<const Job*> FindLocked(const std::string& job_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A worker's log chunk: the job exists, the rank is within its largest
-  // world and, for the current generation, runs on `worker`; data at most
-  // 1 MiB. INVALID_ARGUMENT otherwise.
-  absl::Status AppendLogLocked(const std::string& worker, const v1::LogUpload& log)
+  // A worker's log chunk may be written: the job exists, the rank is within
+  // its largest world and, for the current generation, runs on `worker`;
+  // data at most 1 MiB. INVALID_ARGUMENT otherwise. (The write itself
+  // happens without the lock.)
+  absl::Status CheckLogLocked(const std::string& worker, const v1::LogUpload& log) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls the listener for what the parts queued under the lock.
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);
