@@ -23,10 +23,13 @@ if [[ "${SOAK_NO_BUILD:-0}" != 1 ]]; then
   cmake --build "$BUILD" --target soak_bench frameworm-coordinator >&2
 fi
 need "$BIN/frameworm-coordinator" "$BIN/soak_bench"
+# A private copy: a rebuild during the run cannot swap the binary under it.
+cp "$BIN/frameworm-coordinator" "$TMP/frameworm-coordinator"
 
 # shellcheck disable=SC2206
 cmd=("$BIN/soak_bench" --workers="$WORKERS" --jobs="$JOBS"
-     --duration-s="$DURATION" --sample-s="$SAMPLE" $EXTRA)
+     --duration-s="$DURATION" --sample-s="$SAMPLE"
+     --coordinator="$TMP/frameworm-coordinator" $EXTRA)
 envs=$(env | grep -E '^SOAK_[A-Z_]+=' | sort | sed -E "s/^([^=]+)=(.*)$/\1='\2'/" | tr '\n' ' ' || true)
 shown="soak_bench --workers=$WORKERS --jobs=$JOBS --duration-s=$DURATION --sample-s=$SAMPLE${EXTRA:+ $EXTRA}"
 {

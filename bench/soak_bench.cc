@@ -111,6 +111,28 @@ double ProcessCpuSeconds() {
          (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
+// Busy and iowait jiffies of the whole machine (first line of /proc/stat).
+std::pair<int64_t, int64_t> MachineCpuJiffies() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  int64_t v[10] = {0};
+  in >> cpu;
+  for (int i = 0; i < 10 && in >> v[i]; ++i) {
+  }
+  // user nice system idle iowait irq softirq steal guest guest_nice; guest
+  // time is already in user.
+  const int64_t busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+  return {busy, v[4]};
+}
+
+// One probe per second of the load, taken at load start + t seconds.
+struct SecondProbe {
+  int t = 0;
+  int64_t db_main = 0;        // coordinator.db size: grows at a checkpoint
+  double coordinator_cpu = 0;  // seconds used so far
+  int64_t busy = 0, iowait = 0;  // machine jiffies so far
+};
+
 // A "Name:   123 kB" field of /proc/<pid>/status (its number), -1 if absent.
 int64_t ProcStatusField(pid_t pid, const std::string& name) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
@@ -197,6 +219,12 @@ struct Shared {
   std::atomic<int64_t> heartbeats{0};        // writes completed
   std::atomic<int64_t> heartbeats_skipped{0};  // previous one still queued
   std::atomic<int64_t> late{0};
+
+  // Per second of the load (index: whole seconds from load_start_ns to a
+  // report's completion): the slowest report, and reports over 10 ms.
+  int64_t load_start_ns ABSL_GUARDED_BY(mu) = 0;
+  std::vector<uint32_t> sec_max_us ABSL_GUARDED_BY(mu);
+  std::vector<uint32_t> sec_over10 ABSL_GUARDED_BY(mu);
 
   void Error(const std::string& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (first_error.empty()) first_error = e;
@@ -408,6 +436,12 @@ class Reporter {
                                                     UINT32_MAX)));
         if (resp_.stop()) ++shared_->window_stop;
         if (resp_.checkpoint_at_step() > 0) ++shared_->window_ckpt;
+        const int64_t sec = (end - shared_->load_start_ns) / 1'000'000'000;
+        if (sec >= 0 && sec < static_cast<int64_t>(shared_->sec_max_us.size())) {
+          const uint32_t us = shared_->window_lat_us.back();
+          shared_->sec_max_us[sec] = std::max(shared_->sec_max_us[sec], us);
+          if (us > 10'000) ++shared_->sec_over10[sec];
+        }
       } else {
         shared_->window_errors[s.error_code()]++;
         shared_->Error(absl::StrCat("ReportStep job ", req_.ref().job_id(),
@@ -624,8 +658,8 @@ int main(int argc, char** argv) {
   auto admin = v1::JobService::NewStub(fb::PrivateChannel(target, 3000));
   std::vector<SimWorker*> sessions;  // owned; deleted once all are done
   std::vector<std::unique_ptr<Reporter>> reporters;
-  std::thread hb_thread, report_thread;
-  std::atomic<bool> stop_hb{false}, stop_reports{false};
+  std::thread hb_thread, report_thread, probe_thread;
+  std::atomic<bool> stop_hb{false}, stop_reports{false}, stop_probes{false};
   int rc = 0;
   std::string setup_error;
   double hb_interval_s = 0;
@@ -635,6 +669,8 @@ int main(int argc, char** argv) {
   // Ends the run from any point: stops the pacers and reporters, closes
   // the sessions, stops the coordinator (the state dir goes with `coord`).
   auto teardown = [&]() {
+    stop_probes = true;
+    if (probe_thread.joinable()) probe_thread.join();
     stop_reports = true;
     if (report_thread.joinable()) report_thread.join();
     for (auto& r : reporters) r->Stop();
@@ -838,6 +874,16 @@ int main(int argc, char** argv) {
     std::map<int, int64_t> errors;
   };
   std::vector<Sample> samples;
+  // Per-second probes (probe_thread) and what the samples made of them.
+  absl::Mutex probes_mu;
+  std::vector<SecondProbe> probes ABSL_GUARDED_BY(probes_mu);
+  size_t probes_seen = 1;  // probes[0] is the baseline at the load's start
+  int64_t load_start = 0;
+  int checkpoint_seconds = 0, slow_seconds = 0, slow_near_checkpoint = 0,
+      slow_machine_busy = 0;
+  std::vector<int> all_checkpoint_s;
+  std::vector<std::pair<int, uint32_t>> all_slow_s;  // (t, max us)
+  std::vector<double> all_slow_busy;
   int64_t total_ok = 0, total_failed = 0, total_stop = 0, total_ckpt = 0;
   std::map<int, int64_t> total_errors;
   std::vector<uint32_t> all_lat;
@@ -864,6 +910,46 @@ int main(int argc, char** argv) {
     const double ccpu = coord->CpuSeconds(), lcpu = ProcessCpuSeconds();
     const int64_t hb = shared.heartbeats.load(), late = shared.late.load(),
                   hb_skipped = shared.heartbeats_skipped.load();
+    // This window's seconds: coordinator.db growth (a WAL checkpoint ran)
+    // and seconds whose slowest report took >= 20 ms, with the machine's
+    // and the coordinator's CPU in that second.
+    std::string ckpt_json = "[", slow_json = "[";
+    {
+      std::vector<SecondProbe> ps;
+      {
+        absl::MutexLock l(&probes_mu);
+        ps = probes;
+      }
+      std::vector<uint32_t> sec_max, sec_over;
+      {
+        absl::MutexLock l(&shared.mu);
+        sec_max = shared.sec_max_us;
+        sec_over = shared.sec_over10;
+      }
+      const double tck = static_cast<double>(sysconf(_SC_CLK_TCK));
+      for (; index > 0 && probes_seen < ps.size(); ++probes_seen) {
+        const SecondProbe& a = ps[probes_seen - 1];
+        const SecondProbe& b = ps[probes_seen];
+        const bool ckpt = b.db_main > a.db_main;
+        if (ckpt) {
+          ++checkpoint_seconds;
+          all_checkpoint_s.push_back(b.t);
+          absl::StrAppend(&ckpt_json, ckpt_json.size() > 1 ? "," : "", b.t);
+        }
+        const size_t bucket = static_cast<size_t>(b.t - 1);
+        if (bucket >= sec_max.size() || sec_max[bucket] < 20'000) continue;
+        const double busy = (b.busy - a.busy) / tck, iow = (b.iowait - a.iowait) / tck;
+        ++slow_seconds;
+        all_slow_s.push_back({b.t, sec_max[bucket]});
+        all_slow_busy.push_back(busy);
+        absl::StrAppend(&slow_json, slow_json.size() > 1 ? "," : "",
+                        absl::StrFormat("[%d,%.1f,%u,%.2f,%.2f,%.2f]", b.t,
+                                        sec_max[bucket] / 1000.0, sec_over[bucket],
+                                        busy, iow, b.coordinator_cpu - a.coordinator_cpu));
+      }
+    }
+    ckpt_json += "]";
+    slow_json += "]";
     std::vector<uint32_t> lat;
     int64_t wstop, wckpt;
     {
@@ -903,7 +989,7 @@ int main(int argc, char** argv) {
         "\"heartbeats_per_s\":%.1f,\"heartbeats_skipped\":%lld,"
         "\"coordinator_cpu_cores\":%.3f,\"load_generator_cpu_cores\":%.3f,"
         "\"job_states\":%s,\"min_job_step\":%lld,\"max_job_step\":%lld,"
-        "\"sum_job_steps\":%lld}\n",
+        "\"sum_job_steps\":%lld,\"checkpoint_s\":%s,\"slow_s\":%s}\n",
         index, s.t_s, index == 0 ? 0.0 : window_s, (long long)s.rss_kb,
         (long long)s.hwm_kb, (long long)s.threads, (long long)s.fds,
         (long long)s.dir.db, (long long)s.dir.db_main, (long long)s.dir.wal,
@@ -915,7 +1001,8 @@ int main(int argc, char** argv) {
         (long long)(hb_skipped - prev_hb_skipped),
         index == 0 ? 0.0 : (ccpu - prev_ccpu) / window_s,
         index == 0 ? 0.0 : (lcpu - prev_lcpu) / window_s, StatesJson(jc.states).c_str(),
-        (long long)jc.min_step, (long long)jc.max_step, (long long)jc.sum_step);
+        (long long)jc.min_step, (long long)jc.max_step, (long long)jc.sum_step,
+        ckpt_json.c_str(), slow_json.c_str());
     std::fflush(stdout);
     prev_t = now;
     prev_hb = hb;
@@ -927,7 +1014,31 @@ int main(int argc, char** argv) {
   };
 
   take_sample(0);  // after set-up, before the first report
-  const int64_t load_start = NowNs();
+  load_start = NowNs();
+  {
+    absl::MutexLock l(&shared.mu);
+    shared.load_start_ns = load_start;
+    shared.sec_max_us.assign(static_cast<size_t>(duration_s) + 30, 0);
+    shared.sec_over10.assign(static_cast<size_t>(duration_s) + 30, 0);
+  }
+  probe_thread = std::thread([&] {
+    const fs::path db = fs::path(state_dir) / "coordinator.db";
+    for (int t = 0; t <= static_cast<int>(duration_s) + 20 && !stop_probes; ++t) {
+      const int64_t at = load_start + t * 1'000'000'000LL;
+      while (NowNs() < at && !stop_probes)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (stop_probes) return;
+      SecondProbe p;
+      p.t = t;
+      std::error_code ec;
+      p.db_main = static_cast<int64_t>(fs::file_size(db, ec));
+      if (ec) p.db_main = 0;
+      p.coordinator_cpu = coord->CpuSeconds();
+      std::tie(p.busy, p.iowait) = MachineCpuJiffies();
+      absl::MutexLock l(&probes_mu);
+      probes.push_back(p);
+    }
+  });
   const int64_t load_end = load_start + static_cast<int64_t>(duration_s * 1e9);
   report_thread = std::thread([&] {
     Pace(static_cast<int>(job_reporters.size()),
@@ -982,6 +1093,15 @@ int main(int argc, char** argv) {
       total_ok > 0 ? static_cast<double>(after_stop.db_main - first.dir.db_main) / total_ok
                    : 0;
   const int64_t steps_stored = end_jobs.sum_step;
+  // Slow seconds (slowest report >= 20 ms) next to a WAL checkpoint (the
+  // same second or one either side), or with the machine's 2 cores busy.
+  for (size_t i = 0; i < all_slow_s.size(); ++i) {
+    const int t = all_slow_s[i].first;
+    bool near = false;
+    for (int c : all_checkpoint_s) near |= std::abs(c - t) <= 1;
+    slow_near_checkpoint += near ? 1 : 0;
+    slow_machine_busy += all_slow_busy[i] >= 0.9 * std::thread::hardware_concurrency();
+  }
   std::printf(
       "{\"summary\":true,\"workers\":%d,\"jobs\":%d,\"ranks_per_job\":%d,"
       "\"duration_s\":%.1f,\"load_s\":%.1f,\"sample_s\":%.1f,\"samples\":%d,"
@@ -999,6 +1119,8 @@ int main(int argc, char** argv) {
       "\"db_main_bytes_per_report_after_stop\":%.1f,\"steps_stored\":%lld,"
       "\"db_main_bytes_per_step_after_stop\":%.1f,\"log_bytes_last\":%lld,"
       "\"job_states\":%s,\"not_running\":%s,\"coordinator_exit\":%s,"
+      "\"checkpoint_seconds\":%d,\"slow_seconds\":%d,"
+      "\"slow_seconds_near_checkpoint\":%d,\"slow_seconds_machine_busy\":%d,"
       "\"coordinator_args\":%s,\"state_dir\":%s,\"interrupted\":%s,"
       "\"first_error\":%s}\n",
       workers, jobs, nodes, duration_s, load_s, sample_s,
@@ -1018,7 +1140,8 @@ int main(int argc, char** argv) {
           : 0.0,
       (long long)last.dir.log, StatesJson(end_jobs.states).c_str(),
       JsonString(absl::StrJoin(end_jobs.not_running, "; ")).c_str(),
-      JsonString(stop_status).c_str(),
+      JsonString(stop_status).c_str(), checkpoint_seconds, slow_seconds,
+      slow_near_checkpoint, slow_machine_busy,
       JsonString(absl::StrJoin(coord_args, " ")).c_str(),
       JsonString(state_dir_flag.empty() ? "(temporary, removed)" : state_dir).c_str(),
       interrupted ? "true" : "false", JsonString(first_error).c_str());

@@ -131,6 +131,7 @@ std::string FormatJobStatus(const v1::JobStatus& j) {
   kv("name", j.spec().name());
   kv("state", StateName(j.state()));
   if (!j.reason().empty()) kv("reason", j.reason());
+  if (!j.warning().empty()) kv("warning", j.warning());
   kv("generation", absl::StrCat(j.generation()));
   kv("restarts", absl::StrCat(j.restarts(), "/", j.spec().max_restarts()));
   kv("step", j.total_steps() > 0

@@ -20,6 +20,7 @@ namespace frameworm {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 v1::JobStatus Job(const std::string& id, v1::JobState state, int64_t step) {
   v1::JobStatus j;
@@ -115,6 +116,11 @@ TEST(CliFormat, TablesAndCsv) {
   EXPECT_THAT(status, HasSubstr("state: RUNNING\n"));
   EXPECT_THAT(status, HasSubstr("step: 10/300\n"));
   EXPECT_THAT(status, HasSubstr("loss: 0.5\n"));
+  EXPECT_THAT(status, Not(HasSubstr("warning")));
+  v1::JobStatus warned = Job("job-1", v1::RUNNING, 10);
+  warned.set_warning("rank 0 at step 9: checkpoint of step 8 skipped");
+  EXPECT_THAT(FormatJobStatus(warned),
+              HasSubstr("warning: rank 0 at step 9: checkpoint of step 8 skipped\n"));
   EXPECT_THAT(ToJson(jobs), HasSubstr("\"job_id\":\"job-1\""));
 }
 

@@ -1,5 +1,7 @@
 #include "coordinator/coordinator.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <memory>
@@ -92,6 +94,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
       checkpoint_roots_(options.checkpoint_roots),
       forget_dead_workers_after_(options.forget_dead_workers_after),
       retain_finished_(options.retain_finished),
+      min_free_state_bytes_(options.min_free_state_bytes),
       metric_history_(static_cast<size_t>(std::max(0, options.metric_history))),
       clock_(clock),
       owned_store_(std::move(owned)),
@@ -169,6 +172,7 @@ v1::JobStatus Coordinator::StatusOf(const Job& job) const {
   s.set_generation(job.generation);
   s.set_restarts(job.restarts);
   s.set_reason(job.reason);
+  s.set_warning(job.warning);
   if (const v1::AggregatedStep* last = job.metrics.Last()) {
     s.set_step(last->step());
     *s.mutable_last() = *last;
@@ -197,10 +201,26 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& in,
       !s.ok()) {
     return s;
   }
+  if (min_free_state_bytes_ > 0) {
+    struct statvfs fs {};
+    if (::statvfs(state_dir_.c_str(), &fs) == 0) {
+      const int64_t free = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+      if (free < min_free_state_bytes_)
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the coordinator's state dir ", state_dir_, " has ", free >> 20,
+            " MiB free, under --min-free-state (", min_free_state_bytes_ >> 20,
+            " MiB): new jobs are refused until space is freed; running jobs go on"));
+    }
+  }
   absl::StatusOr<std::string> id;
   {
     absl::MutexLock l(&mu_);
     id = jobs_.Submit(*std::move(spec));
+    if (id.status().code() == absl::StatusCode::kResourceExhausted)
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the coordinator's state dir ", state_dir_,
+                       " is full: new jobs are refused until space is freed (",
+                       id.status().message(), ")"));
     if (!id.ok()) return id;
     jobs_.Schedule();
   }

@@ -91,6 +91,10 @@ struct CoordinatorOptions {
   // A rank's log keeps at most about this much of its newest output
   // (JobLogs). 0: unbounded.
   int64_t max_log_bytes = int64_t{64} << 20;
+  // SubmitJob is refused (RESOURCE_EXHAUSTED) while the state dir's
+  // filesystem has less free than this, so the jobs that run keep room for
+  // their records. 0: never.
+  int64_t min_free_state_bytes = int64_t{64} << 20;
   double heartbeat_interval_s = 1.0;  // told to workers
   double straggler_factor = 1.5;
   int straggler_window = 5;
@@ -141,6 +145,9 @@ class Coordinator {
   // spec; nothing is stored.
   // `owner` (Caller::Owner() of the submitter, coordinator/access.h) is
   // recorded as the spec's owner, replacing whatever the spec said.
+  // RESOURCE_EXHAUSTED, naming the state dir and its free space, while that
+  // is under options.min_free_state_bytes or the store says the disk is
+  // full (nothing stored).
   absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec,
                                         const std::string& owner = "local");
   // The spec's owner of a job; NOT_FOUND for an unknown job.
@@ -254,6 +261,7 @@ class Coordinator {
   const std::vector<std::string> checkpoint_roots_;  // never empty
   const absl::Duration forget_dead_workers_after_;
   const absl::Duration retain_finished_;
+  const int64_t min_free_state_bytes_;
   const size_t metric_history_;
   Clock& clock_;
   const std::unique_ptr<Store> owned_store_;  // null: not owned

@@ -742,6 +742,17 @@ TEST_F(CoordinatorTest, StepReportsWithNonFiniteOrNegativeNumbersAreRefused) {
               for (int i = 0; i < 65; ++i) (*m.mutable_values())["m" + std::to_string(i)] = 1;
             }).code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_warning(std::string(513, 'w')); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Job(id).warning().empty());
+  // A warning (made printable) shows in the job's status, naming rank and step.
+  EXPECT_TRUE(report([](v1::StepMetrics& m) {
+                m.set_step(2);
+                m.set_warning("checkpoint of step 1 skipped\n\x1b[31m");
+              }).ok());
+  EXPECT_EQ(Job(id).warning().rfind("rank 0 at step 2: checkpoint of step 1 skipped", 0), 0u)
+      << Job(id).warning();
+  EXPECT_EQ(Job(id).warning().find('\x1b'), std::string::npos);
   auto metrics = coord_->GetMetrics(id, 0);
   ASSERT_TRUE(metrics.ok());
   for (const auto& s : *metrics) {

@@ -41,6 +41,7 @@ struct Job {
   int64_t generation = 0;
   int restarts = 0;
   std::string reason;
+  std::string warning;  // the newest rank warning (JobStatus.warning)
   int64_t submitted_ms = 0, started_ms = 0, finished_ms = 0;
   absl::Duration heartbeat_timeout;
   // Current generation (ranks empty unless RUNNING).

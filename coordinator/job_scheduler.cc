@@ -503,6 +503,10 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
     return absl::InvalidArgumentError(
         absl::StrCat("step_seconds must be finite and >= 0, got ", m.step_seconds()));
   }
+  if (m.warning().size() > 512) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step report warning of ", m.warning().size(), " bytes; at most 512"));
+  }
   if (m.values_size() > 64) {
     return absl::InvalidArgumentError(
         absl::StrCat("step report has ", m.values_size(), " metrics; at most 64"));
@@ -538,6 +542,11 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
   }
   const absl::Time now = clock_.Now();
   StepOutcome out;
+  if (!m.warning().empty()) {
+    job->warning = absl::StrCat("rank ", m.rank(), " at step ", m.step(), ": ",
+                                PrintableLine(m.warning(), 512));
+    Changed(*job);
+  }
   if (m.progress_only()) {
     out.checkpoint_at = job->progress.Progress(m.rank(), now);
     return out;

@@ -63,6 +63,9 @@ ABSL_FLAG(int, metric_history, 2000,
 ABSL_FLAG(int64_t, max_log_bytes, int64_t{64} << 20,
           "a rank's log keeps about this many of its newest bytes (older ones are dropped "
           "in place; offsets stay valid); 0: unbounded");
+ABSL_FLAG(int64_t, min_free_state, int64_t{64} << 20,
+          "new jobs are refused while the state dir's filesystem has fewer free bytes than "
+          "this (running jobs go on); 0: never");
 ABSL_FLAG(double, straggler_factor, 1.5,
           "flag ranks slower than X times the median step time, X > 1");
 
@@ -125,6 +128,9 @@ absl::StatusOr<DaemonConfig> FromFlags() {
   o.max_log_bytes = absl::GetFlag(FLAGS_max_log_bytes);
   if (o.max_log_bytes < 0 || (o.max_log_bytes > 0 && o.max_log_bytes < (1 << 20)))
     return bad("max-log-bytes", "0 or at least 1048576", absl::StrCat(o.max_log_bytes));
+  o.min_free_state_bytes = absl::GetFlag(FLAGS_min_free_state);
+  if (o.min_free_state_bytes < 0)
+    return bad("min-free-state", "a byte count >= 0", absl::StrCat(o.min_free_state_bytes));
   o.straggler_factor = absl::GetFlag(FLAGS_straggler_factor);
   if (!(o.straggler_factor > 1.0))
     return bad("straggler-factor", "a number > 1",

@@ -10,6 +10,16 @@
 namespace frameworm::coordinator {
 namespace {
 
+// The error of the last call on `db`: RESOURCE_EXHAUSTED for a full disk
+// (nothing was written: the statement or transaction rolled back), else
+// INTERNAL; both name the statement.
+absl::Status SqliteError(sqlite3* db, const char* what) {
+  std::string text = absl::StrCat("sqlite: ", sqlite3_errmsg(db), " in: ", what);
+  if ((sqlite3_extended_errcode(db) & 0xff) == SQLITE_FULL)
+    return absl::ResourceExhaustedError(std::move(text));
+  return absl::InternalError(std::move(text));
+}
+
 // A prepared statement with positional binding; finalized on destruction.
 class Stmt {
  public:
@@ -55,10 +65,7 @@ class Stmt {
   bool ok() const {
     return rc_ == SQLITE_OK || rc_ == SQLITE_DONE || rc_ == SQLITE_ROW;
   }
-  absl::Status Error() {
-    return absl::InternalError(
-        absl::StrCat("sqlite: ", sqlite3_errmsg(db_), " in: ", sql_));
-  }
+  absl::Status Error() { return SqliteError(db_, sql_); }
   sqlite3* db_;
   const char* sql_;
   sqlite3_stmt* stmt_ = nullptr;
@@ -188,9 +195,8 @@ absl::Status SqliteStore::TransactionLocked(Body body) {
 absl::Status SqliteStore::ExecLocked(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "unknown error";
     sqlite3_free(err);
-    return absl::InternalError(absl::StrCat("sqlite: ", msg, " in: ", sql));
+    return SqliteError(db_, sql);
   }
   return absl::OkStatus();
 }
@@ -280,10 +286,7 @@ absl::Status SqliteStore::PutMetrics(const std::vector<MetricRow>& rows) {
   if (rows.empty()) return absl::OkStatus();
   absl::MutexLock l(&mu_);
   constexpr const char* kSql = "INSERT OR REPLACE INTO metrics VALUES(?,?,?)";
-  auto error = [&](const char* what) {
-    return absl::InternalError(
-        absl::StrCat("sqlite: ", sqlite3_errmsg(db_), " in: ", what));
-  };
+  auto error = [&](const char* what) { return SqliteError(db_, what); };
   if (put_metric_ == nullptr &&
       sqlite3_prepare_v2(db_, kSql, -1, &put_metric_, nullptr) != SQLITE_OK) {
     absl::Status s = error(kSql);

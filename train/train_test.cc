@@ -264,6 +264,11 @@ TEST(CheckpointTest, AFullDiskSkipsTheCheckpointAndTrainsOn) {
   o.max_steps = 4;
   o.checkpoint_every = 2;
   o.checkpoint_dir = TempPath("full");
+  std::vector<int64_t> skipped;
+  o.on_checkpoint_skipped = [&](int64_t step, const std::string& why) {
+    skipped.push_back(step);
+    EXPECT_FALSE(why.empty());
+  };
   auto s = MakeSetup(1, o);
   struct rlimit old;
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
@@ -281,6 +286,7 @@ TEST(CheckpointTest, AFullDiskSkipsTheCheckpointAndTrainsOn) {
   std::signal(SIGXFSZ, old_handler);
   ASSERT_TRUE(trained.ok()) << trained;
   EXPECT_EQ(s.trainer->state().step, 4);
+  EXPECT_EQ(skipped, (std::vector<int64_t>{2, 4}));  // both checkpoint_every steps
   EXPECT_TRUE(std::filesystem::is_empty(o.checkpoint_dir)) << "a checkpoint or temp file was left";
   // With room again, the same trainer checkpoints.
   auto again = s.trainer->save_checkpoint(o.checkpoint_dir + "/ckpt-4.pt");

@@ -167,6 +167,8 @@ absl::StatusOr<bool> Trainer::AfterStep(const StepInfo& info) {
                   << ",\"reason\":\"disk full\"}" << std::endl;
         std::cerr << "frameworm: checkpoint of step " << info.step
                   << " skipped, training goes on: " << s.message() << std::endl;
+        if (options_.on_checkpoint_skipped)
+          options_.on_checkpoint_skipped(info.step, std::string(s.message()));
       }
       s = absl::OkStatus();
     }

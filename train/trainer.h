@@ -113,6 +113,9 @@ struct TrainerOptions {
   // evaluation batch, before a checkpoint is written), so a supervisor can
   // tell a long evaluation from a hung rank. Must be cheap; may be null.
   std::function<void()> on_progress;
+  // Called on rank 0 when a checkpoint was skipped because the disk is full
+  // (training goes on; the previous checkpoint stays). May be null.
+  std::function<void(int64_t step, const std::string& why)> on_checkpoint_skipped;
 };
 
 class Trainer {

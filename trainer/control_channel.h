@@ -34,6 +34,8 @@ struct StepReport {
   // checkpointing): `step` is the last completed step, no metrics.
   bool progress_only = false;
   std::map<std::string, double> values;  // "loss", "accuracy", ...
+  // Shown in the job's status (StepMetrics.warning); empty: none.
+  std::string warning;
 };
 
 struct StepDirective {

@@ -124,6 +124,11 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   }
   int64_t last_requested = 0;
   int64_t last_step = 0;
+  std::string warning;  // rides on the next step report
+  to.on_checkpoint_skipped = [&](int64_t step, const std::string& why) {
+    warning = absl::StrCat("checkpoint of step ", step,
+                           " skipped (training goes on, the previous checkpoint stays): ", why);
+  };
   auto last_contact = std::chrono::steady_clock::now();
   to.on_step = [&](const StepInfo& s) -> absl::StatusOr<StepAction> {
     if (s.step > 5) {
@@ -145,7 +150,9 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     r.total_steps = f.epochs * per_epoch;
     if (f.max_steps > 0) r.total_steps = std::min(r.total_steps, f.max_steps);
     r.values = {{"loss", s.loss}, {"accuracy", s.accuracy}, {"lr", s.lr}};
+    r.warning = warning.substr(0, 512);
     auto d = channel->ReportStep(r);
+    if (d.ok()) warning.clear();
     last_step = s.step;
     last_contact = std::chrono::steady_clock::now();
     if (!d.ok()) {

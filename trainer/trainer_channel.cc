@@ -36,6 +36,7 @@ class GrpcTrainerChannel final : public ControlChannel {
     req.set_step_seconds(r.step_seconds);
     req.set_total_steps(r.total_steps);
     req.set_progress_only(r.progress_only);
+    req.set_warning(r.warning);
     // The coordinator refuses non-finite values (a diverged loss): they are
     // left out here, so the step still counts; the rank's log shows them.
     for (const auto& [k, v] : r.values) {

@@ -35,6 +35,22 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
     if (!files.ok()) return files.status();
     c->admin_tls_ = *files;
   }
+  if (o.state_tmpfs_mib > 0) {
+    // unshare(1) execs sh in the new namespace: the holder's pid is that
+    // namespace's, for nsenter and /proc/<pid>/root.
+    auto holder = ChildProcess::Start(
+        {"/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+         absl::StrCat("mkdir -p '", c->dir_, "/state' && mount -t tmpfs -o size=",
+                      o.state_tmpfs_mib, "m,mode=0700 tmpfs '", c->dir_,
+                      "/state' && echo mounted && exec sleep 100000")},
+        {}, c->dir_ + "/state-holder.log");
+    if (!holder.ok()) return holder.status();
+    c->state_holder_ = std::move(*holder);
+    if (auto line = c->state_holder_->WaitForLine("mounted", absl::Seconds(10)); !line.ok())
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot mount a tmpfs state dir in a mount namespace (root needed): ",
+          c->state_holder_->Output()));
+  }
   if (auto s = c->StartCoordinator("127.0.0.1:0"); !s.ok()) return s;
   for (int i = 0; i < o.workers; ++i) {
     if (auto s = c->StartWorker(absl::StrCat("w", i), o.slots_per_worker); !s.ok()) {
@@ -51,10 +67,19 @@ absl::StatusOr<std::string> Cluster::TlsDir(const std::string& role, const std::
   return dir;
 }
 
+std::string Cluster::state_on_host() const {
+  if (!state_holder_) return dir_ + "/state";
+  return absl::StrCat("/proc/", state_holder_->pid(), "/root", dir_, "/state");
+}
+
 absl::Status Cluster::StartCoordinator(const std::string& listen) {
-  std::vector<std::string> argv = {Bin("frameworm-coordinator"),
+  std::vector<std::string> argv;
+  if (state_holder_)
+    argv = {"/usr/bin/nsenter", "-t", std::to_string(state_holder_->pid()), "-m", "--"};
+  for (std::string arg : {Bin("frameworm-coordinator"),
                                    absl::StrCat("--listen=", listen),
-                                   absl::StrCat("--state-dir=", dir_, "/state")};
+                          absl::StrCat("--state-dir=", dir_, "/state")})
+    argv.push_back(arg);
   if (options_.tls) {
     auto tls = TlsDir("coordinator", "coordinator");
     if (!tls.ok()) return tls.status();
@@ -101,6 +126,11 @@ absl::Status Cluster::RestartCoordinator(absl::Duration down) {
   coordinator_->Wait(absl::Seconds(10));
   absl::SleepFor(down);
   return StartCoordinator(address_);
+}
+
+absl::Status Cluster::RestartCoordinatorWithFlags(const std::vector<std::string>& flags) {
+  options_.coordinator_flags = flags;
+  return RestartCoordinator();
 }
 
 RunResult Cluster::Cli(const std::vector<std::string>& args, absl::Duration timeout) {

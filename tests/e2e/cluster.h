@@ -32,6 +32,10 @@ struct ClusterOptions {
   // and the test's admin get their certificates under dir()/tls/). false:
   // plaintext on loopback.
   bool tls = true;
+  // > 0: the coordinator's state dir is a tmpfs of this many MiB, mounted
+  // in a mount namespace of its own that a holder process keeps across
+  // coordinator restarts (state_on_host() reaches it). Needs root.
+  int state_tmpfs_mib = 0;
 };
 
 class Cluster {
@@ -47,9 +51,15 @@ class Cluster {
   ChildProcess& worker(int i) { return *workers_.at(i); }
 
   absl::Status StartWorker(const std::string& name, int slots);
+  // The coordinator's state dir as this process reaches it (through the
+  // holder's /proc/<pid>/root with state_tmpfs_mib).
+  std::string state_on_host() const;
   // SIGKILL the coordinator, wait `down`, then start it again on the same
   // address and state directory.
   absl::Status RestartCoordinator(absl::Duration down = absl::ZeroDuration());
+  // The same with `flags` in place of options.coordinator_flags (kept for
+  // later restarts).
+  absl::Status RestartCoordinatorWithFlags(const std::vector<std::string>& flags);
 
   // frameworm-cli with --coordinator set.
   RunResult Cli(const std::vector<std::string>& args,
@@ -72,6 +82,7 @@ class Cluster {
   ClusterOptions options_;
   std::string dir_;
   std::string address_;
+  std::unique_ptr<ChildProcess> state_holder_;  // with state_tmpfs_mib
   std::unique_ptr<ChildProcess> coordinator_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;
   std::unique_ptr<v1::JobService::Stub> stub_;

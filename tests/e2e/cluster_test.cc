@@ -4,9 +4,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
@@ -425,6 +427,66 @@ TEST(ClusterE2E, BadSpecsAreRefusedAndNothingIsStored) {
   EXPECT_EQ(list.exit_code, 0) << list.output;
   EXPECT_EQ(list.output.find("\"jobId\""), std::string::npos) << list.output;
   EXPECT_EQ(list.output.find("job_id"), std::string::npos) << list.output;
+}
+
+// The coordinator's state dir on a small tmpfs: below --min-free-state new
+// jobs are refused with a reason; on a disk so full that SQLite cannot
+// commit, too; nothing acknowledged is lost and the database still opens.
+TEST(ClusterE2E, AFullStateDirRefusesNewJobsAndLosesNothing) {
+  ClusterOptions o;
+  o.workers = 0;
+  o.state_tmpfs_mib = 16;
+  o.coordinator_flags = {"--min-free-state=8388608"};  // 8 MiB
+  auto c = Cluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string spec = "name: s\nnodes: 1\nentrypoint: [\"sleep\", \"1\"]\n";
+  auto first = (*c)->Submit(spec);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string state = (*c)->state_on_host();
+  auto fill = [&](int64_t mib, const std::string& name) {
+    std::ofstream f(state + "/" + name, std::ios::binary);
+    const std::string block(1 << 20, 'f');
+    for (int64_t i = 0; i < mib && f; ++i) f.write(block.data(), block.size());
+  };
+  fill(10, "filler-1");  // about 6 MiB left: under the 8 MiB floor
+  const std::string path = (*c)->dir() + "/s.yaml";
+  std::ofstream(path) << spec;
+  RunResult refused = (*c)->Cli({"submit", path});
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("MiB free, under --min-free-state (8 MiB): new jobs are refused"),
+            std::string::npos)
+      << refused.output;
+
+  // With no floor, fill the disk to the last byte: SQLite cannot commit.
+  ASSERT_TRUE((*c)->RestartCoordinatorWithFlags({"--min-free-state=0"}).ok());
+  fill(64, "filler-2");  // stops at ENOSPC
+  std::vector<std::string> acknowledged = {*first};
+  bool full = false;
+  for (int i = 0; i < 50 && !full; ++i) {  // pages SQLite had in hand go first
+    RunResult r = (*c)->Cli({"submit", path});
+    if (r.exit_code == 0) {
+      std::string id(absl::StripAsciiWhitespace(r.output));
+      acknowledged.push_back(id.substr(id.rfind('\n') + 1));
+      continue;
+    }
+    full = true;
+    EXPECT_NE(r.output.find("is full: new jobs are refused until space is freed"),
+              std::string::npos)
+        << r.output;
+  }
+  EXPECT_TRUE(full) << "the disk never filled";
+  EXPECT_EQ((*c)->Cli({"list"}).exit_code, 0);  // still serving
+
+  // Space back, a restart: every acknowledged job is there, new ones go in.
+  std::filesystem::remove(state + "/filler-1");
+  std::filesystem::remove(state + "/filler-2");
+  ASSERT_TRUE((*c)->RestartCoordinatorWithFlags({"--min-free-state=8388608"}).ok());
+  RunResult list = (*c)->Cli({"list"});
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  for (const std::string& id : acknowledged)
+    EXPECT_NE(list.output.find(id), std::string::npos) << id << "\n" << list.output;
+  auto after = (*c)->Submit(spec);
+  EXPECT_TRUE(after.ok()) << after.status();
 }
 
 }  // namespace
