@@ -93,13 +93,17 @@ if summary:
         "sample per window. RSS = VmRSS of /proc/<pid>/status; fds = entries of "
         "/proc/<pid>/fd; DB = coordinator.db + -wal + -shm (live files). "
         "Latency is client-side (issue -> completion callback), per window. "
+        "WAL checkpoints = seconds in which coordinator.db was written (size or "
+        "mtime changed: in WAL mode only a checkpoint writes it); slow seconds = seconds whose slowest report "
+        "took >= 20 ms. "
         "The last window ends after every report in flight completed.", ""]
 
 def f(x, d=1): return f"{x:,.{d}f}"
 L += ["| sample | t (s) | RSS MiB | peak RSS MiB | threads | fds | DB MiB (of which WAL) | "
       "reports/s | p50 ms | p99 ms | max ms | refused | late | heartbeats/s | "
-      "coordinator CPU (cores) | jobs RUNNING | newest step |",
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+      "coordinator CPU (cores) | jobs RUNNING | newest step | WAL checkpoints | "
+      "slow seconds |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 for x in samples:
     first = x["sample"] == 0
     L.append(
@@ -110,7 +114,9 @@ for x in samples:
            f"{f(x['reports_per_s'], 0)} | {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | "
            f"{x['max_ms']:.1f} | {x['failed']} | {x['late']} | "
            f"{f(x['heartbeats_per_s'], 0)} | {x['coordinator_cpu_cores']:.2f} | ")
-        + f"{x['job_states'].get('RUNNING', 0)} | {x['max_job_step']} |")
+        + f"{x['job_states'].get('RUNNING', 0)} | {x['max_job_step']} | "
+        + ("- | - |" if first or "slow_s" not in x else
+           f"{len(x['checkpoint_s'])} | {len(x['slow_s'])} |"))
 L.append("")
 
 windows = [x for x in samples if x["sample"] > 0]
@@ -171,6 +177,15 @@ if summary and windows:
         f"{med(x['heartbeats_per_s'] for x in windows):,.0f}, coordinator CPU "
         f"{med(x['coordinator_cpu_cores'] for x in windows):.2f} cores, load "
         f"generator CPU {med(x['load_generator_cpu_cores'] for x in windows):.2f} cores.")
+    if "slow_seconds" in s:
+        L.append(
+            f"- Slow seconds (a second whose slowest report took >= 20 ms): "
+            f"{s['slow_seconds']} of {int(s['load_s'])}; {s['slow_seconds_near_checkpoint']} "
+            f"of them within 1 s of a WAL checkpoint (coordinator.db written; "
+            f"{s['checkpoint_seconds']} such seconds), {s['slow_seconds_machine_busy']} "
+            f"with the machine's cores >= 90% busy (`slow_s` in the raw lines: "
+            f"[t, max ms, reports over 10 ms, machine busy cores, iowait cores, "
+            f"coordinator cores]).")
     L.append(
         f"- Totals: {s['reports_ok']:,} reports accepted, {s['failed']} refused or "
         f"failed, {s['late']} late (a rank's previous report still in flight), "

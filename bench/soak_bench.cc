@@ -41,7 +41,15 @@
 // window the call completed in), reports/s, refused or failed reports by
 // gRPC code, late reports, heartbeats written, coordinator and load
 // generator CPU (cores); and the jobs' states and newest aggregated step
-// (ListJobs). The last sample is taken after the load stopped and every
+// (ListJobs). To tell latency spikes apart, a probe thread also looks once
+// a second at coordinator.db (in WAL mode only a checkpoint writes it: size
+// or mtime changed), the coordinator's CPU and the whole machine's busy and
+// iowait CPU (/proc/stat); each sample lists that window's checkpoint
+// seconds (`checkpoint_s`) and its slow seconds (`slow_s`: seconds whose
+// slowest report took >= 20 ms, as [t, max ms, reports over 10 ms, machine
+// busy cores, iowait cores, coordinator cores]), and the summary counts
+// slow seconds within 1 s of a checkpoint and on a saturated machine.
+// The last sample is taken after the load stopped and every
 // report in flight completed. Output: one JSON line per sample, then one
 // summary JSON line (totals, the database size after the coordinator's
 // clean shutdown, bytes per report). Exit status 1 when set-up fails, a
@@ -56,9 +64,11 @@
 // kept). Every wait is bounded.
 //
 // Threads: the main thread (set-up, samples), one heartbeat pacer, one
-// report pacer, and gRPC's callback threads for the reactors.
+// report pacer, one probe thread, and gRPC's callback threads for the
+// reactors.
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -128,7 +138,9 @@ std::pair<int64_t, int64_t> MachineCpuJiffies() {
 // One probe per second of the load, taken at load start + t seconds.
 struct SecondProbe {
   int t = 0;
-  int64_t db_main = 0;        // coordinator.db size: grows at a checkpoint
+  // coordinator.db: in WAL mode only a checkpoint writes to it.
+  int64_t db_main = 0;
+  int64_t db_mtime_ns = 0;
   double coordinator_cpu = 0;  // seconds used so far
   int64_t busy = 0, iowait = 0;  // machine jiffies so far
 };
@@ -910,7 +922,7 @@ int main(int argc, char** argv) {
     const double ccpu = coord->CpuSeconds(), lcpu = ProcessCpuSeconds();
     const int64_t hb = shared.heartbeats.load(), late = shared.late.load(),
                   hb_skipped = shared.heartbeats_skipped.load();
-    // This window's seconds: coordinator.db growth (a WAL checkpoint ran)
+    // This window's seconds: coordinator.db written (a WAL checkpoint ran)
     // and seconds whose slowest report took >= 20 ms, with the machine's
     // and the coordinator's CPU in that second.
     std::string ckpt_json = "[", slow_json = "[";
@@ -930,7 +942,7 @@ int main(int argc, char** argv) {
       for (; index > 0 && probes_seen < ps.size(); ++probes_seen) {
         const SecondProbe& a = ps[probes_seen - 1];
         const SecondProbe& b = ps[probes_seen];
-        const bool ckpt = b.db_main > a.db_main;
+        const bool ckpt = b.db_main != a.db_main || b.db_mtime_ns != a.db_mtime_ns;
         if (ckpt) {
           ++checkpoint_seconds;
           all_checkpoint_s.push_back(b.t);
@@ -1030,9 +1042,11 @@ int main(int argc, char** argv) {
       if (stop_probes) return;
       SecondProbe p;
       p.t = t;
-      std::error_code ec;
-      p.db_main = static_cast<int64_t>(fs::file_size(db, ec));
-      if (ec) p.db_main = 0;
+      struct stat st{};
+      if (stat(db.c_str(), &st) == 0) {
+        p.db_main = st.st_size;
+        p.db_mtime_ns = st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec;
+      }
       p.coordinator_cpu = coord->CpuSeconds();
       std::tie(p.busy, p.iowait) = MachineCpuJiffies();
       absl::MutexLock l(&probes_mu);

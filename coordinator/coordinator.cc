@@ -95,6 +95,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
       forget_dead_workers_after_(options.forget_dead_workers_after),
       retain_finished_(options.retain_finished),
       min_free_state_bytes_(options.min_free_state_bytes),
+      stall_after_(options.stall_after),
       metric_history_(static_cast<size_t>(std::max(0, options.metric_history))),
       clock_(clock),
       owned_store_(std::move(owned)),
@@ -552,6 +553,18 @@ absl::StatusOr<std::string> Coordinator::CheckpointCopyOf(
 void Coordinator::Tick() {
   {
     absl::MutexLock l(&mu_);
+    const absl::Time now = clock_.Now();
+    if (stall_after_ > absl::ZeroDuration() && last_tick_ != absl::InfinitePast() &&
+        now - last_tick_ > stall_after_) {
+      const absl::Duration gap = now - last_tick_;
+      workers_.ForgiveStall(gap);
+      jobs_.ForgiveStall(gap);
+      std::fprintf(stderr,
+                   "coordinator: stalled for %s (no tick): worker and rank timers moved on by "
+                   "that much\n",
+                   absl::FormatDuration(gap).c_str());
+    }
+    last_tick_ = now;
     jobs_.Supervise();
     jobs_.Schedule();
     if (forget_dead_workers_after_ > absl::ZeroDuration()) {

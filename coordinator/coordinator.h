@@ -95,6 +95,11 @@ struct CoordinatorOptions {
   // filesystem has less free than this, so the jobs that run keep room for
   // their records. 0: never.
   int64_t min_free_state_bytes = int64_t{64} << 20;
+  // Tick() calls this far apart mean the coordinator itself was stalled
+  // (stopped, starved, a paused VM): worker and rank timers move on by the
+  // gap, so nobody is failed for the coordinator's silence. Tick is meant
+  // to run every 100 ms. 0: off (tests that jump a simulated clock).
+  absl::Duration stall_after = absl::Seconds(2);
   double heartbeat_interval_s = 1.0;  // told to workers
   double straggler_factor = 1.5;
   int straggler_window = 5;
@@ -262,6 +267,7 @@ class Coordinator {
   const absl::Duration forget_dead_workers_after_;
   const absl::Duration retain_finished_;
   const int64_t min_free_state_bytes_;
+  const absl::Duration stall_after_;
   const size_t metric_history_;
   Clock& clock_;
   const std::unique_ptr<Store> owned_store_;  // null: not owned
@@ -278,6 +284,7 @@ class Coordinator {
   JobScheduler jobs_ ABSL_GUARDED_BY(mu_);
   Listener* listener_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Time last_bound_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time last_tick_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace frameworm::coordinator

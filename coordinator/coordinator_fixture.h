@@ -42,6 +42,7 @@ class CoordinatorTest : public ::testing::Test {
     o.port_max = 29509;
     o.default_heartbeat_timeout = absl::Seconds(10);
     o.reconnect_grace = absl::Seconds(2);
+    o.stall_after = absl::ZeroDuration();  // the tests jump the clock
     return o;
   }
   void SetOptions(const CoordinatorOptions& o) { options_ = o; }

@@ -660,6 +660,35 @@ TEST_F(CoordinatorTest, WorkersGoneForAnHourAreForgottenOnTick) {
   EXPECT_EQ(left[0].name(), "w1");
 }
 
+// A coordinator that was stalled (SIGSTOP, starved) for longer than the
+// heartbeat timeout fails nobody for its own silence; a worker that stays
+// silent after the stall is still caught.
+TEST_F(CoordinatorTest, AStalledCoordinatorBlamesNoWorkerOrRank) {
+  CoordinatorOptions o = Options();
+  o.stall_after = absl::Seconds(2);
+  SetOptions(o);
+  coord_.reset();
+  Open();
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  const std::string id = Submit(Spec(2, 1));
+  ASSERT_TRUE(Step(id, 1, 0, 1).ok());
+  ASSERT_TRUE(Step(id, 1, 1, 1).ok());
+  coord_->Tick();
+  clock_.Advance(absl::Seconds(30));  // no tick, no heartbeat, no report: a stall
+  coord_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  EXPECT_EQ(Job(id).generation(), 1) << Job(id).reason();
+  // After the stall the timers run again: w1 heartbeats, w0 stays silent.
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("w1");
+    coord_->Tick();
+  }
+  EXPECT_NE(Job(id).state(), v1::RUNNING);  // generation 1 failed: w0 missed its heartbeats
+  EXPECT_NE(Job(id).reason().find("w0"), std::string::npos) << Job(id).reason();
+}
+
 }  // namespace
 TEST_F(CoordinatorTest, CheckpointReportsAreConfinedToTheJobAndItsDirectory) {
   // A job that has not started owns no checkpoint.

@@ -23,6 +23,12 @@ void GenerationProgress::ExpectReportsSince(absl::Time now) {
   }
 }
 
+void GenerationProgress::ForgiveStall(absl::Duration gap, absl::Time now) {
+  started_ = std::min(now, started_ + gap);
+  first_report_ = std::min(now, first_report_ + gap);
+  for (Rank& r : ranks_) r.last_report = std::min(now, r.last_report + gap);
+}
+
 int64_t GenerationProgress::Step(int rank, int64_t step, int64_t total_steps,
                                  absl::Time now) {
   Rank& r = ranks_[rank];

@@ -39,6 +39,10 @@ class GenerationProgress {
   // had just reported (without this, a rank stuck across the restart would
   // never be caught).
   void ExpectReportsSince(absl::Time now);
+  // The coordinator itself was stalled for `gap` (stopped, starved): every
+  // timer moves on by `gap`, never past `now`, so no rank is blamed for
+  // the coordinator's own silence.
+  void ForgiveStall(absl::Duration gap, absl::Time now);
   int world() const { return static_cast<int>(ranks_.size()); }
 
   // A step report; returns the checkpoint step to tell the rank (0: none).

@@ -442,6 +442,12 @@ void JobScheduler::Reconcile(
   }
 }
 
+void JobScheduler::ForgiveStall(absl::Duration gap) {
+  const absl::Time now = clock_.Now();
+  for (auto& [id, job] : jobs_)
+    if (job->state == v1::RUNNING) job->progress.ForgiveStall(gap, now);
+}
+
 void JobScheduler::Supervise() {
   const absl::Time now = clock_.Now();
   for (const auto& [id, job_ptr] : jobs_) {

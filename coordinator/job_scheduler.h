@@ -120,6 +120,9 @@ class JobScheduler {
                  const google::protobuf::RepeatedPtrField<v1::TaskStatus>& ended);
   // Heartbeat timeouts, hung ranks, timed checkpoints.
   void Supervise();
+  // The coordinator was stalled for `gap`: running generations' timers
+  // move on by it (GenerationProgress::ForgiveStall).
+  void ForgiveStall(absl::Duration gap);
 
   // ---- Trainers ----
   absl::StatusOr<StepOutcome> ReportStep(const v1::StepMetrics& m);

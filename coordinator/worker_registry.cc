@@ -156,6 +156,11 @@ std::vector<const WorkerRegistry::Worker*> WorkerRegistry::All() const {
   return out;
 }
 
+void WorkerRegistry::ForgiveStall(absl::Duration gap) {
+  const absl::Time now = clock_.Now();
+  for (auto& [name, w] : workers_) w.last_seen = std::min(now, w.last_seen + gap);
+}
+
 absl::Time WorkerRegistry::LastSeen(const std::string& name) const {
   const Worker* w = Find(name);
   return w == nullptr ? absl::InfinitePast() : w->last_seen;

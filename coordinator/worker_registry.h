@@ -123,6 +123,9 @@ class WorkerRegistry {
   // `cutoff` and is not in `keep`; returns their names.
   std::vector<std::string> ForgetSilentSince(absl::Time cutoff,
                                              const std::set<std::string>& keep);
+  // The coordinator was stalled for `gap`: every worker's last_seen moves
+  // on by `gap`, never past now (its silence was the coordinator's).
+  void ForgiveStall(absl::Duration gap);
   // When the worker was last heard from; InfinitePast for an unknown one.
   absl::Time LastSeen(const std::string& name) const;
   double heartbeat_interval_s() const { return options_.heartbeat_interval_s; }

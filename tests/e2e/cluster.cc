@@ -100,6 +100,26 @@ absl::Status Cluster::StartCoordinator(const std::string& listen) {
 }
 
 absl::Status Cluster::StartWorker(const std::string& name, int slots) {
+  auto child = LaunchWorker(name, slots);
+  if (!child.ok()) return child.status();
+  workers_.push_back(std::move(*child));
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::RestartWorker(int i) {
+  ChildProcess& old = *workers_.at(i);
+  if (old.Running()) {
+    old.Signal(SIGKILL);
+    old.Wait(absl::Seconds(10));
+  }
+  auto child = LaunchWorker(absl::StrCat("w", i), options_.slots_per_worker);
+  if (!child.ok()) return child.status();
+  workers_[i] = std::move(*child);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> Cluster::LaunchWorker(const std::string& name,
+                                                                    int slots) {
   std::string work = absl::StrCat(dir_, "/", name);
   std::vector<std::string> argv = {
       Bin("frameworm-worker"), absl::StrCat("--coordinator=", address_),
@@ -113,12 +133,11 @@ absl::Status Cluster::StartWorker(const std::string& name, int slots) {
   }
   for (const auto& f : options_.worker_flags) argv.push_back(f);
   auto child = ChildProcess::Start(argv, options_.worker_env,
-                                   absl::StrCat(dir_, "/", name, ".log"));
+                                   absl::StrCat(dir_, "/", name, "-", worker_starts_++, ".log"));
   if (!child.ok()) return child.status();
   auto line = (*child)->WaitForLine("registered", absl::Seconds(30));
   if (!line.ok()) return line.status();
-  workers_.push_back(std::move(*child));
-  return absl::OkStatus();
+  return std::move(*child);
 }
 
 absl::Status Cluster::RestartCoordinator(absl::Duration down) {

@@ -51,6 +51,9 @@ class Cluster {
   ChildProcess& worker(int i) { return *workers_.at(i); }
 
   absl::Status StartWorker(const std::string& name, int slots);
+  // SIGKILLs worker `i` if it still runs and starts it again under the same
+  // name, work dir and slots (options.slots_per_worker).
+  absl::Status RestartWorker(int i);
   // The coordinator's state dir as this process reaches it (through the
   // holder's /proc/<pid>/root with state_tmpfs_mib).
   std::string state_on_host() const;
@@ -78,6 +81,7 @@ class Cluster {
  private:
   Cluster() = default;
   absl::Status StartCoordinator(const std::string& listen);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> LaunchWorker(const std::string& name, int slots);
 
   ClusterOptions options_;
   std::string dir_;
@@ -88,6 +92,7 @@ class Cluster {
   std::unique_ptr<v1::JobService::Stub> stub_;
   std::vector<std::string> job_ids_;
   int coordinator_starts_ = 0;
+  int worker_starts_ = 0;  // log file names
   // With options_.tls: the TLS directory of `role`:`name`, issued on first
   // use (a worker restarted under its name reuses its certificate).
   absl::StatusOr<std::string> TlsDir(const std::string& role, const std::string& name);
