@@ -348,11 +348,14 @@ absl::StatusOr<Coordinator::Registration> Coordinator::RegisterWorker(
   Registration reg;
   {
     absl::MutexLock l(&mu_);
+    const WorkerRegistry::Worker* before = workers_.Find(req.name());
+    const bool same_process = before != nullptr && before->registered &&
+                              !req.instance().empty() && before->instance == req.instance();
     absl::StatusOr<std::string> session = workers_.Register(req);
     if (!session.ok()) return session.status();
     reg.session_id = *std::move(session);
     reg.heartbeat_interval_s = workers_.heartbeat_interval_s();
-    jobs_.Reconcile(req.name(), req.running(), req.ended());
+    jobs_.Reconcile(req.name(), req.running(), req.ended(), same_process);
     jobs_.Schedule();
   }
   Flush();

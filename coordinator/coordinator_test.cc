@@ -689,6 +689,42 @@ TEST_F(CoordinatorTest, AStalledCoordinatorBlamesNoWorkerOrRank) {
   EXPECT_NE(Job(id).reason().find("w0"), std::string::npos) << Job(id).reason();
 }
 
+// A StartTask the old session took but the worker never received (the
+// stream broke in flight): the same worker process re-registering without
+// the task gets it again instead of costing a restart. A different process
+// (the worker restarted: its tasks died with it) fails the generation.
+TEST_F(CoordinatorTest, AStartTaskLostInFlightIsSentAgainToTheSameWorkerProcess) {
+  auto reg = [&](const std::string& name, const std::string& instance) {
+    v1::RegisterWorkerRequest req;
+    req.set_name(name);
+    req.set_address(name + ".host:9000");
+    req.set_slots(1);
+    req.set_instance(instance);
+    auto r = coord_->RegisterWorker(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(coord_->AttachSession(r->session_id).ok());
+    sessions_[name] = r->session_id;
+  };
+  reg("w0", "process-a");
+  reg("w1", "process-b");
+  const std::string id = Submit(Spec(2, 1));
+  ASSERT_EQ(Job(id).state(), v1::RUNNING);
+  ASSERT_EQ(coord_->TakeCommands(sessions_["w0"])->size(), 1u);  // taken, then lost
+  ASSERT_EQ(coord_->TakeCommands(sessions_["w1"])->size(), 1u);
+  reg("w0", "process-a");  // the same process, running nothing
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  EXPECT_EQ(Job(id).generation(), 1);
+  std::vector<v1::CoordinatorMessage> again = *coord_->TakeCommands(sessions_["w0"]);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].start().task().rank(), 0);
+  EXPECT_EQ(again[0].start().task().ref().generation(), 1);
+  // w1 restarted (another process) without its task: the generation fails.
+  coord_->DetachSession(sessions_["w1"]);  // its stream ended with it
+  reg("w1", "process-c");
+  EXPECT_FALSE(Job(id).generation() == 1 && Job(id).state() == v1::RUNNING);
+  EXPECT_NE(Job(id).reason().find("rank 1 lost"), std::string::npos) << Job(id).reason();
+}
+
 }  // namespace
 TEST_F(CoordinatorTest, CheckpointReportsAreConfinedToTheJobAndItsDirectory) {
   // A job that has not started owns no checkpoint.

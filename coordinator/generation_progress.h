@@ -54,6 +54,8 @@ class GenerationProgress {
   bool MarkDone(int rank);
   bool AllDone() const;
   bool done(int rank) const { return ranks_[rank].done; }
+  // The rank sent a report this generation (or was reloaded as reporting).
+  bool reported(int rank) const { return ranks_[rank].reported; }
 
   // The pending checkpoint step, or a new one at max step + `lead`.
   int64_t RequestCheckpoint(int lead);

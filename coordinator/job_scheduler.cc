@@ -405,7 +405,8 @@ void JobScheduler::HandleTaskStatus(const std::string& worker,
 void JobScheduler::Reconcile(
     const std::string& worker,
     const google::protobuf::RepeatedPtrField<v1::TaskStatus>& running,
-    const google::protobuf::RepeatedPtrField<v1::TaskStatus>& ended) {
+    const google::protobuf::RepeatedPtrField<v1::TaskStatus>& ended,
+    bool same_process) {
   // StartTasks the worker's old session never took are still queued for the
   // new one: a current rank among them is not lost; stale ones are dropped.
   const std::set<std::pair<std::string, int>> pending =
@@ -435,6 +436,12 @@ void JobScheduler::Reconcile(
       if (job->ranks[r].worker != worker || job->progress.done(r) ||
           reported.count({job->id, static_cast<int>(r)}))
         continue;
+      if (same_process && !job->progress.reported(static_cast<int>(r))) {
+        v1::CoordinatorMessage msg;  // taken by the old session, never received
+        *msg.mutable_start()->mutable_task() = job->ranks[r].task;
+        workers_.Send(worker, std::move(msg));
+        continue;
+      }
       FailGeneration(*job, absl::StrCat("rank ", r, " lost: worker ", worker,
                                         " re-registered without it"));
       break;

@@ -114,10 +114,14 @@ class JobScheduler {
   // After `worker` (re)registered with the tasks it still runs (`running`)
   // and the final statuses it could not deliver (`ended`): the ended ones
   // are handled first (a finished rank is done), then the running ones; a
-  // current rank in neither fails its generation.
+  // current rank in neither fails its generation, unless `same_process`
+  // (the worker process that was sent its StartTask, which keeps every
+  // task it got until its final status is delivered) and the rank never
+  // reported: then the StartTask was lost in flight and is sent again.
   void Reconcile(const std::string& worker,
                  const google::protobuf::RepeatedPtrField<v1::TaskStatus>& running,
-                 const google::protobuf::RepeatedPtrField<v1::TaskStatus>& ended);
+                 const google::protobuf::RepeatedPtrField<v1::TaskStatus>& ended,
+                 bool same_process = false);
   // Heartbeat timeouts, hung ranks, timed checkpoints.
   void Supervise();
   // The coordinator was stalled for `gap`: running generations' timers
