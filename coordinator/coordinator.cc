@@ -596,8 +596,15 @@ void Coordinator::BoundGrowth() {
     }
     thinned = jobs_.ThinMetrics(metric_history_);
   }
-  for (const auto& [id, steps] : thinned)
-    LogStoreError(store_.DeleteMetrics(id, steps), "thin a job's metric history");
+  // In transactions of at most 500 rows: metric commits get the store in
+  // between.
+  for (const auto& [id, steps] : thinned) {
+    for (size_t i = 0; i < steps.size(); i += 500) {
+      const std::vector<int64_t> part(steps.begin() + static_cast<long>(i),
+                                      steps.begin() + static_cast<long>(std::min(steps.size(), i + 500)));
+      LogStoreError(store_.DeleteMetrics(id, part), "thin a job's metric history");
+    }
+  }
   for (const std::string& id : expired) {
     absl::Status s = store_.DeleteJob(id);
     LogStoreError(s, "delete an expired job");

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <utility>
 
@@ -35,6 +36,14 @@ class Stmt {
     if (ok())
       rc_ = sqlite3_bind_blob(stmt_, ++idx_, v.data(),
                               static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  // Makes the statement ready to bind and run again.
+  Stmt& Reset() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+    idx_ = 0;
+    if (rc_ == SQLITE_DONE || rc_ == SQLITE_ROW) rc_ = SQLITE_OK;
     return *this;
   }
   // Runs a statement without results.
@@ -159,7 +168,7 @@ int SqliteStore::WalHook(void* self, sqlite3* db, const char* name,
 
 absl::StatusOr<int> SqliteStore::CheckpointIfLarge(int min_pages) {
   const int pages = wal_pages_.load(std::memory_order_relaxed);
-  if (pages < min_pages) return pages;
+  if (pages < min_pages) return 0;
   absl::MutexLock l(&ckpt_mu_);
   if (ckpt_db_ == nullptr) {
     sqlite3* db = nullptr;
@@ -170,15 +179,23 @@ absl::StatusOr<int> SqliteStore::CheckpointIfLarge(int min_pages) {
       return absl::UnavailableError(
           absl::StrCat("cannot open '", path_, "' to checkpoint: ", msg));
     }
+    // A connection opens the WAL only when it first reads: until then a
+    // checkpoint on it does nothing (and says log = -1).
+    if (sqlite3_exec(db, "PRAGMA schema_version", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      absl::Status s = SqliteError(db, "PRAGMA schema_version (checkpoint connection)");
+      sqlite3_close(db);
+      return s;
+    }
     ckpt_db_ = db;
   }
   int log = 0, done = 0;
   int rc = sqlite3_wal_checkpoint_v2(ckpt_db_, nullptr,
                                      SQLITE_CHECKPOINT_PASSIVE, &log, &done);
   if (rc != SQLITE_OK && rc != SQLITE_BUSY)
-    return absl::InternalError(absl::StrCat(
-        "sqlite: ", sqlite3_errmsg(ckpt_db_), " in: wal_checkpoint(PASSIVE)"));
-  return pages;
+    return SqliteError(ckpt_db_, "wal_checkpoint(PASSIVE)");
+  if (rc == SQLITE_OK && log < 0)
+    return absl::InternalError("sqlite: wal_checkpoint(PASSIVE) saw no WAL (log = -1)");
+  return std::max(done, 0);
 }
 absl::Status SqliteStore::Maintain() { return CheckpointIfLarge().status(); }
 
@@ -323,10 +340,9 @@ absl::Status SqliteStore::DeleteMetrics(const std::string& job_id,
   if (steps.empty()) return absl::OkStatus();
   absl::MutexLock l(&mu_);
   return TransactionLocked([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Stmt st(db_, "DELETE FROM metrics WHERE job_id=? AND step=?");  // prepared once
     for (int64_t step : steps) {
-      absl::Status s = Stmt(db_, "DELETE FROM metrics WHERE job_id=? AND step=?")
-                           .Bind(job_id).Bind(step).Run();
-      if (!s.ok()) return s;
+      if (absl::Status s = st.Reset().Bind(job_id).Bind(step).Run(); !s.ok()) return s;
     }
     return absl::OkStatus();
   });

@@ -1,6 +1,6 @@
 // The Store (store.h) in an embedded SQLite database, <dir>/coordinator.db,
-// WAL journal with synchronous=NORMAL: a commit survives a crash of this
-// process; only power loss can drop the newest ones.
+// WAL journal with synchronous=FULL: a commit is on disk (fsynced) before
+// it returns, so neither a crash nor a power loss drops it.
 //
 // WAL checkpoints: automatic checkpoints inside a commit are off; the owner
 // calls Maintain() (or CheckpointIfLarge()) periodically (the Coordinator
@@ -13,6 +13,7 @@
 // write); ckpt_mu_ guards the checkpoint connection (CheckpointIfLarge only).
 // No method holds both.
 // Errors: INTERNAL for SQLite failures (the message names the statement),
+// RESOURCE_EXHAUSTED for a full disk (SQLITE_FULL),
 // INVALID_ARGUMENT / UNAVAILABLE from Open when the directory cannot be
 // created or the file cannot be opened.
 #ifndef FRAMEWORM_COORDINATOR_SQLITE_STORE_H_
@@ -62,8 +63,8 @@ class SqliteStore final : public Store {
   absl::Status Maintain() override;
 
   // Runs a PASSIVE WAL checkpoint when the WAL holds at least `min_pages`
-  // pages (it never waits for readers or writers). Returns the WAL size in
-  // pages seen after the last commit.
+  // pages (it never waits for readers or writers). Returns the frames it
+  // copied into the database (0 when under `min_pages` or busy).
   absl::StatusOr<int> CheckpointIfLarge(int min_pages = 1000);
   // A WAL this large is checkpointed inside the commit that grew it.
   static constexpr int kHardWalPages = 20000;

@@ -100,11 +100,15 @@ TEST(StoreTest, PutMetricsIsOneTransactionAndWalIsCheckpointed) {
   EXPECT_EQ((*store)->LoadMetrics("j")->size(), 300u);
   // ~600 KB went through the WAL: it is large enough to checkpoint, and a
   // checkpoint on the second connection succeeds with the main one open.
-  auto pages = (*store)->CheckpointIfLarge(10);
-  ASSERT_TRUE(pages.ok()) << pages.status();
-  EXPECT_GE(*pages, 10);
+  const auto db_file = std::filesystem::path(dir) / "coordinator.db";
+  const auto before = std::filesystem::file_size(db_file);
+  auto copied = (*store)->CheckpointIfLarge(10);
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_GE(*copied, 10);  // frames really copied into the database file
+  EXPECT_GT(std::filesystem::file_size(db_file), before + 500000);
   auto small = (*store)->CheckpointIfLarge(1 << 30);  // below: nothing done
   ASSERT_TRUE(small.ok());
+  EXPECT_EQ(*small, 0);
   std::filesystem::remove_all(dir);
 }
 
