@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <set>
 #include <utility>
@@ -117,7 +118,9 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
              .default_heartbeat_timeout = options.default_heartbeat_timeout,
              .reconnect_grace = options.reconnect_grace,
              .startup_timeout = options.startup_timeout,
-             .metrics = {options.straggler_factor, options.straggler_window},
+             .metrics = {.straggler_factor = options.straggler_factor,
+                         .window = options.straggler_window,
+                         .memory_steps = static_cast<size_t>(std::max(1, options.metric_memory_steps))},
              .checkpoint_lead_steps = options.checkpoint_lead_steps},
             clock, store_, workers_, ports_, checkpoints_) {}
 
@@ -314,10 +317,30 @@ absl::StatusOr<std::vector<v1::CheckpointRecord>> Coordinator::ListCheckpoints(
 
 absl::StatusOr<std::vector<v1::AggregatedStep>> Coordinator::GetMetrics(
     const std::string& job_id, int64_t since_step) const {
-  absl::MutexLock l(&mu_);
-  absl::StatusOr<const Job*> job = FindLocked(job_id);
-  if (!job.ok()) return job.status();
-  return (*job)->metrics.Since(since_step);
+  std::vector<v1::AggregatedStep> recent;
+  int64_t evicted_below = 0;
+  {
+    absl::MutexLock l(&mu_);
+    absl::StatusOr<const Job*> job = FindLocked(job_id);
+    if (!job.ok()) return job.status();
+    recent = (*job)->metrics.Since(since_step);
+    evicted_below = (*job)->metrics.evicted_below();
+  }
+  if (since_step + 1 >= evicted_below) return recent;  // memory holds all of it
+  // Older steps from the store (outside the lock), memory's copy winning.
+  absl::StatusOr<std::vector<MetricRow>> rows = store_.LoadMetrics(job_id);
+  if (!rows.ok()) return rows.status();
+  std::map<int64_t, v1::AggregatedStep> merged;
+  for (const MetricRow& row : *rows) {
+    if (row.step <= since_step) continue;
+    v1::AggregatedStep s;
+    if (s.ParseFromString(row.aggregate)) merged[row.step] = std::move(s);
+  }
+  for (v1::AggregatedStep& s : recent) merged[s.step()] = std::move(s);
+  std::vector<v1::AggregatedStep> out;
+  out.reserve(merged.size());
+  for (auto& [step, s] : merged) out.push_back(std::move(s));
+  return out;
 }
 
 std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {

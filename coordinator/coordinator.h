@@ -88,6 +88,9 @@ struct CoordinatorOptions {
   // Metric history per job (MetricAggregator::Thin): a running job keeps at
   // most 2 x this many aggregated steps, an ended job this many. 0: all.
   int metric_history = 2000;
+  // Aggregated steps per job kept in memory (the most recently updated);
+  // older ones are read from the store when asked for.
+  int metric_memory_steps = 256;
   // A rank's log keeps at most about this much of its newest output
   // (JobLogs). 0: unbounded.
   int64_t max_log_bytes = int64_t{64} << 20;
@@ -167,7 +170,8 @@ class Coordinator {
   absl::StatusOr<int64_t> RequestCheckpoint(const std::string& job_id);
   absl::StatusOr<std::vector<v1::CheckpointRecord>> ListCheckpoints(
       const std::string& job_id) const;
-  // Aggregated steps with step > since_step.
+  // Aggregated steps with step > since_step (older ones are read from the
+  // store, outside the lock; MetricAggregator keeps only a tail in memory).
   absl::StatusOr<std::vector<v1::AggregatedStep>> GetMetrics(
       const std::string& job_id, int64_t since_step) const;
   std::vector<v1::WorkerInfo> ListWorkers() const;

@@ -56,6 +56,27 @@ TEST_F(RetentionTest, RunningHistoriesAreThinnedAndEndedOnesToTheLimit) {
   EXPECT_EQ(coord_->GetMetrics(id, 0)->size(), 11u);
 }
 
+TEST_F(RetentionTest, OlderStepsComeFromTheStoreWhenMemoryHoldsOnlyTheTail) {
+  CoordinatorOptions o = Options();
+  o.metric_memory_steps = 4;
+  o.metric_history = 0;
+  SetOptions(o);
+  coord_.reset();
+  Open();
+  AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  for (int64_t step = 1; step <= 30; ++step) ASSERT_TRUE(Step(id, 1, 0, step).ok());
+  std::vector<v1::AggregatedStep> all = *coord_->GetMetrics(id, 0);
+  ASSERT_EQ(all.size(), 30u);
+  for (int i = 0; i < 30; ++i) {
+    EXPECT_EQ(all[i].step(), i + 1);
+    EXPECT_DOUBLE_EQ(all[i].mean().at("loss"), 1.0 / (i + 1));
+  }
+  EXPECT_EQ(coord_->GetMetrics(id, 20)->size(), 10u);  // partly from the store
+  EXPECT_EQ(coord_->GetMetrics(id, 28)->size(), 2u);   // memory only
+  EXPECT_EQ(Job(id).step(), 30);
+}
+
 TEST_F(RetentionTest, EndedJobsExpireWithTheirRowsAndFilesRunningOnesNever) {
   AddWorker("w0", 1);
   const std::string done = Submit(Spec(1, 1));

@@ -9,8 +9,12 @@ const v1::AggregatedStep* MetricAggregator::Add(int64_t generation,
                                                 int world_size,
                                                 const v1::StepMetrics& m,
                                                 int64_t unix_ms) {
-  v1::AggregatedStep& s = steps_[m.step()];
+  auto [where, inserted] = steps_.try_emplace(m.step());
+  v1::AggregatedStep& s = where->second;
   double& weight = weights_[m.step()];
+  if (inserted && !Has(m.step())) {  // a new step of the history
+    stored_.insert(std::upper_bound(stored_.begin(), stored_.end(), m.step()), m.step());
+  }
   if (s.generation() != generation) {  // new step, or re-run by a newer gen
     s.Clear();
     weight = 0;
@@ -49,7 +53,28 @@ const v1::AggregatedStep* MetricAggregator::Add(int64_t generation,
   }
   s.clear_stragglers();
   for (int straggler : last_stragglers_) s.add_stragglers(straggler);
-  return &s;
+  Touch(m.step());
+  return &steps_.at(m.step());
+}
+
+bool MetricAggregator::Has(int64_t step) const {
+  return std::binary_search(stored_.begin(), stored_.end(), step);
+}
+
+void MetricAggregator::Touch(int64_t step) {
+  if (auto it = touched_.find(step); it != touched_.end()) by_touch_.erase(it->second);
+  touched_[step] = next_touch_;
+  by_touch_[next_touch_++] = step;
+  const size_t cap = std::max<size_t>(1, options_.memory_steps);
+  while (steps_.size() > cap) {
+    auto oldest = by_touch_.begin();
+    const int64_t gone = oldest->second;
+    by_touch_.erase(oldest);
+    touched_.erase(gone);
+    steps_.erase(gone);
+    weights_.erase(gone);
+    evicted_below_ = std::max(evicted_below_, gone + 1);
+  }
 }
 
 std::vector<int> MetricAggregator::Stragglers() const {
@@ -84,9 +109,12 @@ std::vector<int> MetricAggregator::Stragglers() const {
 }
 
 void MetricAggregator::Restore(const v1::AggregatedStep& s) {
+  if (!Has(s.step()))
+    stored_.insert(std::upper_bound(stored_.begin(), stored_.end(), s.step()), s.step());
   steps_[s.step()] = s;
   weights_[s.step()] = s.samples() > 0 ? static_cast<double>(s.samples())
                                        : static_cast<double>(s.ranks_reported());
+  Touch(s.step());
 }
 
 std::vector<v1::AggregatedStep> MetricAggregator::Since(
@@ -99,24 +127,31 @@ std::vector<v1::AggregatedStep> MetricAggregator::Since(
 
 std::vector<int64_t> MetricAggregator::Thin(size_t limit, size_t trigger) {
   std::vector<int64_t> removed;
-  const size_t n = steps_.size();
+  const size_t n = stored_.size();
   if (limit == 0 || n <= std::max(limit, trigger)) return removed;
   const size_t tail = limit / 2;     // newest steps, kept whole
   const size_t old = n - tail;       // candidates, oldest first
   const size_t want = limit - tail;  // of them kept, evenly spaced
-  size_t index = 0, next_kept = 0, kept = 0;
-  for (auto it = steps_.begin(); index < old; ++index) {
-    // Keep index floor(k * old / want) for k = 0..want-1.
-    if (kept < want && index == next_kept) {
-      ++kept;
-      next_kept = kept * old / want;
-      ++it;
+  std::vector<int64_t> kept;
+  kept.reserve(limit);
+  size_t next_kept = 0, taken = 0;
+  for (size_t index = 0; index < n; ++index) {
+    const int64_t step = stored_[index];
+    // Keep index floor(k * old / want) for k = 0..want-1, and the tail.
+    if (index >= old || (taken < want && index == next_kept)) {
+      if (index < old) next_kept = ++taken * old / want;
+      kept.push_back(step);
       continue;
     }
-    removed.push_back(it->first);
-    weights_.erase(it->first);
-    it = steps_.erase(it);
+    removed.push_back(step);
+    if (auto t = touched_.find(step); t != touched_.end()) {
+      by_touch_.erase(t->second);
+      touched_.erase(t);
+    }
+    steps_.erase(step);
+    weights_.erase(step);
   }
+  stored_ = std::move(kept);
   return removed;
 }
 

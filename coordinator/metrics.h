@@ -9,6 +9,12 @@
 // replaces the older generation's aggregate of that step. A rank reporting
 // the same step twice in one generation (a retried RPC) counts once.
 //
+// Memory: only the `memory_steps` most recently updated aggregates stay in
+// memory (the tail a follower reads, and any step being re-run); the rest
+// of the history lives in the Store, which the owner reads for older steps
+// (Since() says from which step on memory is complete). The numbers of all
+// stored steps are kept (8 bytes each) for Thin.
+//
 // Thread safety: not thread-safe; owned by the Coordinator under its mutex.
 #ifndef FRAMEWORM_COORDINATOR_METRICS_H_
 #define FRAMEWORM_COORDINATOR_METRICS_H_
@@ -27,6 +33,7 @@ class MetricAggregator {
   struct Options {
     double straggler_factor = 1.5;
     int window = 5;
+    size_t memory_steps = 256;  // aggregates kept in memory (>= 1)
   };
   explicit MetricAggregator(const Options& options) : options_(options) {}
 
@@ -42,15 +49,24 @@ class MetricAggregator {
     last_stragglers_.clear();
   }
 
-  // Steps with step > since_step, in order.
+  // The in-memory steps with step > since_step, in order. When
+  // since_step + 1 < evicted_below(), stored steps in between may be missing
+  // here: the caller reads them from the store (memory wins for a step in
+  // both).
   std::vector<v1::AggregatedStep> Since(int64_t since_step) const;
+  // One more than the highest step ever evicted from memory (0: none).
+  int64_t evicted_below() const { return evicted_below_; }
+  // Whether `step` is in the history (memory or store).
+  bool Has(int64_t step) const;
   // Bounds the history: once it holds more than `trigger` steps, it is
   // thinned to `limit` (limit <= trigger): the newest limit/2 steps stay
   // whole, the older ones are resampled evenly (the oldest step is always
   // kept), so a loss curve keeps its shape. Returns the removed steps,
   // ascending (empty when nothing was removed or limit is 0).
   std::vector<int64_t> Thin(size_t limit, size_t trigger);
-  size_t size() const { return steps_.size(); }
+  // Steps in the history (memory and store).
+  size_t size() const { return stored_.size(); }
+  size_t in_memory() const { return steps_.size(); }
   // The newest step, or nullptr when none.
   const v1::AggregatedStep* Last() const;
   // How many times the straggler flags were computed (tests).
@@ -58,10 +74,18 @@ class MetricAggregator {
 
  private:
   std::vector<int> Stragglers() const;
+  // Marks `step` as just updated; evicts the least recently updated
+  // aggregates beyond memory_steps.
+  void Touch(int64_t step);
 
   Options options_;
-  std::map<int64_t, v1::AggregatedStep> steps_;
-  std::map<int64_t, double> weights_;  // sum of weights per step
+  std::map<int64_t, v1::AggregatedStep> steps_;  // in memory
+  std::map<int64_t, double> weights_;  // sum of weights per step in memory
+  std::map<int64_t, uint64_t> touched_;  // step -> update sequence
+  std::map<uint64_t, int64_t> by_touch_;  // update sequence -> step
+  uint64_t next_touch_ = 0;
+  std::vector<int64_t> stored_;  // every step of the history, ascending
+  int64_t evicted_below_ = 0;
   std::vector<std::deque<double>> windows_;  // per rank, newest last
   std::vector<int> last_stragglers_;  // of the last completed step
   int64_t straggler_computations_ = 0;

@@ -157,5 +157,31 @@ TEST(MetricAggregatorTest, ThinKeepsTheNewestWholeAndResamplesTheRest) {
   EXPECT_TRUE(agg.Thin(0, 0).empty());
 }
 
+TEST(MetricAggregatorTest, MemoryHoldsTheRecentlyUpdatedStepsTheIndexHoldsAll) {
+  MetricAggregator agg({.straggler_factor = 1.5, .window = 3, .memory_steps = 10});
+  for (int64_t step = 1; step <= 100; ++step) agg.Add(1, 2, Report(0, step, 1, 0.1, 1.0), step);
+  EXPECT_EQ(agg.in_memory(), 10u);
+  EXPECT_EQ(agg.size(), 100u);
+  EXPECT_EQ(agg.evicted_below(), 91);
+  EXPECT_EQ(agg.Since(0).front().step(), 91);
+  EXPECT_TRUE(agg.Has(5));
+  EXPECT_FALSE(agg.Has(101));
+  // A restarted generation re-runs steps 41..: they are aggregated whole
+  // (both ranks) even though they were evicted; the stale tail goes first.
+  for (int64_t step = 41; step <= 60; ++step) {
+    agg.Add(2, 2, Report(0, step, 1, 0.1, 2.0), step);
+    const v1::AggregatedStep* s = agg.Add(2, 2, Report(1, step, 1, 0.1, 4.0), step);
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->ranks_reported(), 2) << step;
+    EXPECT_DOUBLE_EQ(s->mean().at("loss"), 3.0);
+  }
+  EXPECT_EQ(agg.size(), 100u);  // no step added twice
+  EXPECT_EQ(agg.Last()->step(), 60);
+  // Thinning works on the whole history.
+  EXPECT_EQ(agg.Thin(20, 40).size(), 80u);
+  EXPECT_EQ(agg.size(), 20u);
+  EXPECT_LE(agg.in_memory(), 10u);
+}
+
 }  // namespace
 }  // namespace frameworm::coordinator
