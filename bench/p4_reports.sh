@@ -58,7 +58,8 @@ L = ["# P4: ReportStep and heartbeat load on the coordinator", "",
      f"{' '.join(loadavg)}); 127.0.0.1 only.", "",
      "Set-up per run: a real `frameworm-coordinator` process (fresh `--state-dir`), "
      "K simulated workers (1 slot each, Session streams) and a RUNNING job on them "
-     "(nodes = K); the job id and generation come from the StartTask they received. "
+     "(nodes = K); the job id and generation come from the StartTask they received, "
+     "and each report carries its rank's token (TaskSpec.token) from that rank's StartTask. "
      "Load: `callers` closed-loop callers, each with one `TrainerService.ReportStep` "
      "in flight (gRPC callback client API, calls spread over 8 connections), "
      "caller i reporting ranks i, i+callers, ... (mod K) in turn, each with that "

@@ -3,7 +3,10 @@
 //
 // Set-up: start frameworm-coordinator (fresh --state-dir), K simulated
 // workers (1 slot each, Session streams), a job with nodes = K running on
-// them; the job id and generation come from the StartTask they receive.
+// them; the job id and generation come from the StartTask they receive, and
+// each rank's FRAMEWORM_TOKEN (TaskSpec.token) from the StartTask of the
+// worker running that rank; every report carries its rank's token in
+// JobRef.token, as a real trainer's would.
 // Load: `callers` closed-loop callers, each with one ReportStep in flight at
 // a time (callback client API); caller i reports ranks i, i + callers, ...
 // (mod K) in turn, each with that rank's next step, so every rank reports; meanwhile every session sends heartbeats, either every
@@ -51,8 +54,9 @@ double ProcessCpuSeconds() {
 }
 
 struct Shared {
-  v1::JobRef ref;
+  v1::JobRef ref;  // job id and generation, no token
   int world = 0;
+  std::vector<std::string> tokens;  // per rank, from its StartTask
   std::vector<std::atomic<int64_t>>* steps = nullptr;  // per rank
   std::atomic<int64_t> measure_from_ns{INT64_MAX};     // since epoch
   std::atomic<int64_t> stop_at_ns{INT64_MAX};
@@ -87,6 +91,7 @@ class Caller {
                              std::chrono::seconds(10));
     req_.Clear();
     *req_.mutable_ref() = shared_->ref;
+    req_.mutable_ref()->set_token(shared_->tokens[rank_]);
     req_.set_rank(rank_);
     req_.set_step((*shared_->steps)[rank_].fetch_add(1) + 1);
     rank_ = (rank_ + stride_) % shared_->world;
@@ -214,6 +219,24 @@ int main(int argc, char** argv) {
     Shared shared;
     shared.ref = tasks[0].task.ref();
     shared.world = tasks[0].task.world_size();
+    if (shared.world != workers)
+      return Fail(absl::StrCat("job start: world size ", shared.world,
+                               ", not ", workers));
+    shared.tokens.resize(shared.world);
+    for (size_t w = 0; w < tasks.size(); ++w) {
+      const v1::TaskSpec& t = tasks[w].task;
+      const int r = t.rank();
+      if (r < 0 || r >= shared.world || !shared.tokens[r].empty() ||
+          t.token().empty() || t.ref().job_id() != shared.ref.job_id() ||
+          t.ref().generation() != shared.ref.generation())
+        return Fail(absl::StrCat(
+            "job start: worker ", w, " got rank ", r, " of job ",
+            t.ref().job_id(), " generation ", t.ref().generation(),
+            t.token().empty() ? " without a token" : "",
+            r >= 0 && r < shared.world && !shared.tokens[r].empty()
+                ? " (rank already taken)" : ""));
+      shared.tokens[r] = t.token();
+    }
     std::vector<std::atomic<int64_t>> steps(shared.world);
     shared.steps = &steps;
 
