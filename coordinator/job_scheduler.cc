@@ -115,10 +115,12 @@ absl::Status JobScheduler::Reload() {
       job->resume_from = gen->resume_from;
       ports_.Reserve(job->master_port);
       job->progress.Start(static_cast<int>(as->size()), now);
-      // Its trainers reported before the restart: they are timed from now.
+      // Its trainers reported before the restart: they are timed from the
+      // reload plus the grace workers get too (a trainer's channel needs a
+      // moment to find the restarted coordinator).
       const v1::AggregatedStep* last = job->metrics.Last();
       if (last != nullptr && last->generation() == job->generation) {
-        job->progress.ExpectReportsSince(now);
+        job->progress.ExpectReportsSince(now + options_.reconnect_grace);
       }
       for (const AssignmentRow& a : *as) {
         RankState r;

@@ -31,7 +31,8 @@
 // its StartTask commands are queued. Failures to record a generation's end
 // are logged (the in-memory state moves on). Reload() rebuilds the table
 // from the Store after a restart: RUNNING jobs stay RUNNING, their workers
-// get heartbeat timeout + reconnect_grace to re-register.
+// get heartbeat timeout + reconnect_grace to re-register, and their ranks
+// (when they had reported) as long to report again.
 //
 // Notifications: every job that changed is recorded; TakeChangedJobs hands
 // the owner that set (it notifies outside its lock).

@@ -278,6 +278,13 @@ TEST_F(JobSchedulerTest, HangDetectionSurvivesARestart) {
   workers_->Hear(sessions_["w0"]).IgnoreError();
   workers_->Hear(sessions_["w1"]).IgnoreError();
   jobs_->Supervise();
+  // 5 s after the reload: within the timeout (4 s) plus the reconnect grace
+  // (2 s) that trainers get to find the restarted coordinator.
+  EXPECT_EQ(Get(id).state, v1::RUNNING) << Get(id).reason;
+  clock_.Advance(absl::Seconds(2));
+  workers_->Hear(sessions_["w0"]).IgnoreError();
+  workers_->Hear(sessions_["w1"]).IgnoreError();
+  jobs_->Supervise();
   EXPECT_EQ(Get(id).state, v1::RESTARTING) << Get(id).reason;
   EXPECT_NE(Get(id).reason.find("rank 0 hung"), std::string::npos) << Get(id).reason;
   EXPECT_EQ(Get(quiet).state, v1::RUNNING);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -193,13 +194,24 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     cr.checksum = info.checksum;
     // The coordinator keeps a copy first, so a rank on a host without this
     // file can resume from it; a checkpoint it has no copy of is not reported.
+    // A coordinator that is away (restarting) gets 3 more tries, 1 s apart.
+    auto away = [](const absl::Status& s) { return s.code() == absl::StatusCode::kUnavailable; };
+    auto pause = [] { std::this_thread::sleep_for(std::chrono::seconds(1)); };
     absl::Status up = channel->UploadCheckpoint(step, path);
+    for (int i = 0; i < 3 && away(up); ++i) {
+      pause();
+      up = channel->UploadCheckpoint(step, path);
+    }
     if (!up.ok()) {
       std::cerr << "frameworm-train: checkpoint " << path
                 << " not reported: its upload to the coordinator failed: " << up << std::endl;
       return;
     }
     absl::StatusOr<std::vector<std::string>> expired = channel->ReportCheckpoint(cr);
+    for (int i = 0; i < 3 && away(expired.status()); ++i) {
+      pause();
+      expired = channel->ReportCheckpoint(cr);
+    }
     if (!expired.ok()) {
       std::cerr << "frameworm-train: checkpoint report failed: " << expired.status() << std::endl;
       return;

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -22,8 +24,10 @@ namespace {
 class GrpcTrainerChannel final : public ControlChannel {
  public:
   GrpcTrainerChannel(const TrainerChannelOptions& options,
+                     std::function<std::shared_ptr<grpc::Channel>()> dial,
                      std::shared_ptr<grpc::Channel> channel)
       : options_(options),
+        dial_(std::move(dial)),
         stub_(v1::TrainerService::NewStub(std::move(channel))) {}
 
   absl::StatusOr<StepDirective> ReportStep(const StepReport& r) override {
@@ -46,6 +50,7 @@ class GrpcTrainerChannel final : public ControlChannel {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     grpc::Status s = stub_->ReportStep(&ctx, req, &resp);
+    Note(s);
     if (!s.ok()) return FromGrpcStatus(s, "ReportStep");
     StepDirective d;
     d.checkpoint_at_step = resp.checkpoint_at_step();
@@ -65,6 +70,7 @@ class GrpcTrainerChannel final : public ControlChannel {
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     grpc::Status s = stub_->ReportCheckpoint(&ctx, req, &resp);
+    Note(s);
     if (!s.ok()) return FromGrpcStatus(s, "ReportCheckpoint");
     return std::vector<std::string>(resp.expired().begin(), resp.expired().end());
   }
@@ -101,6 +107,7 @@ class GrpcTrainerChannel final : public ControlChannel {
     } while (sent_ok && left > 0);
     writer->WritesDone();
     grpc::Status s = writer->Finish();
+    Note(s);
     if (!s.ok()) return FromGrpcStatus(s, "UploadCheckpoint");
     return absl::OkStatus();
   }
@@ -142,6 +149,23 @@ class GrpcTrainerChannel final : public ControlChannel {
   }
 
  private:
+  // After a call: a coordinator unreachable for over kRedialAfter (it
+  // restarted; a channel's connection attempts can stay stuck on the old
+  // one, e.g. a failed TLS handshake) gets a fresh channel, at most once
+  // per kRedialAfter.
+  void Note(const grpc::Status& s) {
+    const absl::Time now = absl::Now();
+    if (s.ok() || (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+                   s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED)) {
+      last_ok_ = now;
+      return;
+    }
+    if (now - last_ok_ < kRedialAfter || now - last_dial_ < kRedialAfter) return;
+    last_dial_ = now;
+    stub_ = v1::TrainerService::NewStub(dial_());
+  }
+  static constexpr absl::Duration kRedialAfter = absl::Seconds(2);
+
   void FillRef(v1::JobRef* ref) const {
     ref->set_job_id(options_.job_id);
     ref->set_generation(options_.generation);
@@ -153,7 +177,10 @@ class GrpcTrainerChannel final : public ControlChannel {
 
   static constexpr uint64_t kChunkBytes = 1 << 20;  // the coordinator's limit
   const TrainerChannelOptions options_;
+  const std::function<std::shared_ptr<grpc::Channel>()> dial_;
   std::unique_ptr<v1::TrainerService::Stub> stub_;
+  absl::Time last_ok_ = absl::Now();
+  absl::Time last_dial_ = absl::InfinitePast();
 };
 
 }  // namespace
@@ -181,15 +208,18 @@ absl::StatusOr<std::unique_ptr<ControlChannel>> NewTrainerChannel(
     }
     tls = *std::move(loaded);
   }
-  std::shared_ptr<grpc::Channel> channel =
-      MakeChannel(options.coordinator, tls ? &*tls : nullptr);
+  auto dial = [coordinator = options.coordinator, tls] {
+    return MakeChannel(coordinator, tls ? &*tls : nullptr);
+  };
+  std::shared_ptr<grpc::Channel> channel = dial();
   if (options.connect_timeout > absl::ZeroDuration() &&
       !channel->WaitForConnected(absl::ToChronoTime(absl::Now() + options.connect_timeout))) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the coordinator at ", options.coordinator,
         " (FRAMEWORM_COORDINATOR) within ", absl::FormatDuration(options.connect_timeout)));
   }
-  return std::unique_ptr<ControlChannel>(new GrpcTrainerChannel(options, std::move(channel)));
+  return std::unique_ptr<ControlChannel>(
+      new GrpcTrainerChannel(options, std::move(dial), std::move(channel)));
 }
 
 }  // namespace frameworm

@@ -3,6 +3,10 @@
 // TrainerService. This header includes no gRPC or protobuf header, so a
 // LibTorch translation unit may include it.
 //
+// Reconnecting: a coordinator unreachable (UNAVAILABLE or a missed
+// deadline) for over 2 s gets a fresh gRPC channel, at most once per 2 s:
+// a restarted coordinator is found even when the old channel's connection
+// attempts are stuck.
 // Thread safety: the returned channel is used from one thread at a time.
 #ifndef FRAMEWORM_TRAINER_TRAINER_CHANNEL_H_
 #define FRAMEWORM_TRAINER_TRAINER_CHANNEL_H_
