@@ -56,7 +56,11 @@ absl::StatusOr<std::vector<std::string>> CheckpointCatalog::Record(
   std::vector<std::string> expired;
   while (keep_last > 0 && static_cast<int>(list.size()) > keep_last) {
     const std::string path = list.front().path();
-    LogStoreError(store_.DeleteCheckpoint(job_id, path), "delete checkpoint");
+    absl::Status s = store_.DeleteCheckpoint(job_id, path);
+    if (!s.ok()) {  // kept (and its files): retried at the next record
+      LogStoreError(s, "delete checkpoint");
+      break;
+    }
     list.erase(list.begin());
     expired.push_back(path);  // never deleted here: a reported path is not ours
   }

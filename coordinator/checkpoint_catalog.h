@@ -3,8 +3,9 @@
 // newest record is where a restarted generation resumes from.
 //
 // Durability: Record commits the record to the Store before it changes the
-// catalog; retention deletes the expired rows (best effort: a failed delete
-// is logged, the record is dropped from memory anyway). It never deletes a
+// catalog; retention deletes the expired rows: a record whose row could not
+// be deleted stays (not expired, so neither rank 0 nor the coordinator
+// deletes its files) and is tried again at the next Record. It never deletes a
 // reported path (a path from a request; rank 0 is told the expired paths and
 // deletes them within its checkpoint directory). Load reads a job's records
 // back after a coordinator restart.

@@ -98,7 +98,9 @@ TEST_F(RetentionTest, EndedJobsExpireWithTheirRowsAndFilesRunningOnesNever) {
   TickLater(absl::Minutes(6));
   EXPECT_EQ(coord_->GetJob(done).status().code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(fs::exists(coord_->logs().Dir(done)));
-  for (const JobRow& row : *store_.LoadJobs()) EXPECT_NE(row.job_id, done);
+  const std::vector<JobRow> rows = *store_.LoadJobs();
+  ASSERT_EQ(rows.size(), 2u);
+  for (const JobRow& row : rows) EXPECT_NE(row.job_id, done);
   EXPECT_TRUE(store_.LoadMetrics(done)->empty());
   // Jobs that have not ended stay, however old.
   EXPECT_EQ(Job(waiting).state(), v1::PENDING);

@@ -725,6 +725,56 @@ TEST_F(CoordinatorTest, AStartTaskLostInFlightIsSentAgainToTheSameWorkerProcess)
   EXPECT_NE(Job(id).reason().find("rank 1 lost"), std::string::npos) << Job(id).reason();
 }
 
+// A state write that fails after memory moved on is retried until the
+// store takes it: a job that ended while its end could not be written is
+// not run again after a restart.
+TEST_F(CoordinatorTest, AnEndThatCouldNotBeWrittenIsRetriedAndSurvivesARestart) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  const std::string id = Submit(Spec(2, 1));
+  store_.FailWrites(absl::UnavailableError("disk gone"), "SetAssignmentState");
+  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 0);
+  store_.FailWrites(absl::UnavailableError("disk gone"));
+  TaskState("w1", id, 1, 1, v1::TASK_EXITED, 0);
+  ASSERT_EQ(Job(id).state(), v1::SUCCEEDED);  // in memory
+  auto stored_state = [&] {
+    const std::vector<JobRow> rows = *store_.LoadJobs();
+    for (const JobRow& row : rows)
+      if (row.job_id == id) return row.state;
+    return -1;
+  };
+  EXPECT_EQ(stored_state(), v1::RUNNING);  // not written yet
+  coord_->Tick();
+  EXPECT_EQ(stored_state(), v1::RUNNING);  // still failing: kept for later
+  store_.FailWrites(absl::OkStatus());
+  coord_->Tick();
+  EXPECT_EQ(stored_state(), v1::SUCCEEDED);
+  coord_.reset();
+  Open();
+  EXPECT_EQ(Job(id).state(), v1::SUCCEEDED);
+}
+
+// A checkpoint record whose row could not be deleted is not expired: no
+// one deletes its files, and the next record retries the delete.
+TEST_F(CoordinatorTest, ACheckpointWhoseRowCouldNotBeDeletedIsKept) {
+  AddWorker("w0", 1);
+  v1::JobSpec spec = Spec(1, 1);
+  spec.mutable_checkpoint()->set_keep_last(1);
+  const std::string id = Submit(spec);
+  ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10)).ok());
+  store_.FailWrites(absl::UnavailableError("disk gone"), "DeleteCheckpoint");
+  auto expired = Checkpoint(id, 1, 20, CkptPath(id, 20));
+  ASSERT_TRUE(expired.ok()) << expired.status();
+  EXPECT_TRUE(expired->empty());  // step 10 is not given up
+  EXPECT_EQ(coord_->ListCheckpoints(id)->size(), 2u);
+  store_.FailWrites(absl::OkStatus());
+  expired = Checkpoint(id, 1, 30, CkptPath(id, 30));
+  ASSERT_TRUE(expired.ok());
+  EXPECT_EQ(*expired, (std::vector<std::string>{CkptPath(id, 10), CkptPath(id, 20)}));
+  EXPECT_EQ(coord_->ListCheckpoints(id)->size(), 1u);
+  EXPECT_EQ(store_.LoadCheckpoints(id)->size(), 1u);
+}
+
 }  // namespace
 TEST_F(CoordinatorTest, CheckpointReportsAreConfinedToTheJobAndItsDirectory) {
   // A job that has not started owns no checkpoint.

@@ -11,6 +11,8 @@
 #define FRAMEWORM_COORDINATOR_JOB_H_
 
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,6 +56,16 @@ struct Job {
   // generation ends to restart on more nodes; 0: none planned, -1: a
   // planned growth's checkpoint was missed, not retried this generation.
   int64_t grow_at = 0;
+  // Store writes that failed after memory moved on, retried on every
+  // Supervise until they succeed: the end of a generation (the job row with
+  // it), and ranks of the current generation that exited 0.
+  struct UnrecordedEnd {
+    int64_t generation = 0;
+    int64_t ended_ms = 0;
+    std::string why;
+  };
+  std::optional<UnrecordedEnd> unrecorded_end;
+  std::set<int> unrecorded_done;
   GenerationProgress progress;
   MetricAggregator metrics;
 };

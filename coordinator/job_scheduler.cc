@@ -341,10 +341,28 @@ void JobScheduler::Succeed(Job& job) {
 }
 
 void JobScheduler::RecordGenerationEnd(Job& job, const std::string& why) {
-  LogStoreError(store_.EndGeneration(RowOf(job), job.generation, ToMs(clock_.Now()), why),
-                "end generation");
+  const int64_t ended_ms = ToMs(clock_.Now());
+  absl::Status s = store_.EndGeneration(RowOf(job), job.generation, ended_ms, why);
+  if (!s.ok()) {  // retried by Supervise (RetryUnrecorded)
+    LogStoreError(s, "end generation (will retry)");
+    job.unrecorded_end = Job::UnrecordedEnd{job.generation, ended_ms, why};
+  }
+  job.unrecorded_done.clear();
   LeaveRunning(job);
   Changed(job);
+}
+
+void JobScheduler::RetryUnrecorded(Job& job) {
+  if (job.unrecorded_end &&
+      store_.EndGeneration(RowOf(job), job.unrecorded_end->generation,
+                           job.unrecorded_end->ended_ms, job.unrecorded_end->why)
+          .ok()) {
+    job.unrecorded_end.reset();
+  }
+  for (auto it = job.unrecorded_done.begin(); it != job.unrecorded_done.end();) {
+    if (!store_.SetAssignmentState(job.id, job.generation, *it, 1).ok()) break;
+    it = job.unrecorded_done.erase(it);
+  }
 }
 
 // ----------------------------------------------------------------- workers
@@ -385,9 +403,11 @@ void JobScheduler::HandleTaskStatus(const std::string& worker,
         return;
       }
       if (!job->progress.MarkDone(t.rank())) return;
-      LogStoreError(
-          store_.SetAssignmentState(job->id, job->generation, t.rank(), 1),
-          "assignment state");
+      if (absl::Status s = store_.SetAssignmentState(job->id, job->generation, t.rank(), 1);
+          !s.ok()) {
+        LogStoreError(s, "assignment state (will retry)");
+        job->unrecorded_done.insert(t.rank());
+      }
       Changed(*job);
       if (job->progress.AllDone()) Succeed(*job);
       return;
@@ -461,6 +481,7 @@ void JobScheduler::Supervise() {
   const absl::Time now = clock_.Now();
   for (const auto& [id, job_ptr] : jobs_) {
     Job& job = *job_ptr;
+    if (job.unrecorded_end || !job.unrecorded_done.empty()) RetryUnrecorded(job);
     if (job.state != v1::RUNNING) continue;
     const absl::Duration timeout = job.heartbeat_timeout;
     auto silent = std::find_if(job.workers.begin(), job.workers.end(),

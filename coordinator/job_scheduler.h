@@ -28,8 +28,9 @@
 //
 // Durability: a job's row is committed before Submit/Cancel return OK; a
 // generation's start (job row, generation, assignments) is committed before
-// its StartTask commands are queued. Failures to record a generation's end
-// are logged (the in-memory state moves on). Reload() rebuilds the table
+// its StartTask commands are queued. A generation's end or a rank's exit
+// that could not be recorded is logged and retried on every Supervise until
+// the store takes it (Job::unrecorded_end, unrecorded_done). Reload() rebuilds the table
 // from the Store after a restart: RUNNING jobs stay RUNNING, their workers
 // get heartbeat timeout + reconnect_grace to re-register, and their ranks
 // (when they had reported) as long to report again.
@@ -188,6 +189,8 @@ class JobScheduler {
   // job's row and the generation's end (`why`) are recorded (a store error
   // is logged), then LeaveRunning; the job changed.
   void RecordGenerationEnd(Job& job, const std::string& why);
+  // Writes what RecordGenerationEnd or a rank's exit could not record.
+  void RetryUnrecorded(Job& job);
   void Changed(const Job& job) { changed_.insert(job.id); }
 
   Options options_;

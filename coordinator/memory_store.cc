@@ -8,9 +8,10 @@
 
 namespace frameworm::coordinator {
 
-void MemoryStore::FailWrites(absl::Status status) {
+void MemoryStore::FailWrites(absl::Status status, std::string only) {
   absl::MutexLock l(&mu_);
   fail_ = std::move(status);
+  fail_only_ = std::move(only);
 }
 
 int64_t MemoryStore::writes() const {
@@ -18,15 +19,15 @@ int64_t MemoryStore::writes() const {
   return writes_;
 }
 
-absl::Status MemoryStore::WriteLocked() {
-  if (!fail_.ok()) return fail_;
+absl::Status MemoryStore::WriteLocked(const char* method) {
+  if (!fail_.ok() && (fail_only_.empty() || fail_only_ == method)) return fail_;
   ++writes_;
   return absl::OkStatus();
 }
 
 absl::Status MemoryStore::PutJob(const JobRow& job) {
   absl::MutexLock l(&mu_);
-  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  if (absl::Status s = WriteLocked("PutJob"); !s.ok()) return s;
   jobs_[job.job_id] = job;
   return absl::OkStatus();
 }
@@ -35,7 +36,7 @@ absl::Status MemoryStore::StartGeneration(
     const JobRow& job, const GenerationRow& gen,
     const std::vector<AssignmentRow>& assignments) {
   absl::MutexLock l(&mu_);
-  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  if (absl::Status s = WriteLocked("StartGeneration"); !s.ok()) return s;
   jobs_[job.job_id] = job;
   generations_[{gen.job_id, gen.generation}] = gen;
   for (const AssignmentRow& a : assignments)
@@ -47,7 +48,7 @@ absl::Status MemoryStore::EndGeneration(const JobRow& job, int64_t generation,
                                         int64_t ended_ms,
                                         const std::string& reason) {
   absl::MutexLock l(&mu_);
-  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  if (absl::Status s = WriteLocked("EndGeneration"); !s.ok()) return s;
   jobs_[job.job_id] = job;
   auto it = generations_.find({job.job_id, generation});
   if (it != generations_.end()) {
@@ -61,7 +62,7 @@ absl::Status MemoryStore::SetAssignmentState(const std::string& job_id,
                                              int64_t generation, int rank,
                                              int state) {
   absl::MutexLock l(&mu_);
-  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  if (absl::Status s = WriteLocked("SetAssignmentState"); !s.ok()) return s;
   auto it = assignments_.find({job_id, generation, rank});
   if (it != assignments_.end()) it->second.state = state;
   return absl::OkStatus();
@@ -69,7 +70,7 @@ absl::Status MemoryStore::SetAssignmentState(const std::string& job_id,
 
 absl::Status MemoryStore::AddCheckpoint(const CheckpointRow& row) {
   absl::MutexLock l(&mu_);
-  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  if (absl::Status s = WriteLocked("AddCheckpoint"); !s.ok()) return s;
   checkpoints_[{row.job_id, row.path}] = row;
   return absl::OkStatus();
 }
@@ -77,14 +78,14 @@ absl::Status MemoryStore::AddCheckpoint(const CheckpointRow& row) {
 absl::Status MemoryStore::DeleteCheckpoint(const std::string& job_id,
                                            const std::string& path) {
   absl::MutexLock l(&mu_);
-  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  if (absl::Status s = WriteLocked("DeleteCheckpoint"); !s.ok()) return s;
   checkpoints_.erase({job_id, path});
   return absl::OkStatus();
 }
 
 absl::Status MemoryStore::PutMetrics(const std::vector<MetricRow>& rows) {
   absl::MutexLock l(&mu_);
-  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  if (absl::Status s = WriteLocked("PutMetrics"); !s.ok()) return s;
   for (const MetricRow& m : rows) metrics_[{m.job_id, m.step}] = m;
   return absl::OkStatus();
 }
@@ -92,14 +93,14 @@ absl::Status MemoryStore::PutMetrics(const std::vector<MetricRow>& rows) {
 absl::Status MemoryStore::DeleteMetrics(const std::string& job_id,
                                         const std::vector<int64_t>& steps) {
   absl::MutexLock l(&mu_);
-  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  if (absl::Status s = WriteLocked("DeleteMetrics"); !s.ok()) return s;
   for (int64_t step : steps) metrics_.erase({job_id, step});
   return absl::OkStatus();
 }
 
 absl::Status MemoryStore::DeleteJob(const std::string& job_id) {
   absl::MutexLock l(&mu_);
-  if (absl::Status s = WriteLocked(); !s.ok()) return s;
+  if (absl::Status s = WriteLocked("DeleteJob"); !s.ok()) return s;
   jobs_.erase(job_id);
   auto in_job = [&](const auto& key) { return std::get<0>(key) == job_id; };
   std::erase_if(generations_, [&](const auto& e) { return in_job(e.first); });

@@ -5,7 +5,8 @@
 //
 // Fault injection: while FailWrites(s) is set to an error, every write
 // returns `s` and changes nothing (readers still work), like a database
-// whose writes fail; FailWrites(OkStatus()) ends it.
+// whose writes fail; FailWrites(s, "DeleteCheckpoint") fails only that
+// method's writes; FailWrites(OkStatus()) ends it.
 //
 // Thread safety: thread-safe; one absl::Mutex guards every table.
 // Errors: only injected ones, and LoadGeneration's NOT_FOUND.
@@ -30,7 +31,7 @@ class MemoryStore final : public Store {
   MemoryStore(const MemoryStore&) = delete;
   MemoryStore& operator=(const MemoryStore&) = delete;
 
-  void FailWrites(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
+  void FailWrites(absl::Status status, std::string only = "") ABSL_LOCKS_EXCLUDED(mu_);
   // Number of successful writes so far (every Put/Add/Delete/Set/Start/End).
   int64_t writes() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -73,10 +74,11 @@ class MemoryStore final : public Store {
  private:
   using Key = std::pair<std::string, int64_t>;  // (job_id, generation|step)
   // The injected failure, or OK after counting a write. Requires mu_.
-  absl::Status WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteLocked(const char* method) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
   absl::Status fail_ ABSL_GUARDED_BY(mu_);
+  std::string fail_only_ ABSL_GUARDED_BY(mu_);  // empty: every write
   int64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, JobRow> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<Key, GenerationRow> generations_ ABSL_GUARDED_BY(mu_);
