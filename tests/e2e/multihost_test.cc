@@ -10,11 +10,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -685,6 +688,70 @@ TEST_F(MultiHostE2E, TrainerGrandchildDoesNotSurviveKilledWorker) {
                     << ". CAUSE: the trainer's descendants are not tied to the worker's "
                        "life (PR_SET_PDEATHSIG reaches only the direct child; its "
                        "children are reparented and nothing kills them).";
+}
+
+// A full checkpoint disk: each worker host's checkpoint directory is a
+// 16 MiB tmpfs, filled up while the job runs. The checkpoints due meanwhile
+// are skipped (the previous one stays), the job's status says so, no
+// restart is used; once the space is back, checkpoints resume and the job
+// finishes with its final checkpoint.
+TEST_F(MultiHostE2E, AFullCheckpointDiskIsAWarningInStatusNotARestart) {
+  Start(2);
+  ASSERT_TRUE(started());
+  MultiHostCluster& c = *c_;
+  const std::string root = std::string(MultiHostCluster::kStateDir) + "/checkpoints";
+  for (int h = 1; h <= 2; ++h) {
+    RunResult r = c.net().Run(h, {"/bin/sh", "-c",
+                                  "mkdir -p " + root + " && mount -t tmpfs -o size=16m,mode=0700 "
+                                  "tmpfs " + root});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  Job job;
+  job.name = "full-disk";
+  job.steps = 400;
+  job.checkpoint_every = 25;
+  job.max_restarts = 0;  // a restart would fail the job
+  job.env = kGlooOnBridge;
+  auto id = Submit(job);
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto first = c.WaitFor(
+      *id, [&](const v1::JobStatus& s) { return NewestCheckpointStep(c, *id) >= 25 || IsFinal(s.state()); },
+      absl::Seconds(120));
+  ASSERT_TRUE(first.ok() && first->state() == v1::RUNNING) << Diagnose(c, *id);
+  // Fill both hosts' checkpoint disks, leaving 1 MiB (a checkpoint is 3.4 MB).
+  std::vector<std::string> fillers;
+  for (int h = 1; h <= 2; ++h) {
+    const std::string path = c.net().PathOnHost(h, root + "/filler");
+    RunResult df = c.net().Run(h, {"df", "-B1", "--output=avail", root});
+    int64_t avail = 0;
+    std::vector<std::string> lines = absl::StrSplit(df.output, '\n', absl::SkipEmpty());
+    ASSERT_TRUE(lines.size() == 2 && absl::SimpleAtoi(absl::StripAsciiWhitespace(lines[1]), &avail))
+        << df.output;
+    std::ofstream f(path, std::ios::binary);
+    const std::string block(1 << 16, 'f');
+    for (int64_t left = avail - (1 << 20); left > 0 && f; left -= block.size())
+      f.write(block.data(), static_cast<std::streamsize>(std::min<int64_t>(left, block.size())));
+    fillers.push_back(path);
+  }
+  const int64_t before = NewestCheckpointStep(c, *id);
+  auto warned = c.WaitFor(
+      *id,
+      [](const v1::JobStatus& s) {
+        return absl::StrContains(s.warning(), "skipped") || IsFinal(s.state());
+      },
+      absl::Seconds(120));
+  ASSERT_TRUE(warned.ok()) << warned.status() << Diagnose(c, *id);
+  ASSERT_EQ(warned->state(), v1::RUNNING) << Diagnose(c, *id);
+  EXPECT_TRUE(absl::StrContains(warned->warning(), "rank 0")) << warned->warning();
+  EXPECT_EQ(NewestCheckpointStep(c, *id), before);  // the previous one stays
+  RunResult status = c.Cli({"status", *id});
+  EXPECT_TRUE(absl::StrContains(status.output, "warning: rank 0 at step")) << status.output;
+  for (const std::string& f : fillers) std::filesystem::remove(f);
+  auto st = c.WaitForFinal(*id, absl::Seconds(240));
+  ASSERT_TRUE(st.ok()) << st.status() << Diagnose(c, *id);
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << Diagnose(c, *id);
+  EXPECT_EQ(st->restarts(), 0);
+  EXPECT_EQ(NewestCheckpointStep(c, *id), 400);
 }
 
 }  // namespace
