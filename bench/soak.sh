@@ -4,7 +4,8 @@
 # reports one step per second, against a real frameworm-coordinator on
 # 127.0.0.1 for SOAK_DURATION_S (default 600); coordinator RSS, open fds,
 # database size and ReportStep latency sampled every SOAK_SAMPLE_S (default
-# 60). Writes SOAK_OUT (default bench/results/soak.md): the per-sample
+# 60); SOAK_WARMUP_S (300) is where "flat after warm-up" is measured from.
+# Writes SOAK_OUT (default bench/results/soak.md): the per-sample
 # table, verdicts (RSS and fds flat after warm-up, how the database grows,
 # p99 < 10 ms in every window) and the raw JSON lines.
 #
@@ -122,8 +123,11 @@ L.append("")
 windows = [x for x in samples if x["sample"] > 0]
 if summary and windows:
     s = summary
-    # Warm-up reference: the sample at t >= 120 s (minute 2), else the first.
-    ref = next((x for x in windows if x["t_s"] >= 119.5), windows[0])
+    # Warm-up reference: the first sample at t >= SOAK_WARMUP_S (300 s: the
+    # coordinator keeps each job's 256 newest steps in memory, reached after
+    # 256 s at one step per second), else the first.
+    warmup_s = float(os.environ.get("SOAK_WARMUP_S", "300"))
+    ref = next((x for x in windows if x["t_s"] >= warmup_s - 0.5), windows[0])
     if ref is windows[-1] and len(windows) > 1: ref = windows[0]
     last = windows[-1]
     dt_min = max(1e-9, (last["t_s"] - ref["t_s"]) / 60)
