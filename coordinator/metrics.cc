@@ -62,6 +62,9 @@ bool MetricAggregator::Has(int64_t step) const {
 }
 
 void MetricAggregator::Touch(int64_t step) {
+  // Already the most recently updated (the other ranks of the same step):
+  // nothing moves.
+  if (!by_touch_.empty() && by_touch_.rbegin()->second == step) return;
   if (auto it = touched_.find(step); it != touched_.end()) by_touch_.erase(it->second);
   touched_[step] = next_touch_;
   by_touch_[next_touch_++] = step;
