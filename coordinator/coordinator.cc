@@ -326,7 +326,7 @@ absl::StatusOr<std::vector<v1::AggregatedStep>> Coordinator::GetMetrics(
     recent = (*job)->metrics.Since(since_step);
     evicted_below = (*job)->metrics.evicted_below();
   }
-  if (since_step + 1 >= evicted_below) return recent;  // memory holds all of it
+  if (since_step >= evicted_below - 1) return recent;  // memory holds all of it (no overflow: evicted_below >= 0)
   // Older steps from the store (outside the lock), memory's copy winning.
   absl::StatusOr<std::vector<MetricRow>> rows = store_.LoadMetrics(job_id);
   if (!rows.ok()) return rows.status();

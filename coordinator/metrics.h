@@ -50,7 +50,7 @@ class MetricAggregator {
   }
 
   // The in-memory steps with step > since_step, in order. When
-  // since_step + 1 < evicted_below(), stored steps in between may be missing
+  // since_step < evicted_below() - 1, stored steps in between may be missing
   // here: the caller reads them from the store (memory wins for a step in
   // both).
   std::vector<v1::AggregatedStep> Since(int64_t since_step) const;
