@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -401,6 +402,17 @@ absl::StatusOr<std::string> FlagValue(int argc, char** argv,
   for (int i = 1; i < argc; ++i)
     if (absl::StartsWith(argv[i], prefix)) return std::string(argv[i] + prefix.size());
   return default_value;
+}
+
+absl::Status CheckKnownFlags(int argc, char** argv, const std::vector<std::string>& known) {
+  for (int i = 1; i < argc; ++i) {
+    bool ok = false;
+    for (const auto& k : known) ok |= absl::StartsWith(argv[i], absl::StrCat("--", k, "="));
+    if (!ok)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown argument '", argv[i], "' (flags: --", absl::StrJoin(known, " --"), ")"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace frameworm::bench

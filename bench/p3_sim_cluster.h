@@ -157,6 +157,9 @@ class SimCluster {
 absl::StatusOr<std::string> FlagValue(int argc, char** argv,
                                       const std::string& name,
                                       const std::string& default_value);
+// OK when every argument is --name=value with a name in `known`; else
+// INVALID_ARGUMENT "unknown argument '...' (flags: --a --b ...)".
+absl::Status CheckKnownFlags(int argc, char** argv, const std::vector<std::string>& known);
 
 }  // namespace frameworm::bench
 

@@ -160,14 +160,8 @@ int main(int argc, char** argv) {
   const std::vector<std::string> known = {
       "workers", "callers", "channels", "duration-s", "warmup-s",
       "heartbeat-interval-ms", "coordinator", "state-dir"};
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    bool ok = false;
-    for (const auto& k : known) ok |= a.rfind(absl::StrCat("--", k, "="), 0) == 0;
-    if (!ok)
-      return Fail(absl::StrCat("unknown argument '", a, "' (flags: --",
-                               absl::StrJoin(known, " --"), ")"));
-  }
+  if (absl::Status s = fb::CheckKnownFlags(argc, argv, known); !s.ok())
+    return Fail(std::string(s.message()));
   auto flag = [&](const std::string& name, const std::string& def) {
     return *fb::FlagValue(argc, argv, name, def);
   };

@@ -585,14 +585,8 @@ int main(int argc, char** argv) {
       "workers", "jobs", "duration-s", "sample-s", "step-interval-ms",
       "heartbeat-interval-s", "session-channels", "report-channels",
       "coordinator", "state-dir", "coordinator-arg"};
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    bool ok = false;
-    for (const auto& k : known) ok |= a.rfind(absl::StrCat("--", k, "="), 0) == 0;
-    if (!ok)
-      return Fail(absl::StrCat("unknown argument '", a, "' (flags: --",
-                               absl::StrJoin(known, " --"), ")"));
-  }
+  if (absl::Status s = fb::CheckKnownFlags(argc, argv, known); !s.ok())
+    return Fail(std::string(s.message()));
   auto flag = [&](const std::string& name, const std::string& def) {
     return *fb::FlagValue(argc, argv, name, def);
   };
