@@ -1,12 +1,17 @@
 #include "train/checkpoint_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -79,41 +84,129 @@ absl::Status WriteAll(int fd, const char* p, size_t n, const std::string& path) 
 
 }  // namespace
 
-absl::StatusOr<CheckpointFileInfo> WriteCheckpointFile(
-    const std::string& path, const std::string& payload) {
-  const std::string dir = DirName(path);
-  MakeDirs(dir);
-  const std::string tmp =
-      absl::StrCat(path, ".tmp.", static_cast<long>(::getpid()));
-  const uint32_t crc = Crc(payload);
+constexpr size_t kWriteBuffer = 1 << 20;
+
+CheckpointFileWriter::CheckpointFileWriter(std::string path, std::string tmp, int fd)
+    : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd), crc_(crc32(0L, Z_NULL, 0)) {
+  buf_.reserve(kWriteBuffer);
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointFileWriter>> CheckpointFileWriter::Open(
+    const std::string& path) {
+  MakeDirs(DirName(path));
+  const std::string tmp = absl::StrCat(path, ".tmp.", static_cast<long>(::getpid()));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return Errno("cannot create", tmp);
+  std::unique_ptr<CheckpointFileWriter> w(new CheckpointFileWriter(path, tmp, fd));
+  // The header's place; its length and checksum are known at Commit.
+  const char zeros[kHeader] = {};
+  w->status_ = WriteAll(fd, zeros, kHeader, tmp);
+  if (!w->status_.ok()) return w->status_;
+  return w;
+}
+
+CheckpointFileWriter::~CheckpointFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+absl::Status CheckpointFileWriter::Flush() {
+  if (status_.ok() && !buf_.empty()) status_ = WriteAll(fd_, buf_.data(), buf_.size(), tmp_);
+  buf_.clear();
+  return status_;
+}
+
+absl::Status CheckpointFileWriter::Append(const void* data, size_t n) {
+  if (!status_.ok()) return status_;
+  const char* p = static_cast<const char*>(data);
+  length_ += n;
+  for (size_t off = 0; off < n;) {  // zlib takes at most 4 GiB at a time
+    const size_t k = std::min<size_t>(n - off, 1u << 30);
+    crc_ = crc32(crc_, reinterpret_cast<const Bytef*>(p + off), static_cast<uInt>(k));
+    off += k;
+  }
+  if (buf_.size() + n <= kWriteBuffer) {
+    buf_.append(p, n);
+    return absl::OkStatus();
+  }
+  if (!Flush().ok()) return status_;
+  if (n >= kWriteBuffer) {  // large records (tensors) go straight to the file
+    status_ = WriteAll(fd_, p, n, tmp_);
+  } else {
+    buf_.append(p, n);
+  }
+  return status_;
+}
+
+absl::StatusOr<CheckpointFileInfo> CheckpointFileWriter::Commit() {
+  if (!Flush().ok()) return status_;
   char header[kHeader] = {};
   std::memcpy(header, kMagic, 8);
-  PutLE(header + 8, payload.size(), 8);
-  PutLE(header + 16, crc, 4);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
-  absl::Status s = WriteAll(fd, header, kHeader, tmp);
-  if (s.ok()) s = WriteAll(fd, payload.data(), payload.size(), tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = Errno("fsync", tmp);
-  if (::close(fd) != 0 && s.ok()) s = Errno("close", tmp);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = Errno(absl::StrCat("rename ", tmp, " ->"), path);
+  PutLE(header + 8, length_, 8);
+  PutLE(header + 16, static_cast<uint32_t>(crc_), 4);
+  absl::Status s;
+  if (::pwrite(fd_, header, kHeader, 0) != static_cast<ssize_t>(kHeader)) {
+    s = Errno("write header", tmp_);
+  }
+  if (s.ok() && ::fsync(fd_) != 0) s = Errno("fsync", tmp_);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0 && s.ok()) s = Errno("close", tmp_);
+  if (s.ok() && ::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    s = Errno(absl::StrCat("rename ", tmp_, " ->"), path_);
   }
   if (!s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
+    status_ = s;
+    return s;  // the destructor removes the temporary file
   }
+  committed_ = true;
+  const std::string dir = DirName(path_);
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) return Errno("cannot open directory", dir);
   if (::fsync(dfd) != 0) {
+    absl::Status e = Errno("fsync directory", dir);
     ::close(dfd);
-    return Errno("fsync directory", dir);
+    return e;
   }
   ::close(dfd);
   CheckpointFileInfo info;
-  info.bytes = static_cast<int64_t>(kHeader + payload.size());
-  info.checksum = absl::StrFormat("crc32:%08x", crc);
+  info.bytes = static_cast<int64_t>(kHeader + length_);
+  info.checksum = absl::StrFormat("crc32:%08x", static_cast<uint32_t>(crc_));
   return info;
+}
+
+absl::StatusOr<CheckpointFileInfo> WriteCheckpointFile(
+    const std::string& path, const std::string& payload) {
+  auto w = CheckpointFileWriter::Open(path);
+  if (!w.ok()) return w.status();
+  absl::Status s = (*w)->Append(payload.data(), payload.size());
+  if (!s.ok()) return s;
+  return (*w)->Commit();
+}
+
+int RemoveStaleCheckpointTemps(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  int removed = 0;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos || at == 0) continue;
+    const std::string pid_text = name.substr(at + 5);
+    if (pid_text.empty() || pid_text.size() > 9 ||
+        pid_text.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    if (pid == ::getpid() || pid <= 0) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its writer may still run
+    const std::string full = dir + "/" + name;
+    struct stat st;
+    if (::lstat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::unlink(full.c_str()) == 0) ++removed;
+  }
+  ::closedir(d);
+  return removed;
 }
 
 absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path) {

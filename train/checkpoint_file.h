@@ -8,12 +8,22 @@
 // ReadCheckpointFile verifies magic, length and checksum before returning
 // any byte of the payload.
 //
-// Thread safety: free functions; concurrent writers to one path are not
-// supported.
+// CheckpointFileWriter streams a payload of unknown length into the same
+// layout (the header is written last, before the fsync), so a serializer
+// can write straight to the file without a copy of the whole payload in
+// memory. WriteCheckpointFile is Open + Append + Commit.
+//
+// RemoveStaleCheckpointTemps deletes `<name>.tmp.<pid>` files of writers
+// that died mid-write (their pid is gone) directly in a directory.
+//
+// Thread safety: free functions; a writer is used by one thread at a time;
+// concurrent writers to one path are not supported.
 #ifndef FRAMEWORM_TRAIN_CHECKPOINT_FILE_H_
 #define FRAMEWORM_TRAIN_CHECKPOINT_FILE_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -26,7 +36,38 @@ struct CheckpointFileInfo {
   std::string checksum;   // "crc32:xxxxxxxx" over the payload
 };
 
-// Errors: UNAVAILABLE/INTERNAL naming the path and the failed system call.
+class CheckpointFileWriter {
+ public:
+  // Creates `<path>.tmp.<pid>` (and missing parent directories). Errors as
+  // WriteCheckpointFile.
+  static absl::StatusOr<std::unique_ptr<CheckpointFileWriter>> Open(const std::string& path);
+  // Removes the temporary file unless Commit succeeded.
+  ~CheckpointFileWriter();
+  CheckpointFileWriter(const CheckpointFileWriter&) = delete;
+  CheckpointFileWriter& operator=(const CheckpointFileWriter&) = delete;
+
+  // Appends payload bytes (buffered). After an error every later call
+  // returns it.
+  absl::Status Append(const void* data, size_t n);
+  // Writes the header, fsyncs, renames over the path, fsyncs the directory.
+  // Afterwards the file is complete (or, on error, the old file is intact
+  // and the temporary file is gone).
+  absl::StatusOr<CheckpointFileInfo> Commit();
+
+ private:
+  CheckpointFileWriter(std::string path, std::string tmp, int fd);
+  absl::Status Flush();
+  const std::string path_, tmp_;
+  int fd_;
+  std::string buf_;
+  uint64_t length_ = 0;
+  unsigned long crc_;  // zlib's uLong
+  absl::Status status_;
+  bool committed_ = false;
+};
+
+// Errors: UNAVAILABLE/INTERNAL naming the path and the failed system call;
+// RESOURCE_EXHAUSTED for a full disk, a quota or a file-size limit.
 absl::StatusOr<CheckpointFileInfo> WriteCheckpointFile(
     const std::string& path, const std::string& payload);
 
@@ -34,6 +75,9 @@ absl::StatusOr<CheckpointFileInfo> WriteCheckpointFile(
 // wrong (truncated header, bad magic, truncated/extra payload, checksum
 // mismatch).
 absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path);
+
+// Returns how many were removed. Never follows a symlink, never recurses.
+int RemoveStaleCheckpointTemps(const std::string& dir);
 
 }  // namespace frameworm
 

@@ -17,6 +17,7 @@
 #include "train/models.h"
 #include "train/test_util.h"
 #include "train/trainer.h"
+#include "train/trainer_test_rig.h"
 
 namespace frameworm {
 namespace {
@@ -163,30 +164,15 @@ TEST(DataTest, LoaderBatchesFollowTheSampler) {
   EXPECT_EQ(b.target[0].item<int64_t>(), d.labels[idx[32]].item<int64_t>());
 }
 
-struct Setup {
-  torch::nn::Sequential model;
-  std::shared_ptr<torch::optim::SGD> opt;
-  std::unique_ptr<Trainer> trainer;
-};
-
-Setup MakeSetup(uint64_t seed, TrainerOptions o) {
-  torch::manual_seed(seed);
-  Setup s;
-  s.model = MakeMlp();
-  s.opt = std::make_shared<torch::optim::SGD>(s.model->parameters(),
-                                              torch::optim::SGDOptions(0.05).momentum(0.9));
-  o.verbose = false;
-  s.trainer = std::make_unique<Trainer>(s.model, s.opt, torch::kCPU, o);
-  return s;
-}
-
-DataLoader TrainLoader() { return DataLoader(MakeSyntheticDataset(256, 1), {32, true, 3, false}); }
-DataLoader ValLoader() { return DataLoader(MakeSyntheticDataset(64, 2), {32, false, 0, false}); }
+using testutil::MakeRig;
+using testutil::TrainLoader;
+using testutil::TrainRig;
+using testutil::ValLoader;
 
 TEST(TrainerTest, LearnsSyntheticData) {
   TrainerOptions o;
   o.epochs = 3;
-  auto s = MakeSetup(1, o);
+  auto s = MakeRig(1, o);
   auto tl = TrainLoader();
   auto vl = ValLoader();
   ASSERT_TRUE(s.trainer->train(tl, vl).ok());
@@ -202,7 +188,7 @@ TEST(TrainerTest, WarmupAndAccumulation) {
   o.warmup_steps = 4;
   o.gradient_accumulation_steps = 3;
   o.max_steps = 5;
-  auto s = MakeSetup(1, o);
+  auto s = MakeRig(1, o);
   EXPECT_DOUBLE_EQ(s.trainer->lr_at(0), 0.05 / 4);
   EXPECT_DOUBLE_EQ(s.trainer->lr_at(3), 0.05);
   EXPECT_DOUBLE_EQ(s.trainer->lr_at(10), 0.05);
@@ -221,7 +207,7 @@ std::string TempPath(const std::string& name) { return testutil::MakeTempDir(nam
 // in load_checkpoint).
 class TrainerInWorld : public Trainer {
  public:
-  TrainerInWorld(int world, Setup& s) : Trainer(s.model, s.opt), world_(world) {}
+  TrainerInWorld(int world, TrainRig& s) : Trainer(s.model, s.opt), world_(world) {}
   int world_size() const override { return world_; }
 
  private:
@@ -231,7 +217,7 @@ class TrainerInWorld : public Trainer {
 TEST(CheckpointTest, AnotherWorldSizeResumesAtTheSameShareOfTheEpoch) {
   TrainerOptions o;
   o.max_steps = 6;
-  auto one = MakeSetup(1, o);
+  auto one = MakeRig(1, o);
   const std::string path = TempPath("world") + "/ckpt-6.pt";
   {
     auto tl = TrainLoader();
@@ -241,18 +227,18 @@ TEST(CheckpointTest, AnotherWorldSizeResumesAtTheSameShareOfTheEpoch) {
     ASSERT_TRUE(one.trainer->save_checkpoint(path).ok());
   }
   // 6 batches of one rank = 2 batches of each of 3 ranks.
-  auto three = MakeSetup(2, o);
+  auto three = MakeRig(2, o);
   TrainerInWorld grown(3, three);
   ASSERT_TRUE(grown.load_checkpoint(path).ok());
   EXPECT_EQ(grown.state().step, 6);
   EXPECT_EQ(grown.state().epoch, 0);
   EXPECT_EQ(grown.state().batch_in_epoch, 2);
-  auto four = MakeSetup(3, o);
+  auto four = MakeRig(3, o);
   TrainerInWorld bigger(4, four);
   ASSERT_TRUE(bigger.load_checkpoint(path).ok());
   EXPECT_EQ(bigger.state().batch_in_epoch, 1);  // 1.5, rounded down
   // The same world size: unchanged.
-  auto same = MakeSetup(4, o);
+  auto same = MakeRig(4, o);
   ASSERT_TRUE(same.trainer->load_checkpoint(path).ok());
   EXPECT_EQ(same.trainer->state().batch_in_epoch, 6);
 }
@@ -269,7 +255,7 @@ TEST(CheckpointTest, AFullDiskSkipsTheCheckpointAndTrainsOn) {
     skipped.push_back(step);
     EXPECT_FALSE(why.empty());
   };
-  auto s = MakeSetup(1, o);
+  auto s = MakeRig(1, o);
   struct rlimit old;
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
   auto* const old_handler = std::signal(SIGXFSZ, SIG_IGN);
@@ -296,7 +282,7 @@ TEST(CheckpointTest, AFullDiskSkipsTheCheckpointAndTrainsOn) {
 TEST(CheckpointTest, ResumeThenContinueEqualsUninterrupted) {
   TrainerOptions o;
   o.epochs = 2;
-  auto full = MakeSetup(1, o);
+  auto full = MakeRig(1, o);
   {
     auto tl = TrainLoader();
     auto vl = ValLoader();
@@ -305,7 +291,7 @@ TEST(CheckpointTest, ResumeThenContinueEqualsUninterrupted) {
   // Interrupted mid-epoch at step 5, checkpointed, resumed by a fresh
   // trainer with different initial weights.
   o.max_steps = 5;
-  auto first = MakeSetup(1, o);
+  auto first = MakeRig(1, o);
   const std::string rdir = TempPath("resume");
   const std::string path = rdir + "/ckpt-5.pt";
   {
@@ -318,7 +304,7 @@ TEST(CheckpointTest, ResumeThenContinueEqualsUninterrupted) {
     EXPECT_EQ(info->checksum.rfind("crc32:", 0), 0u);
   }
   o.max_steps = 0;
-  auto second = MakeSetup(99, o);
+  auto second = MakeRig(99, o);
   ASSERT_TRUE(second.trainer->load_checkpoint(path).ok());
   EXPECT_EQ(second.trainer->state().step, 5);
   EXPECT_EQ(second.trainer->state().batch_in_epoch, 5);
@@ -351,7 +337,7 @@ TEST(CheckpointTest, ResumeThenContinueEqualsUninterrupted) {
 TEST(CheckpointTest, TruncatedAndBitFlippedFilesAreRejectedAndChangeNothing) {
   TrainerOptions o;
   o.max_steps = 3;
-  auto s = MakeSetup(1, o);
+  auto s = MakeRig(1, o);
   auto tl = TrainLoader();
   auto vl = ValLoader();
   ASSERT_TRUE(s.trainer->train(tl, vl).ok());
@@ -371,7 +357,7 @@ TEST(CheckpointTest, TruncatedAndBitFlippedFilesAreRejectedAndChangeNothing) {
   std::ofstream(flipped, std::ios::binary) << f2;
   std::ofstream(dir + "/tiny.pt", std::ios::binary) << "FWC";
 
-  auto other = MakeSetup(7, TrainerOptions{});
+  auto other = MakeRig(7, TrainerOptions{});
   std::vector<torch::Tensor> before;
   for (auto& p : other.model->parameters()) before.push_back(p.detach().clone());
   struct Case { std::string path, what; absl::StatusCode code; };

@@ -158,39 +158,109 @@ absl::StatusOr<bool> Trainer::AfterStep(const StepInfo& info) {
   }
   if (a.checkpoint) {
     absl::Status s = CheckpointAt(info.step);
-    // A full disk mid-run costs this checkpoint, not the run: the previous
-    // one stays complete (the write went to a temporary file, now removed)
-    // and training goes on; every rank learned it from rank 0's flag.
-    if (s.code() == absl::StatusCode::kResourceExhausted) {
-      if (rank() == 0) {
-        std::cout << "{\"event\":\"checkpoint_skipped\",\"step\":" << info.step
-                  << ",\"reason\":\"disk full\"}" << std::endl;
-        std::cerr << "frameworm: checkpoint of step " << info.step
-                  << " skipped, training goes on: " << s.message() << std::endl;
-        if (options_.on_checkpoint_skipped)
-          options_.on_checkpoint_skipped(info.step, std::string(s.message()));
-      }
-      s = absl::OkStatus();
-    }
     if (!s.ok()) return s;
   }
+  // A background save that failed (not for a full disk) ends training here.
+  absl::Status failed = CheckpointFailure();
+  if (!failed.ok()) return failed;
   return a.stop;
 }
 
 absl::Status Trainer::CheckpointAt(int64_t step) {
   if (options_.on_progress) options_.on_progress();
   const std::string path = CheckpointPath(step);
-  auto ci = save_checkpoint(path);
-  if (!ci.ok()) return ci.status();
-  if (rank() == 0) {
-    if (options_.verbose) {
-      std::cout << "{\"event\":\"checkpoint\",\"step\":" << step
-                << ",\"path\":\"" << path << "\",\"bytes\":" << ci->bytes
-                << ",\"checksum\":\"" << ci->checksum << "\"}" << std::endl;
-    }
-    if (options_.on_checkpoint) options_.on_checkpoint(step, path, *ci);
+  if (options_.async_checkpoint) return save_checkpoint_async(path, step);
+  return Finished(step, path, save_checkpoint(path));
+}
+
+absl::Status Trainer::Finished(int64_t step, const std::string& path,
+                               const absl::StatusOr<CheckpointFileInfo>& result) {
+  if (rank() != 0) {  // a full disk on rank 0 is skipped on every rank
+    return result.status().code() == absl::StatusCode::kResourceExhausted ? absl::OkStatus()
+                                                                          : result.status();
   }
+  if (result.ok()) {
+    if (options_.verbose) {
+      std::cout << absl::StrCat("{\"event\":\"checkpoint\",\"step\":", step, ",\"path\":\"",
+                                path, "\",\"bytes\":", result->bytes, ",\"checksum\":\"",
+                                result->checksum, "\"}\n")
+                << std::flush;
+    }
+    if (options_.on_checkpoint) options_.on_checkpoint(step, path, *result);
+    return absl::OkStatus();
+  }
+  // A full disk costs this checkpoint, not the run: the previous one stays
+  // complete (the write went to a temporary file, now removed) and
+  // training goes on.
+  if (result.status().code() == absl::StatusCode::kResourceExhausted) {
+    std::cout << absl::StrCat("{\"event\":\"checkpoint_skipped\",\"step\":", step,
+                              ",\"reason\":\"disk full\"}\n")
+              << std::flush;
+    std::cerr << absl::StrCat("frameworm: checkpoint of step ", step,
+                              " skipped, training goes on: ", result.status().message(), "\n");
+    if (options_.on_checkpoint_skipped) {
+      options_.on_checkpoint_skipped(step, std::string(result.status().message()));
+    }
+    return absl::OkStatus();
+  }
+  return result.status();
+}
+
+absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t step) {
+  if (rank() != 0) return absl::OkStatus();
+  absl::Status previous = wait_for_checkpoint();
+  if (!previous.ok()) return previous;
+  if (!temps_cleaned_ && !options_.checkpoint_dir.empty()) {
+    RemoveStaleCheckpointTemps(options_.checkpoint_dir);  // writers killed mid-write
+    temps_cleaned_ = true;
+  }
+  std::unique_ptr<CheckpointSnapshot> spare;
+  {
+    std::lock_guard<std::mutex> l(ckpt_mu_);
+    spare = std::move(ckpt_spare_);
+  }
+  auto snap = CheckpointSnapshot::Take(*model_.ptr(), *optimizer_, Position(), /*freeze=*/true,
+                                       std::move(spare));
+  if (!snap.ok()) return snap.status();
+  ckpt_thread_ = std::thread([this, step, path, s = std::move(*snap)]() mutable {
+    absl::StatusOr<CheckpointFileInfo> written = s->WriteTo(path);
+    {
+      std::lock_guard<std::mutex> l(ckpt_mu_);
+      ckpt_spare_ = std::move(s);  // the next snapshot copies into its memory
+    }
+    absl::Status kept = Finished(step, path, written);
+    std::lock_guard<std::mutex> l(ckpt_mu_);
+    if (!kept.ok() && ckpt_error_.ok()) ckpt_error_ = kept;
+  });
   return absl::OkStatus();
+}
+
+absl::Status Trainer::wait_for_checkpoint() {
+  if (ckpt_thread_.joinable()) ckpt_thread_.join();
+  std::lock_guard<std::mutex> l(ckpt_mu_);
+  absl::Status e = ckpt_error_;
+  ckpt_error_ = absl::OkStatus();
+  return e;
+}
+
+absl::Status Trainer::CheckpointFailure() {
+  std::lock_guard<std::mutex> l(ckpt_mu_);
+  absl::Status e = ckpt_error_;
+  ckpt_error_ = absl::OkStatus();
+  return e;
+}
+
+Trainer::~Trainer() {
+  if (ckpt_thread_.joinable()) ckpt_thread_.join();
+}
+
+CheckpointPosition Trainer::Position() const {
+  CheckpointPosition p;
+  p.epoch = state_.epoch;
+  p.step = state_.step;
+  p.batch_in_epoch = state_.batch_in_epoch;
+  p.world_size = world_size();
+  return p;
 }
 
 absl::Status Trainer::train(DataLoader& train_loader, DataLoader& val_loader) {
@@ -276,53 +346,25 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
   // With periodic checkpoints on, the finished model is always kept too.
   if (options_.checkpoint_every > 0 && state_.step > 0 &&
       state_.step % options_.checkpoint_every != 0) {
-    return CheckpointAt(state_.step);
+    absl::Status s = CheckpointAt(state_.step);
+    if (!s.ok()) return s;
   }
-  return absl::OkStatus();
+  return wait_for_checkpoint();  // the last save is durable (and reported)
 }
 
 // ------------------------------------------------------------ checkpoints
 
 absl::StatusOr<CheckpointFileInfo> Trainer::save_checkpoint(const std::string& path) {
-  absl::Status write_status = absl::OkStatus();
+  absl::Status write_status = wait_for_checkpoint();
   CheckpointFileInfo info;
-  if (rank() == 0) {
-    std::string payload;
-    try {
-      torch::serialize::OutputArchive ar;
-      auto module = model_.ptr();
-      for (const auto& p : module->named_parameters(true)) {
-        ar.write("model/param/" + p.key(), p.value().detach());
-      }
-      for (const auto& b : module->named_buffers(true)) {
-        ar.write("model/buffer/" + b.key(), b.value(), /*is_buffer=*/true);
-      }
-      torch::serialize::OutputArchive opt;
-      optimizer_->save(opt);
-      ar.write("optimizer", opt);
-      ar.write("state/epoch", torch::tensor({state_.epoch}, torch::kLong));
-      ar.write("state/step", torch::tensor({state_.step}, torch::kLong));
-      ar.write("state/batch_in_epoch", torch::tensor({state_.batch_in_epoch}, torch::kLong));
-      ar.write("state/sampler_epoch", torch::tensor({state_.epoch}, torch::kLong));
-      ar.write("state/world_size", torch::tensor({(int64_t)world_size()}, torch::kLong));
-      {
-        auto gen = at::detail::getDefaultCPUGenerator();
-        std::lock_guard<std::mutex> l(gen.mutex());
-        ar.write("state/rng", gen.get_state());
-      }
-      std::ostringstream os;
-      ar.save_to(os);
-      payload = os.str();
-    } catch (const std::exception& e) {
-      write_status = FromTorch(e, absl::StrCat("serializing checkpoint ", path));
-    }
-    if (write_status.ok()) {
-      auto w = WriteCheckpointFile(path, payload);
-      if (w.ok()) {
-        info = *w;
-      } else {
-        write_status = w.status();
-      }
+  if (rank() == 0 && write_status.ok()) {
+    auto snap = CheckpointSnapshot::Take(*model_.ptr(), *optimizer_, Position(), /*freeze=*/false);
+    absl::StatusOr<CheckpointFileInfo> w = snap.ok() ? (*snap)->WriteTo(path)
+                                                     : absl::StatusOr<CheckpointFileInfo>(snap.status());
+    if (w.ok()) {
+      info = *w;
+    } else {
+      write_status = w.status();
     }
   }
   // The barrier: every rank waits for rank 0's outcome (1 written, 2 its

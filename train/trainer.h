@@ -8,6 +8,7 @@
 //   auto t = frameworm::DistributedTrainer::Create(model, optimizer, {});
 //   (*t)->train(train_loader, val_loader);       // DDP over c10d
 //   (*t)->save_checkpoint("ckpt.pt");            // rank 0 writes, all wait
+//   (*t)->save_checkpoint_async("ckpt.pt", 7);   // rank 0 copies, writes later
 //   frameworm::cleanup_distributed();
 //
 // The loss is cross-entropy over class logits. One "step" is one optimizer
@@ -28,7 +29,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -37,6 +40,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "train/checkpoint_file.h"
+#include "train/checkpoint_snapshot.h"
 #include "train/data.h"
 #include "train/launch.h"
 #include "train/process_group.h"
@@ -105,7 +109,26 @@ struct TrainerOptions {
   // ends train() with that error.
   std::function<absl::StatusOr<StepAction>(const StepInfo&)> on_step;
   bool sync_step_actions = false;
-  // Called on rank 0 after each checkpoint is complete.
+  // Checkpoints taken by train() (checkpoint_every, a StepAction, the
+  // final one) are asynchronous: rank 0 blocks only while the state is
+  // copied in memory (parameters, buffers, RNG; the optimizer's SGD, Adam,
+  // AdamW, Adagrad and RMSprop state is handed over and the optimizer goes
+  // on with copies); serialization, checksum, write, fsync and rename run
+  // on a background thread, and the other ranks do not wait at all. At most
+  // one save is in flight: a checkpoint due while one is written waits for
+  // it (nothing is skipped). train() returns only after the last save is
+  // durable. A write that fails for any reason but a full disk ends train()
+  // with that error at the next step. Any other optimizer is serialized in
+  // memory before training goes on (the write is still in the background).
+  // Memory: one copy of the state (parameters and buffers in host memory,
+  // the optimizer's state where it lives) stays allocated between saves;
+  // the next snapshot copies into it, which costs a fraction of fresh pages.
+  // false: every checkpoint as save_checkpoint (rank 0 writes, all wait).
+  bool async_checkpoint = true;
+  // Called on rank 0 after each checkpoint is complete (durable): on the
+  // checkpoint thread when async_checkpoint (so it may run concurrently with
+  // on_step and on_progress, and may take its time: training goes on), on
+  // the training thread otherwise.
   std::function<void(int64_t step, const std::string& path,
                      const CheckpointFileInfo& info)>
       on_checkpoint;
@@ -114,7 +137,8 @@ struct TrainerOptions {
   // tell a long evaluation from a hung rank. Must be cheap; may be null.
   std::function<void()> on_progress;
   // Called on rank 0 when a checkpoint was skipped because the disk is full
-  // (training goes on; the previous checkpoint stays). May be null.
+  // (training goes on; the previous checkpoint stays). May be null. On the
+  // checkpoint thread when async_checkpoint, like on_checkpoint.
   std::function<void(int64_t step, const std::string& why)> on_checkpoint_skipped;
 };
 
@@ -123,7 +147,8 @@ class Trainer {
   Trainer(Model model,
           std::shared_ptr<torch::optim::Optimizer> optimizer,
           torch::Device device = torch::kCPU, TrainerOptions options = {});
-  virtual ~Trainer() = default;
+  // Waits for a checkpoint still being written.
+  virtual ~Trainer();
 
   // Trains from state() (epoch/batch position, so a loaded checkpoint
   // resumes mid-epoch) until options.epochs or max_steps, evaluating on
@@ -142,7 +167,16 @@ class Trainer {
   // state (epoch, step, position in the epoch, RNG) atomically with a
   // checksum; other ranks wait at a barrier. Returns the file's size and
   // checksum (on every rank, as broadcast is not needed: others get bytes 0).
+  // Waits for an asynchronous save in flight first.
   absl::StatusOr<CheckpointFileInfo> save_checkpoint(const std::string& path);
+  // Rank 0 snapshots the state and returns; the file is written in the
+  // background (see TrainerOptions::async_checkpoint; on_checkpoint or
+  // on_checkpoint_skipped tell the outcome). Other ranks return at once.
+  // Errors: a failure of the previous asynchronous save, or of the snapshot.
+  absl::Status save_checkpoint_async(const std::string& path, int64_t step);
+  // Waits until no asynchronous save is in flight; returns (and forgets) the
+  // failure of the last one, if any (a full disk is not a failure).
+  absl::Status wait_for_checkpoint();
   // Every rank loads. Errors: NOT_FOUND, DATA_LOSS (truncated, corrupt),
   // INVALID_ARGUMENT (does not fit this model/optimizer). On error nothing
   // is changed. A checkpoint saved by a world of another size resumes at
@@ -187,9 +221,26 @@ class Trainer {
  private:
   absl::Status TrainImpl(DataLoader& train_loader, DataLoader& val_loader);
   absl::StatusOr<bool> AfterStep(const StepInfo& info);
-  // Saves ckpt-<step>.pt (rank 0 writes, every rank waits) and reports it.
+  // Saves ckpt-<step>.pt (asynchronously unless options_.async_checkpoint
+  // is false) and reports it through on_checkpoint.
   absl::Status CheckpointAt(int64_t step);
   std::string CheckpointPath(int64_t step) const;
+  // Reports a finished save (event line, on_checkpoint or
+  // on_checkpoint_skipped); returns the failure to keep, if any.
+  absl::Status Finished(int64_t step, const std::string& path,
+                        const absl::StatusOr<CheckpointFileInfo>& result);
+
+  // The failure of the last background save, forgotten once returned.
+  absl::Status CheckpointFailure();
+  CheckpointPosition Position() const;
+
+  std::mutex ckpt_mu_;
+  std::thread ckpt_thread_;        // the save in flight (rank 0)
+  absl::Status ckpt_error_;        // guarded by ckpt_mu_
+  // The last written snapshot, whose memory the next one reuses; guarded
+  // by ckpt_mu_.
+  std::unique_ptr<CheckpointSnapshot> ckpt_spare_;
+  bool temps_cleaned_ = false;
 };
 
 struct DistributedOptions {

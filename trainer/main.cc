@@ -56,6 +56,9 @@ ABSL_FLAG(std::string, checkpoint_dir, Defaults().checkpoint_dir,
           "where ckpt-<step>.pt files go");
 ABSL_FLAG(int64_t, checkpoint_every, Defaults().checkpoint_every,
           "checkpoint every N steps; 0: never on its own");
+ABSL_FLAG(bool, async_checkpoint, Defaults().async_checkpoint,
+          "rank 0 copies the state in memory and writes the checkpoint in the "
+          "background while training goes on; false: every rank waits for the write");
 ABSL_FLAG(std::string, resume, Defaults().resume,
           "resume from this checkpoint, or 'latest' in --checkpoint-dir "
           "($FRAMEWORM_RESUME_FROM, set by the worker, wins)");
@@ -145,6 +148,7 @@ TrainConfig ConfigFromFlags() {
   c.backend = OneOf(FLAGS_backend, {"gloo", "nccl", "mpi"}, /*empty_ok=*/true);
   c.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   c.checkpoint_every = AtLeast(FLAGS_checkpoint_every, 0);
+  c.async_checkpoint = absl::GetFlag(FLAGS_async_checkpoint);
   c.resume = absl::GetFlag(FLAGS_resume);
   c.seed = absl::GetFlag(FLAGS_seed);
   c.threads = AtLeast(FLAGS_threads, 1);

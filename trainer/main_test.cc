@@ -159,6 +159,18 @@ TEST(FramewormTrainTest, CheckpointEveryAndResumeLatest) {
   // Resume-then-continue equals the uninterrupted run.
   EXPECT_EQ(Field(second.last_line(), "val_loss"), Field(full.last_line(), "val_loss"))
       << second.last_line() << "\n" << full.last_line();
+  // A synchronous save (every rank waits for the write) of the same run
+  // resumes to the same result as the asynchronous default's.
+  const std::string sync_dir = testutil::MakeTempDir("fwtrain-sync");
+  const std::string sync_common = "--model=mlp --dataset=synthetic --synthetic-size=512 "
+                                  "--batch-size=32 --epochs=3 --checkpoint-dir=" + sync_dir;
+  Result sync = RunTrain(sync_common + " --max-steps=20 --checkpoint-every=10 --async-checkpoint=false");
+  ASSERT_EQ(sync.code, 0) << sync.err;
+  EXPECT_NE(sync.out.find("\"path\":\"" + sync_dir + "/ckpt-20.pt\""), std::string::npos) << sync.out;
+  Result sync_resumed = RunTrain(sync_common + " --resume=latest");
+  ASSERT_EQ(sync_resumed.code, 0) << sync_resumed.err;
+  EXPECT_EQ(Field(sync_resumed.last_line(), "val_loss"), Field(full.last_line(), "val_loss"));
+  testutil::RemoveTree(sync_dir);
   // The worker's FRAMEWORM_RESUME_FROM wins over --resume.
   Result from_env = RunTrain(common + " --resume=latest",
                              "FRAMEWORM_RESUME_FROM=" + dir + "/ckpt-10.pt");

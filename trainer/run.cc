@@ -5,12 +5,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -102,6 +103,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   to.log_every = f.log_every;
   to.checkpoint_dir = f.checkpoint_dir;
   to.checkpoint_every = f.checkpoint_every;
+  to.async_checkpoint = f.async_checkpoint;
 
   // Step timing (steady state: the first steps are excluded).
   double step_time_sum = 0;
@@ -109,6 +111,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   // Cluster mode: a job's trainer (the worker sets both). A shell that only
   // exports FRAMEWORM_COORDINATOR for the CLI runs a local trainer.
   std::unique_ptr<ControlChannel> channel;
+  std::unique_ptr<ControlChannel> ckpt_channel;
   if (!env.coordinator.empty() && !env.job_id.empty()) {
     TrainerChannelOptions co;
     co.coordinator = env.coordinator;
@@ -121,12 +124,19 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     auto ch = NewTrainerChannel(co);
     if (!ch.ok()) return Fail(std::string(ch.status().message()));
     channel = std::move(*ch);
+    // Checkpoints are uploaded and reported from the checkpoint thread
+    // (asynchronous saves), on a channel of their own.
+    ch = NewTrainerChannel(co);
+    if (!ch.ok()) return Fail(std::string(ch.status().message()));
+    ckpt_channel = std::move(*ch);
     to.sync_step_actions = true;
   }
   int64_t last_requested = 0;
   int64_t last_step = 0;
-  std::string warning;  // rides on the next step report
+  std::mutex warning_mu;  // on_checkpoint_skipped may run on the checkpoint thread
+  std::string warning;   // rides on the next step report; guarded by warning_mu
   to.on_checkpoint_skipped = [&](int64_t step, const std::string& why) {
+    std::lock_guard<std::mutex> l(warning_mu);
     warning = absl::StrCat("checkpoint of step ", step,
                            " skipped (training goes on, the previous checkpoint stays): ", why);
   };
@@ -151,9 +161,17 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     r.total_steps = f.epochs * per_epoch;
     if (f.max_steps > 0) r.total_steps = std::min(r.total_steps, f.max_steps);
     r.values = {{"loss", s.loss}, {"accuracy", s.accuracy}, {"lr", s.lr}};
-    r.warning = warning.substr(0, 512);
+    std::string sent;
+    {
+      std::lock_guard<std::mutex> l(warning_mu);
+      sent = warning;
+    }
+    r.warning = sent.substr(0, 512);
     auto d = channel->ReportStep(r);
-    if (d.ok()) warning.clear();
+    if (d.ok() && !sent.empty()) {
+      std::lock_guard<std::mutex> l(warning_mu);
+      if (warning == sent) warning.clear();
+    }
     last_step = s.step;
     last_contact = std::chrono::steady_clock::now();
     if (!d.ok()) {
@@ -186,6 +204,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     (void)channel->ReportStep(r);  // best effort; a step report handles errors
   };
   to.on_checkpoint = [&](int64_t step, const std::string& path, const CheckpointFileInfo& info) {
+    ControlChannel* channel = ckpt_channel.get();
     if (!channel) return;
     CheckpointReport cr;
     cr.step = step;

@@ -38,6 +38,9 @@ struct TrainConfig {
   std::string backend;  // empty: nccl with CUDA, else gloo
   std::string checkpoint_dir = "checkpoints";
   int64_t checkpoint_every = 0;
+  // Rank 0 snapshots in memory and writes in the background (false: all
+  // ranks wait for the write; TrainerOptions::async_checkpoint).
+  bool async_checkpoint = true;
   std::string resume;  // a path, "latest" or empty
   uint64_t seed = 0;
   int64_t threads = 1;

@@ -1,0 +1,338 @@
+// Asynchronous checkpoints (TrainerOptions::async_checkpoint, the default):
+// the file holds the state of its step although training went on while it
+// was written; a writer killed mid-write leaves the previous checkpoint
+// loadable and its temporary file is removed; failures end training;
+// memory stays bounded over many saves.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "train/checkpoint_file.h"
+#include "train/checkpoint_snapshot.h"
+#include "train/data.h"
+#include "train/models.h"
+#include "train/test_util.h"
+#include "train/trainer.h"
+#include "train/trainer_test_rig.h"
+
+namespace frameworm {
+namespace {
+
+using testutil::MakeRig;
+using testutil::TrainLoader;
+using testutil::ValLoader;
+using Rig = testutil::TrainRig;
+
+std::vector<torch::Tensor> Copies(const std::vector<torch::Tensor>& v) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : v) out.push_back(t.detach().clone());
+  return out;
+}
+
+// Every tensor of the optimizer's state, in parameter order.
+std::vector<torch::Tensor> OptimizerTensors(Rig& s) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : s.model->parameters()) {
+    auto& st = *s.opt->state().at(p.unsafeGetTensorImpl());
+    if (auto* g = dynamic_cast<torch::optim::SGDParamState*>(&st)) {
+      out.push_back(g->momentum_buffer().clone());
+    } else if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(&st)) {
+      out.push_back(a->exp_avg().clone());
+      out.push_back(a->exp_avg_sq().clone());
+      out.push_back(torch::tensor({a->step()}, torch::kLong));
+    }
+  }
+  return out;
+}
+
+long RssKb() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+// The checkpoint of step 3 is written while training runs steps 4..6: its
+// on_checkpoint waits (on the checkpoint thread) until step 6 is done, which
+// a synchronous save could never see. Loaded into a fresh trainer it holds
+// exactly the parameters and optimizer state of step 3, and training on from
+// it equals training on without the interruption.
+void CheckpointHoldsItsStep(bool adam) {
+  const std::string dir = testutil::MakeTempDir("async-ckpt");
+  TrainerOptions o;
+  o.max_steps = 8;
+  o.checkpoint_dir = dir;
+  std::atomic<int64_t> done_step{0};
+  std::map<int64_t, std::vector<torch::Tensor>> params_at, opt_at;
+  std::vector<int64_t> reported;
+  std::atomic<bool> saw_training_go_on{false};
+  Rig s = MakeRig(1, o, adam);
+  s.trainer->options().on_step = [&](const StepInfo& info) -> absl::StatusOr<StepAction> {
+    done_step = info.step;
+    StepAction a;
+    a.checkpoint = info.step == 3;
+    if (a.checkpoint) {
+      params_at[3] = Copies(s.model->parameters());
+      opt_at[3] = OptimizerTensors(s);
+    }
+    return a;
+  };
+  s.trainer->options().on_checkpoint = [&](int64_t step, const std::string&,
+                                           const CheckpointFileInfo&) {
+    reported.push_back(step);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (done_step < 6 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    saw_training_go_on = done_step >= 6;
+  };
+  {
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    absl::Status st = s.trainer->train(tl, vl);
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  EXPECT_TRUE(saw_training_go_on) << "training waited for the checkpoint write";
+  EXPECT_EQ(reported, std::vector<int64_t>{3});
+  const std::vector<torch::Tensor> final_params = Copies(s.model->parameters());
+
+  Rig r = MakeRig(99, o, adam);
+  absl::Status loaded = r.trainer->load_checkpoint(dir + "/ckpt-3.pt");
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  EXPECT_EQ(r.trainer->state().step, 3);
+  auto rp = r.model->parameters();
+  for (size_t i = 0; i < rp.size(); ++i) {
+    EXPECT_TRUE(torch::equal(rp[i], params_at[3][i])) << "parameter " << i << " not of step 3";
+  }
+  auto ro = OptimizerTensors(r);
+  ASSERT_EQ(ro.size(), opt_at[3].size());
+  for (size_t i = 0; i < ro.size(); ++i) {
+    EXPECT_TRUE(torch::equal(ro[i], opt_at[3][i])) << "optimizer tensor " << i << " not of step 3";
+  }
+  r.trainer->options().on_step = nullptr;
+  r.trainer->options().on_checkpoint = nullptr;
+  {
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    ASSERT_TRUE(r.trainer->train(tl, vl).ok());
+  }
+  auto rf = r.model->parameters();
+  for (size_t i = 0; i < rf.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(rf[i], final_params[i], 1e-6, 1e-7)) << "parameter " << i;
+  }
+  testutil::RemoveTree(dir);
+}
+
+TEST(AsyncCheckpointTest, HoldsTheStateOfItsStepWhileTrainingGoesOnSgd) {
+  CheckpointHoldsItsStep(/*adam=*/false);
+}
+
+TEST(AsyncCheckpointTest, HoldsTheStateOfItsStepWhileTrainingGoesOnAdam) {
+  CheckpointHoldsItsStep(/*adam=*/true);
+}
+
+// A process killed in the middle of writing ckpt-4 (header place and part of
+// the payload written, no rename) leaves ckpt-2 loadable; the next trainer
+// to checkpoint there removes the dead writer's temporary file.
+TEST(AsyncCheckpointTest, AWriterKilledMidWriteLeavesThePreviousOneAndNoTempFile) {
+  const std::string dir = testutil::MakeTempDir("async-crash");
+  TrainerOptions o;
+  o.max_steps = 2;
+  o.checkpoint_every = 2;
+  o.checkpoint_dir = dir;
+  Rig s = MakeRig(1, o);
+  {
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    ASSERT_TRUE(s.trainer->train(tl, vl).ok());
+  }
+  const std::string path4 = dir + "/ckpt-4.pt";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto w = CheckpointFileWriter::Open(path4);
+    if (!w.ok()) ::_exit(2);
+    std::string part(1 << 20, 'x');
+    if (!(*w)->Append(part.data(), part.size()).ok()) ::_exit(3);
+    ::raise(SIGKILL);  // mid-write: no commit, no destructor
+    ::_exit(4);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  const std::string temp = path4 + ".tmp." + std::to_string(child);
+  ASSERT_TRUE(std::ifstream(temp).good()) << "the killed writer left no partial file to test with";
+  EXPECT_FALSE(std::ifstream(path4).good());
+
+  Rig r = MakeRig(7, o);
+  absl::Status loaded = r.trainer->load_checkpoint(dir + "/ckpt-2.pt");
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  EXPECT_EQ(r.trainer->state().step, 2);
+
+  // The next trainer's first save cleans up after the dead writer.
+  r.trainer->options().max_steps = 4;
+  {
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    ASSERT_TRUE(r.trainer->train(tl, vl).ok());
+  }
+  EXPECT_FALSE(std::ifstream(temp).good()) << temp << " was left behind";
+  auto four = ReadCheckpointFile(path4);
+  EXPECT_TRUE(four.ok()) << four.status();
+  testutil::RemoveTree(dir);
+}
+
+// A background write that fails (not for a full disk) ends train() with an
+// error naming the path, as a synchronous one does.
+TEST(AsyncCheckpointTest, AFailedBackgroundWriteEndsTrainingWithTheReason) {
+  const std::string base = testutil::MakeTempDir("async-fail");
+  const std::string not_a_dir = base + "/file";
+  std::ofstream(not_a_dir) << "x";
+  for (bool async : {true, false}) {
+    TrainerOptions o;
+    o.max_steps = 6;
+    o.checkpoint_every = 2;
+    o.checkpoint_dir = not_a_dir + "/ckpts";
+    o.async_checkpoint = async;
+    Rig s = MakeRig(1, o);
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    absl::Status st = s.trainer->train(tl, vl);
+    EXPECT_FALSE(st.ok()) << "async " << async;
+    EXPECT_NE(st.message().find(not_a_dir), std::string::npos) << st;
+    EXPECT_LT(s.trainer->state().step, 6) << "async " << async << ": training did not stop";
+  }
+  testutil::RemoveTree(base);
+}
+
+// At most one save in flight: 40 saves of a 16 MB model keep the process
+// within a few snapshots' worth of memory of where it was after 5.
+TEST(AsyncCheckpointTest, MemoryStaysBoundedOverManySaves) {
+  const std::string dir = testutil::MakeTempDir("async-mem");
+  torch::manual_seed(1);
+  auto model = torch::nn::Sequential(torch::nn::Linear(2048, 2048));  // 16 MiB of float
+  auto opt = std::make_shared<torch::optim::SGD>(model->parameters(),
+                                                 torch::optim::SGDOptions(0.01).momentum(0.9));
+  TrainerOptions o;
+  o.verbose = false;
+  o.checkpoint_dir = dir;
+  Trainer t(model, opt, torch::kCPU, o);
+  // Momentum buffers exist after one step.
+  auto loss = model->forward(torch::randn({4, 2048})).sum();
+  loss.backward();
+  opt->step();
+  long rss5 = 0;
+  for (int i = 1; i <= 40; ++i) {
+    absl::Status s = t.save_checkpoint_async(dir + "/ckpt.pt", i);
+    ASSERT_TRUE(s.ok()) << s;
+    if (i == 5) rss5 = RssKb();
+  }
+  ASSERT_TRUE(t.wait_for_checkpoint().ok());
+  const long grown_kb = RssKb() - rss5;
+  EXPECT_LT(grown_kb, 3 * 32 * 1024) << "RSS grew " << grown_kb << " kB over 35 saves";
+  auto last = ReadCheckpointFile(dir + "/ckpt.pt");
+  EXPECT_TRUE(last.ok()) << last.status();
+  testutil::RemoveTree(dir);
+}
+
+// A user's own optimizer (heavy-ball momentum with its own state type),
+// which the snapshot cannot hand over.
+struct VelocityState : torch::optim::OptimizerCloneableParamState<VelocityState> {
+  torch::Tensor velocity;
+};
+
+class HeavyBall : public torch::optim::Optimizer {
+ public:
+  explicit HeavyBall(std::vector<torch::Tensor> params)
+      : Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
+                  std::make_unique<torch::optim::SGDOptions>(0.01)) {}
+  torch::Tensor step(LossClosure = nullptr) override {
+    torch::NoGradGuard ng;
+    for (auto& p : param_groups_[0].params()) {
+      if (!p.grad().defined()) continue;
+      auto& st = state_[p.unsafeGetTensorImpl()];
+      if (!st) {
+        auto v = std::make_unique<VelocityState>();
+        v->velocity = torch::zeros_like(p);
+        st = std::move(v);
+      }
+      auto& v = static_cast<VelocityState&>(*st).velocity;
+      v.mul_(0.9).add_(p.grad());
+      p.add_(v, -0.01);
+    }
+    return {};
+  }
+  void save(torch::serialize::OutputArchive& a) const override {
+    const auto& ps = param_groups_[0].params();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      auto it = state_.find(ps[i].unsafeGetTensorImpl());
+      if (it != state_.end()) {
+        a.write("v" + std::to_string(i), static_cast<const VelocityState&>(*it->second).velocity);
+      }
+    }
+  }
+  void load(torch::serialize::InputArchive& a) override {
+    const auto& ps = param_groups_[0].params();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      auto v = std::make_unique<VelocityState>();
+      if (a.try_read("v" + std::to_string(i), v->velocity)) {
+        state_[ps[i].unsafeGetTensorImpl()] = std::move(v);
+      }
+    }
+  }
+  torch::Tensor velocity(size_t i) {
+    return static_cast<VelocityState&>(
+               *state_.at(param_groups_[0].params()[i].unsafeGetTensorImpl()))
+        .velocity;
+  }
+};
+
+// Its state is serialized at once (so later steps cannot change the
+// snapshot); the file is complete, loadable and holds the state of its step.
+TEST(AsyncCheckpointTest, AnUnknownOptimizerIsSerializedAtOnce) {
+  const std::string dir = testutil::MakeTempDir("async-custom");
+  torch::manual_seed(1);
+  auto model = MakeMlp();
+  auto opt = std::make_shared<HeavyBall>(model->parameters());
+  auto x = torch::randn({8, 784});
+  auto one_step = [&] {
+    opt->zero_grad();
+    model->forward(x).pow(2).mean().backward();
+    opt->step();
+  };
+  one_step();
+  const auto params_then = Copies(model->parameters());
+  const torch::Tensor v0_then = opt->velocity(0).clone();
+  auto snap = CheckpointSnapshot::Take(*model.ptr(), *opt, CheckpointPosition{0, 1, 1, 1}, true);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  EXPECT_TRUE((*snap)->serialized_at_take());
+  one_step();  // training goes on before the write
+  ASSERT_FALSE(torch::equal(opt->velocity(0), v0_then));
+  auto written = (*snap)->WriteTo(dir + "/ckpt-1.pt");
+  ASSERT_TRUE(written.ok()) << written.status();
+  auto model2 = MakeMlp();
+  auto opt2 = std::make_shared<HeavyBall>(model2->parameters());
+  Trainer t(model2, opt2);
+  absl::Status loaded = t.load_checkpoint(dir + "/ckpt-1.pt");
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  auto b = model2->parameters();
+  for (size_t i = 0; i < b.size(); ++i) EXPECT_TRUE(torch::equal(params_then[i], b[i])) << i;
+  EXPECT_TRUE(torch::equal(opt2->velocity(0), v0_then));
+  testutil::RemoveTree(dir);
+}
+
+}  // namespace
+}  // namespace frameworm

@@ -1,0 +1,252 @@
+#include "train/checkpoint_snapshot.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace frameworm {
+namespace {
+
+// Reusable tensors of a written snapshot, taken in order by shape and type;
+// the copies are queued and made by Run, in parallel.
+class Pool {
+ public:
+  explicit Pool(std::vector<torch::Tensor> v) : free_(std::move(v)) {}
+  // A tensor like `t` (same sizes and type, on `device`) that will hold t's
+  // values once Copier::Run has run.
+  torch::Tensor CopyOf(const torch::Tensor& t, const torch::Device& device,
+                       std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies) {
+    const torch::Tensor src = t.detach();
+    torch::Tensor out;
+    for (size_t i = next_; i < free_.size() && !out.defined(); ++i) {
+      torch::Tensor& c = free_[i];
+      if (c.defined() && c.sizes() == src.sizes() && c.scalar_type() == src.scalar_type() &&
+          c.device() == device && c.is_contiguous()) {
+        out = std::move(c);
+        next_ = i + 1;
+      }
+    }
+    if (!out.defined()) {
+      out = torch::empty(src.sizes(), src.options().device(device).memory_format(
+                                          torch::MemoryFormat::Contiguous));
+    }
+    copies.emplace_back(out, src);
+    return out;
+  }
+
+ private:
+  std::vector<torch::Tensor> free_;
+  size_t next_ = 0;
+};
+
+// Makes every (dst, src) copy, large ones split into slices, over up to 4
+// threads (a snapshot is bound by memory bandwidth, which one core does
+// not fill).
+void CopyAll(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies) {
+  constexpr int64_t kSlice = 8 << 20;  // bytes
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> slices;
+  int64_t total = 0;
+  for (const auto& [dst, src] : copies) {
+    const int64_t bytes = src.numel() * src.element_size();
+    total += bytes;
+    if (bytes <= kSlice || !src.is_contiguous() || !src.device().is_cpu()) {
+      slices.emplace_back(dst, src);
+      continue;
+    }
+    const int64_t per = std::max<int64_t>(1, kSlice / src.element_size());
+    torch::Tensor d = dst.view(-1), s = src.view(-1);
+    for (int64_t off = 0; off < src.numel(); off += per) {
+      const int64_t n = std::min(per, src.numel() - off);
+      slices.emplace_back(d.narrow(0, off, n), s.narrow(0, off, n));
+    }
+  }
+  const int threads = static_cast<int>(std::min<int64_t>(
+      {4, std::max(1u, std::thread::hardware_concurrency()), total / kSlice + 1}));
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto work = [&] {
+    torch::NoGradGuard ng;
+    for (size_t i; (i = next.fetch_add(1)) < slices.size();) {
+      try {
+        slices[i].first.copy_(slices[i].second);
+      } catch (...) {
+        std::lock_guard<std::mutex> l(error_mu);
+        if (!error) error = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int i = 1; i < threads; ++i) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+// After optimizer.save(archive): gives the optimizer copies of every state
+// tensor it updates in place (from `pool` where it can) and returns the
+// originals, which the archive holds. Nothing changes (and false) for an
+// optimizer state type this does not know.
+bool GiveOptimizerCopies(torch::optim::Optimizer& optimizer, Pool& pool,
+                         std::vector<torch::Tensor>& originals,
+                         std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies) {
+  using namespace torch::optim;  // NOLINT: the optimizer state types
+  for (const auto& kv : optimizer.state()) {
+    OptimizerParamState* st = kv.second.get();
+    if (!dynamic_cast<SGDParamState*>(st) && !dynamic_cast<AdamParamState*>(st) &&
+        !dynamic_cast<AdamWParamState*>(st) && !dynamic_cast<AdagradParamState*>(st) &&
+        !dynamic_cast<RMSpropParamState*>(st)) {
+      return false;
+    }
+  }
+  // Each field: keep the original, give the optimizer a copy.
+  auto swap = [&](const torch::Tensor& t, auto set) {
+    if (!t.defined()) return;
+    originals.push_back(t);
+    set(pool.CopyOf(t, t.device(), copies));
+  };
+  for (const auto& kv : optimizer.state()) {
+    OptimizerParamState* st = kv.second.get();
+    if (auto* s = dynamic_cast<SGDParamState*>(st)) {
+      swap(s->momentum_buffer(), [&](torch::Tensor c) { s->momentum_buffer(c); });
+    } else if (auto* a = dynamic_cast<AdamParamState*>(st)) {
+      swap(a->exp_avg(), [&](torch::Tensor c) { a->exp_avg(c); });
+      swap(a->exp_avg_sq(), [&](torch::Tensor c) { a->exp_avg_sq(c); });
+      swap(a->max_exp_avg_sq(), [&](torch::Tensor c) { a->max_exp_avg_sq(c); });
+    } else if (auto* w = dynamic_cast<AdamWParamState*>(st)) {
+      swap(w->exp_avg(), [&](torch::Tensor c) { w->exp_avg(c); });
+      swap(w->exp_avg_sq(), [&](torch::Tensor c) { w->exp_avg_sq(c); });
+      swap(w->max_exp_avg_sq(), [&](torch::Tensor c) { w->max_exp_avg_sq(c); });
+    } else if (auto* g = dynamic_cast<AdagradParamState*>(st)) {
+      swap(g->sum(), [&](torch::Tensor c) { g->sum(c); });
+    } else if (auto* r = dynamic_cast<RMSpropParamState*>(st)) {
+      swap(r->square_avg(), [&](torch::Tensor c) { r->square_avg(c); });
+      swap(r->momentum_buffer(), [&](torch::Tensor c) { r->momentum_buffer(c); });
+      swap(r->grad_avg(), [&](torch::Tensor c) { r->grad_avg(c); });
+    }
+  }
+  return true;
+}
+
+torch::Tensor Scalar(int64_t v) { return torch::tensor({v}, torch::kLong); }
+
+// The keys Trainer::load_checkpoint reads.
+void Fill(torch::serialize::OutputArchive& ar,
+          const std::vector<std::pair<std::string, torch::Tensor>>& params,
+          const std::vector<std::pair<std::string, torch::Tensor>>& buffers,
+          torch::serialize::OutputArchive& optimizer, const CheckpointPosition& p,
+          const torch::Tensor& rng) {
+  for (const auto& [k, t] : params) ar.write("model/param/" + k, t);
+  for (const auto& [k, t] : buffers) ar.write("model/buffer/" + k, t, /*is_buffer=*/true);
+  ar.write("optimizer", optimizer);
+  ar.write("state/epoch", Scalar(p.epoch));
+  ar.write("state/step", Scalar(p.step));
+  ar.write("state/batch_in_epoch", Scalar(p.batch_in_epoch));
+  ar.write("state/sampler_epoch", Scalar(p.epoch));
+  ar.write("state/world_size", Scalar(p.world_size));
+  ar.write("state/rng", rng);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CheckpointSnapshot>> CheckpointSnapshot::Take(
+    torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+    const CheckpointPosition& position, bool freeze,
+    std::unique_ptr<CheckpointSnapshot> recycle) {
+  std::unique_ptr<CheckpointSnapshot> s(new CheckpointSnapshot());
+  s->position_ = position;
+  std::vector<torch::Tensor> model_spare, optimizer_spare;
+  if (recycle) {
+    for (auto& kv : recycle->params_) model_spare.push_back(std::move(kv.second));
+    for (auto& kv : recycle->buffers_) model_spare.push_back(std::move(kv.second));
+    optimizer_spare = std::move(recycle->handed_over_);
+    recycle.reset();  // the archive's references go with it
+  }
+  Pool model_pool(std::move(model_spare)), optimizer_pool(std::move(optimizer_spare));
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (dst, src)
+  try {
+    for (const auto& p : module.named_parameters(true)) {
+      torch::Tensor t = freeze ? model_pool.CopyOf(p.value(), torch::kCPU, copies) : p.value().detach();
+      s->tensor_bytes_ += t.numel() * t.element_size();
+      s->params_.emplace_back(p.key(), std::move(t));
+    }
+    for (const auto& b : module.named_buffers(true)) {
+      torch::Tensor t = freeze ? model_pool.CopyOf(b.value(), torch::kCPU, copies) : b.value();
+      s->tensor_bytes_ += t.numel() * t.element_size();
+      s->buffers_.emplace_back(b.key(), std::move(t));
+    }
+    {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> l(gen.mutex());
+      s->rng_ = gen.get_state();  // a new tensor: a copy already
+    }
+    s->optimizer_ = std::make_unique<torch::serialize::OutputArchive>();
+    optimizer.save(*s->optimizer_);
+    const bool handed_over =
+        !freeze || GiveOptimizerCopies(optimizer, optimizer_pool, s->handed_over_, copies);
+    CopyAll(copies);
+    if (!handed_over) {
+      // Unknown optimizer state: serialize everything now.
+      std::ostringstream os;
+      torch::serialize::OutputArchive ar;
+      Fill(ar, s->params_, s->buffers_, *s->optimizer_, position, s->rng_);
+      ar.save_to(os);
+      s->payload_ = os.str();
+      if (s->payload_.empty()) s->payload_.assign(1, '\0');  // never empty
+      s->params_.clear();
+      s->buffers_.clear();
+      s->optimizer_.reset();
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("taking a checkpoint snapshot at step ",
+                                            position.step, ": ", e.what()));
+  }
+  return s;
+}
+
+absl::StatusOr<CheckpointFileInfo> CheckpointSnapshot::WriteTo(const std::string& path) const {
+  auto w = CheckpointFileWriter::Open(path);
+  if (!w.ok()) return w.status();
+  if (!payload_.empty()) {
+    absl::Status s = (*w)->Append(payload_.data(), payload_.size());
+    if (!s.ok()) return s;
+    return (*w)->Commit();
+  }
+  absl::Status write_status;
+  try {
+    torch::serialize::OutputArchive ar;
+    Fill(ar, params_, buffers_, *optimizer_, position_, rng_);
+    // After a failed write the rest is discarded but acknowledged: a short
+    // count makes LibTorch's zip writer throw from a destructor.
+    ar.save_to([&](const void* data, size_t n) -> size_t {
+      if (!write_status.ok()) return n;
+      if (data != nullptr) {
+        write_status = (*w)->Append(data, n);
+      } else {  // "skip n bytes" (a record's metadata only): zeros, as a seek would leave
+        static const char kZeros[4096] = {};
+        for (size_t left = n; left > 0 && write_status.ok();) {
+          const size_t k = std::min(left, sizeof(kZeros));
+          write_status = (*w)->Append(kZeros, k);
+          left -= k;
+        }
+      }
+      return n;
+    });
+  } catch (const std::exception& e) {
+    if (write_status.ok()) {
+      return absl::InternalError(absl::StrCat("serializing checkpoint ", path, ": ", e.what()));
+    }
+  }
+  if (!write_status.ok()) return write_status;
+  return (*w)->Commit();
+}
+
+}  // namespace frameworm

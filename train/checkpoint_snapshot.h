@@ -1,0 +1,74 @@
+// The state a checkpoint holds, taken from a trainer at one step, and its
+// serialization into a checkpoint file (train/checkpoint_file.h layout; the
+// payload is a LibTorch archive with the keys Trainer::load_checkpoint
+// reads: model/param/*, model/buffer/*, optimizer, state/*).
+//
+// Take(freeze = true) makes the snapshot independent of later training:
+// parameters, buffers and the RNG state are copied to CPU memory; the
+// optimizer's state tensors (SGD, Adam, AdamW, Adagrad, RMSprop) are handed
+// to the snapshot and the optimizer goes on with copies of them (the same
+// cost as copying, no extra serialization). Any other optimizer is
+// serialized to bytes at once (frozen_in_memory() says which). With
+// freeze = false the snapshot refers to the live tensors: write it before
+// the next step.
+//
+// WriteTo streams the archive straight into a CheckpointFileWriter (no
+// in-memory copy of the payload); the result is as WriteCheckpointFile's.
+//
+// Thread safety: Take runs on the training thread; a frozen snapshot may
+// then be written from any one thread while training goes on.
+#ifndef FRAMEWORM_TRAIN_CHECKPOINT_SNAPSHOT_H_
+#define FRAMEWORM_TRAIN_CHECKPOINT_SNAPSHOT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/statusor.h"
+#include "train/checkpoint_file.h"
+
+namespace frameworm {
+
+struct CheckpointPosition {
+  int64_t epoch = 0;
+  int64_t step = 0;
+  int64_t batch_in_epoch = 0;
+  int64_t world_size = 1;
+};
+
+class CheckpointSnapshot {
+ public:
+  // `recycle`: a written snapshot whose memory the new one reuses where
+  // shapes and types match (copies into warm pages instead of fresh
+  // allocations: most of a snapshot's cost); may be null.
+  // Errors: INTERNAL when LibTorch fails copying or serializing.
+  static absl::StatusOr<std::unique_ptr<CheckpointSnapshot>> Take(
+      torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+      const CheckpointPosition& position, bool freeze,
+      std::unique_ptr<CheckpointSnapshot> recycle = nullptr);
+
+  absl::StatusOr<CheckpointFileInfo> WriteTo(const std::string& path) const;
+
+  // Bytes of tensor data the snapshot holds (what a frozen one costs).
+  int64_t tensor_bytes() const { return tensor_bytes_; }
+  // True when Take serialized the whole checkpoint (unknown optimizer).
+  bool serialized_at_take() const { return !payload_.empty(); }
+
+ private:
+  CheckpointSnapshot() = default;
+  std::vector<std::pair<std::string, torch::Tensor>> params_, buffers_;
+  std::unique_ptr<torch::serialize::OutputArchive> optimizer_;
+  std::vector<torch::Tensor> handed_over_;  // the optimizer's, in optimizer_
+  std::string payload_;  // the whole archive, when serialized at Take
+  CheckpointPosition position_;
+  torch::Tensor rng_;
+  int64_t tensor_bytes_ = 0;
+};
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_TRAIN_CHECKPOINT_SNAPSHOT_H_
