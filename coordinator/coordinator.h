@@ -241,6 +241,9 @@ class Coordinator {
   // its rows are found and expired again after a restart.
   void Tick();
 
+  // The interval workers are told to heartbeat at (options).
+  absl::Duration heartbeat_interval() const { return heartbeat_interval_; }
+
  private:
   Coordinator(const CoordinatorOptions& options, Clock& clock,
               std::unique_ptr<Store> owned, Store& store);
@@ -273,6 +276,7 @@ class Coordinator {
   const int64_t min_free_state_bytes_;
   const absl::Duration stall_after_;
   const size_t metric_history_;
+  const absl::Duration heartbeat_interval_;
   Clock& clock_;
   const std::unique_ptr<Store> owned_store_;  // null: not owned
   Store& store_;

@@ -12,11 +12,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/heartbeat_pacer.h"
 #include "coordinator/job.h"
 #include "coordinator/write_pump.h"
 #include "frameworm/v1/job_service.grpc.pb.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
+#include "grpcpp/alarm.h"
 #include "coordinator/access.h"
 #include "coordinator/paging.h"
 #include "rpc/status_util.h"
@@ -128,6 +130,19 @@ class SessionReactor final
     // here. A heartbeat never queues one (HandleWorkerMessage's fast path),
     // a task status may (the listener also pokes, this is cheap insurance).
     if (first || !in_.has_heartbeat()) Poke();
+    if (in_.has_heartbeat()) {
+      // A flood of heartbeats: stop reading this stream for a while (the
+      // hold keeps Finish, hence OnDone, from running meanwhile).
+      const absl::Duration wait = pacer_.Admit(absl::Now());
+      if (wait > absl::ZeroDuration()) {
+        Hold();
+        alarm_.Set(absl::ToChronoTime(absl::Now() + wait), [this](bool fired) {
+          if (fired && !FinishRequested()) StartRead(&in_);
+          Release();
+        });
+        return;
+      }
+    }
     StartRead(&in_);
   }
 
@@ -161,6 +176,8 @@ class SessionReactor final
 
   Impl* const impl_;
   v1::WorkerMessage in_;  // only touched by the read chain
+  HeartbeatPacer pacer_{impl_->core->heartbeat_interval()};  // read chain only
+  grpc::Alarm alarm_;  // the read chain's pause (heartbeat flood)
   std::string session_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::CoordinatorMessage> queue_ ABSL_GUARDED_BY(mu_);
 };

@@ -618,6 +618,75 @@ TEST_F(ServiceTest, WatchStreamsUntilFinalAndLogsAreServed) {
   stream->Finish().IgnoreError();
 }
 
+// A session that floods heartbeats is read at 10 per heartbeat interval
+// (the rest wait in its stream), while another worker's session is served
+// at once: the flooder's log line, sent after 40 heartbeats, lands after
+// the other worker's line sent later, and no sooner than the pacing allows.
+TEST_F(ServiceTest, AHeartbeatFloodIsPacedPerSession) {
+  grpc::ClientContext actx, bctx;
+  std::unique_ptr<Stream> a, b;
+  const std::string sa = Connect("flooder", &actx, &a);
+  const std::string sb = Connect("calm", &bctx, &b);
+  const std::string id = Submit(Spec(2));
+  v1::CoordinatorMessage msg;
+  ASSERT_TRUE(a->Read(&msg));
+  ASSERT_TRUE(b->Read(&msg));
+  ASSERT_TRUE(msg.has_start());
+  const int rank_b = msg.start().task().rank();
+  auto log_line = [&](const std::string& session, int rank, const std::string& text) {
+    v1::WorkerMessage m;
+    m.set_session_id(session);
+    m.mutable_log()->mutable_ref()->set_job_id(id);
+    m.mutable_log()->set_rank(rank);
+    m.mutable_log()->set_data(text);
+    return m;
+  };
+  auto logs_now = [&] {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::GetLogsRequest req;
+    req.set_job_id(id);
+    req.set_rank(-1);
+    auto r = jobs_->GetLogs(&ctx, req);
+    std::string all;
+    v1::LogChunk c;
+    while (r->Read(&c)) all += c.data();
+    r->Finish().IgnoreError();
+    return all;
+  };
+  const absl::Time start = absl::Now();
+  v1::WorkerMessage hb;
+  hb.set_session_id(sa);
+  for (int i = 0; i < 40; ++i) {
+    hb.mutable_heartbeat()->set_unix_ms(2 + i);
+    ASSERT_TRUE(a->Write(hb));
+  }
+  ASSERT_TRUE(a->Write(log_line(sa, 1 - rank_b, "from the flooder\n")));
+  ASSERT_TRUE(b->Write(log_line(sb, rank_b, "from the calm one\n")));
+  absl::Time calm_at = absl::InfiniteFuture(), flooder_at = absl::InfiniteFuture();
+  while (absl::Now() - start < absl::Seconds(20) && flooder_at == absl::InfiniteFuture()) {
+    const std::string all = logs_now();
+    const absl::Time now = absl::Now();
+    if (calm_at == absl::InfiniteFuture() && all.find("from the calm one") != std::string::npos)
+      calm_at = now;
+    if (all.find("from the flooder") != std::string::npos) flooder_at = now;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_NE(flooder_at, absl::InfiniteFuture()) << "the flooder's stream was never read on";
+  EXPECT_LT(calm_at, flooder_at) << "the other session waited behind the flood";
+  // 10 read at once, then one per 100 ms: the 31 behind them take 3 s.
+  EXPECT_GE(flooder_at - start, absl::Milliseconds(2500));
+  // A server shutting down while the flooder's reads are paused ends both
+  // streams (the pause holds the finish back for at most 100 ms).
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(a->Write(hb));
+  absl::SleepFor(absl::Milliseconds(50));
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+  EXPECT_FALSE(a->Read(&msg));
+  EXPECT_FALSE(b->Read(&msg));
+  a->Finish().IgnoreError();
+  b->Finish().IgnoreError();
+}
+
 TEST_F(ServiceTest, ShutdownEndsOpenStreams) {
   grpc::ClientContext sctx;
   std::unique_ptr<Stream> stream;

@@ -16,7 +16,12 @@
 //    stream).
 //  - A failed write ends the stream with OK (the peer is gone).
 //  - RequestFinish(status) ends the stream now, or right after the write in
-//    flight (the first request wins); OnCancel() requests CANCELLED.
+//    flight and every hold (the first request wins); OnCancel() requests
+//    CANCELLED.
+//  - Hold() / Release(): an operation of the concrete reactor outside gRPC
+//    (e.g. a timer that will start the next read) that Finish must wait
+//    for, because OnDone (and the reactor's deletion) follows Finish.
+//    FinishRequested() says whether the holder should skip its work.
 //  - Finish is called exactly once; nothing is written after it.
 //  - Nothing blocks: every step runs on the calling thread holding only the
 //    pump's mutex (NextLocked may call the Coordinator, which never calls
@@ -56,22 +61,32 @@ class WritePump : public Reactor, public Pokeable {
 
   void RequestFinish(grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
-    if (writing_) {
+    if (writing_ || holds_ > 0) {
       if (!pending_finish_) pending_finish_ = std::move(status);
       return;
     }
     FinishLocked(std::move(status));
   }
 
+  void Hold() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    ++holds_;
+  }
+  void Release() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    --holds_;
+    if (holds_ == 0 && !writing_ && pending_finish_) FinishLocked(*std::move(pending_finish_));
+  }
+  bool FinishRequested() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return finished_ || pending_finish_.has_value();
+  }
   void OnWriteDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock l(&mu_);
     writing_ = false;
-    if (!ok) {
-      FinishLocked(grpc::Status::OK);
-      return;
-    }
+    if (!ok) pending_finish_ = grpc::Status::OK;  // the peer is gone
     if (pending_finish_) {
-      FinishLocked(*std::move(pending_finish_));
+      if (holds_ == 0) FinishLocked(*std::move(pending_finish_));
       return;
     }
     PumpLocked();
@@ -123,6 +138,7 @@ class WritePump : public Reactor, public Pokeable {
   Msg out_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  int holds_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<grpc::Status> pending_finish_ ABSL_GUARDED_BY(mu_);
 };
 

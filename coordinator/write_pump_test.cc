@@ -115,6 +115,34 @@ TEST(WritePumpTest, CancelEndsNowWhenIdleOrAfterTheWrite) {
   EXPECT_EQ(busy.finished, std::vector<grpc::StatusCode>{grpc::CANCELLED});
 }
 
+TEST(WritePumpTest, FinishWaitsForEveryHold) {
+  QueueStream s;
+  s.Hold();
+  s.Hold();
+  s.OnCancel();
+  EXPECT_TRUE(s.FinishRequested());
+  EXPECT_TRUE(s.finished.empty());
+  s.Release();
+  EXPECT_TRUE(s.finished.empty());  // one hold left
+  s.Release();
+  EXPECT_EQ(s.finished, std::vector<grpc::StatusCode>{grpc::CANCELLED});
+  // A write that fails while a hold is out finishes only at the release.
+  QueueStream w;
+  w.Push("a");
+  w.Hold();
+  w.OnWriteDone(false);
+  EXPECT_TRUE(w.finished.empty());
+  w.Release();
+  EXPECT_EQ(w.finished, std::vector<grpc::StatusCode>{grpc::OK});
+  // Without a finish request a hold changes nothing.
+  QueueStream q;
+  q.Hold();
+  q.Release();
+  EXPECT_FALSE(q.FinishRequested());
+  q.Push("b");
+  EXPECT_EQ(q.written, std::vector<std::string>{"b"});
+}
+
 TEST(WritePumpTest, TheReactorEndsTheStreamFromNextLocked) {
   QueueStream s;
   s.Push("a");
