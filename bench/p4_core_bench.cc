@@ -66,9 +66,12 @@ double Time(int ops, const std::function<bool(int)>& fn,
   return std::chrono::duration<double, std::micro>(t1 - t0).count() / ops;
 }
 
-v1::StepMetrics Report(const v1::JobRef& ref, int rank, int64_t step) {
+// `tokens`: each rank's FRAMEWORM_TOKEN (from its StartTask).
+v1::StepMetrics Report(const v1::JobRef& ref, const std::vector<std::string>& tokens, int rank,
+                       int64_t step) {
   v1::StepMetrics m;
   *m.mutable_ref() = ref;
+  m.mutable_ref()->set_token(tokens[rank]);
   m.set_rank(rank);
   m.set_step(step);
   m.set_samples(32);
@@ -128,13 +131,23 @@ int main(int argc, char** argv) {
     v1::JobRef ref;
     ref.set_job_id(*id);
     ref.set_generation(job->generation());
+    // Each rank's token, as its trainer would get it from the StartTask.
+    std::vector<std::string> tokens(workers);
+    for (const std::string& session : sessions) {
+      auto cmds = (*core)->TakeCommands(session);
+      if (!cmds.ok()) return Fail(cmds.status().ToString());
+      for (const auto& c : *cmds) {
+        if (c.has_start() && c.start().task().rank() < workers)
+          tokens[c.start().task().rank()] = c.start().task().token();
+      }
+    }
 
     double report_max_us = 0, put_max_us = 0;
     const double report_us = Time(
         ops,
         [&](int i) {
           return (*core)
-              ->ReportStep(Report(ref, i % workers, 1 + i / workers))
+              ->ReportStep(Report(ref, tokens, i % workers, 1 + i / workers))
               .ok();
         },
         &report_max_us);
@@ -149,7 +162,7 @@ int main(int argc, char** argv) {
     std::string sample_aggregate;
     const double agg_us = Time(ops, [&](int i) {
       const v1::AggregatedStep* s =
-          agg.Add(1, workers, Report(ref, i % workers, 1 + i / workers), 0);
+          agg.Add(1, workers, Report(ref, tokens, i % workers, 1 + i / workers), 0);
       if (s && sample_aggregate.empty() && s->ranks_reported() == workers)
         s->SerializeToString(&sample_aggregate);
       return s != nullptr;
@@ -167,7 +180,7 @@ int main(int argc, char** argv) {
     const std::string raw = (fs::path(dir) / "raw.db").string();
     if (sqlite3_open(raw.c_str(), &db) != SQLITE_OK) return Fail("sqlite open");
     sqlite3_exec(db,
-                 "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                 "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
                  "CREATE TABLE metrics(job_id TEXT, step INTEGER, aggregate "
                  "BLOB, PRIMARY KEY(job_id, step));",
                  nullptr, nullptr, nullptr);

@@ -94,7 +94,7 @@ for i, (name, flags) in enumerate(configs):
              f"{med(rows, 'client_cpu_cores'):.2f} | {met} |")
 L += ["", "## Server-side cost without gRPC (`p4_core_bench`)", "",
       "Single-threaded, in one process, real Coordinator core and SQLite store "
-      "(WAL, synchronous=NORMAL) in a fresh directory; microseconds per operation, "
+      "(WAL, synchronous=FULL, as the Store) in a fresh directory; microseconds per operation, "
       "medians:", "",
       "| K ranks | core ReportStep (slowest) | core heartbeat | MetricAggregator::Add | "
       "Store::PutMetric (slowest) | SQLite insert, prepare each (as Store) | "

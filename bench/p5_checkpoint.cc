@@ -6,6 +6,8 @@
 //                   fsyncs, renames: training waits for all of it)
 //   async_block_s   save_checkpoint_async until it returns (the snapshot)
 //   async_write_s   from its return until the file is durable (background)
+// (odd trials save synchronously first, even ones asynchronously first; each
+// save goes to a new file, the previous trial's are removed untimed)
 // (the first asynchronous save, which allocates the snapshot's memory, is
 // untimed in the trials and reported as first_async_block_s)
 //   bytes           the checkpoint file's size
@@ -76,13 +78,17 @@ int main(int argc, char** argv) {
   frameworm::Trainer t(model, opt, torch::kCPU, o);
   std::vector<double> sync_block, async_block, async_write;
   int64_t bytes = 0;
-  const std::string path = dir + "/ckpt.pt";
+  // A new file per save, as ckpt-<step>.pt are (the previous trial's files
+  // are removed between trials, untimed, as retention would).
+  auto path_of = [&](const char* kind, int64_t n) {
+    return absl::StrCat(dir, "/ckpt-", kind, "-", n, ".pt");
+  };
   // The first asynchronous save allocates the snapshot's memory (page
   // faults); later ones copy into it. Reported apart, not in the medians.
   double first_async_block_s = 0;
   {
     auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = t.save_checkpoint_async(path, 0);
+    absl::Status s = t.save_checkpoint_async(path_of("warm", 0), 0);
     first_async_block_s = Seconds(t0, std::chrono::steady_clock::now());
     if (s.ok()) s = t.wait_for_checkpoint();
     if (!s.ok()) {
@@ -91,29 +97,46 @@ int main(int argc, char** argv) {
     }
   }
   for (int64_t trial = 1; trial <= trials; ++trial) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto info = t.save_checkpoint(path);
-    auto t1 = std::chrono::steady_clock::now();
-    if (!info.ok()) {
-      std::fprintf(stderr, "p5_checkpoint: sync save: %s\n", info.status().ToString().c_str());
-      return 1;
-    }
-    bytes = info->bytes;
-    int64_t async_bytes = 0;
-    t.options().on_checkpoint = [&](int64_t, const std::string&,
-                                    const frameworm::CheckpointFileInfo& i) {
-      async_bytes = i.bytes;
+    std::remove(path_of("warm", 0).c_str());
+    std::remove(path_of("sync", trial - 1).c_str());
+    std::remove(path_of("async", trial - 1).c_str());
+    std::chrono::steady_clock::time_point t0, t1, t2, t3, t4;
+    auto run_sync = [&]() -> bool {
+      t0 = std::chrono::steady_clock::now();
+      auto info = t.save_checkpoint(path_of("sync", trial));
+      t1 = std::chrono::steady_clock::now();
+      if (!info.ok()) {
+        std::fprintf(stderr, "p5_checkpoint: sync save: %s\n", info.status().ToString().c_str());
+        return false;
+      }
+      bytes = info->bytes;
+      return true;
     };
-    auto t2 = std::chrono::steady_clock::now();
-    absl::Status s = t.save_checkpoint_async(path, trial);
-    auto t3 = std::chrono::steady_clock::now();
-    if (s.ok()) s = t.wait_for_checkpoint();
-    auto t4 = std::chrono::steady_clock::now();
-    t.options().on_checkpoint = nullptr;
-    if (!s.ok() || async_bytes != bytes) {
-      std::fprintf(stderr, "p5_checkpoint: async save: %s (%lld bytes, sync %lld)\n",
-                   s.ToString().c_str(), static_cast<long long>(async_bytes),
-                   static_cast<long long>(bytes));
+    int64_t async_bytes = 0;
+    auto run_async = [&]() -> bool {
+      t.options().on_checkpoint = [&](int64_t, const std::string&,
+                                      const frameworm::CheckpointFileInfo& i) {
+        async_bytes = i.bytes;
+      };
+      t2 = std::chrono::steady_clock::now();
+      absl::Status s = t.save_checkpoint_async(path_of("async", trial), trial);
+      t3 = std::chrono::steady_clock::now();
+      if (s.ok()) s = t.wait_for_checkpoint();
+      t4 = std::chrono::steady_clock::now();
+      t.options().on_checkpoint = nullptr;
+      if (!s.ok()) {
+        std::fprintf(stderr, "p5_checkpoint: async save: %s\n", s.ToString().c_str());
+        return false;
+      }
+      return true;
+    };
+    // Alternate which goes first, so neither always follows the other's
+    // write-back.
+    const bool ok = trial % 2 ? (run_sync() && run_async()) : (run_async() && run_sync());
+    if (!ok) return 1;
+    if (async_bytes != bytes) {
+      std::fprintf(stderr, "p5_checkpoint: async file %lld bytes, sync %lld\n",
+                   static_cast<long long>(async_bytes), static_cast<long long>(bytes));
       return 1;
     }
     sync_block.push_back(Seconds(t0, t1));
@@ -133,6 +156,7 @@ int main(int argc, char** argv) {
       static_cast<long long>(layers), static_cast<long long>(layers * 16),
       static_cast<long long>(bytes), Median(sync_block), Median(async_block), Median(async_write),
       first_async_block_s, std::min(4u, std::max(1u, std::thread::hardware_concurrency())));
-  std::remove(path.c_str());
+  std::remove(path_of("sync", trials).c_str());
+  std::remove(path_of("async", trials).c_str());
   return 0;
 }

@@ -84,7 +84,8 @@ absl::Status WriteAll(int fd, const char* p, size_t n, const std::string& path) 
 
 }  // namespace
 
-constexpr size_t kWriteBuffer = 1 << 20;
+constexpr size_t kWriteBuffer = 8 << 20;
+constexpr size_t kMaxQueued = 3;
 
 CheckpointFileWriter::CheckpointFileWriter(std::string path, std::string tmp, int fd)
     : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd), crc_(crc32(0L, Z_NULL, 0)) {
@@ -102,17 +103,64 @@ absl::StatusOr<std::unique_ptr<CheckpointFileWriter>> CheckpointFileWriter::Open
   const char zeros[kHeader] = {};
   w->status_ = WriteAll(fd, zeros, kHeader, tmp);
   if (!w->status_.ok()) return w->status_;
+  w->writer_ = std::thread([p = w.get()] { p->WriterLoop(); });
   return w;
 }
 
 CheckpointFileWriter::~CheckpointFileWriter() {
+  (void)Drain();
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(tmp_.c_str());
 }
 
-absl::Status CheckpointFileWriter::Flush() {
-  if (status_.ok() && !buf_.empty()) status_ = WriteAll(fd_, buf_.data(), buf_.size(), tmp_);
-  buf_.clear();
+void CheckpointFileWriter::WriterLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (true) {
+    cv_.wait(l, [&] { return !full_.empty() || closing_; });
+    if (full_.empty()) return;  // closing, everything written
+    std::string b = std::move(full_.front());
+    full_.pop_front();
+    const bool skip = !write_status_.ok();  // after an error: discard
+    l.unlock();
+    absl::Status s = skip ? absl::OkStatus() : WriteAll(fd_, b.data(), b.size(), tmp_);
+    b.clear();
+    l.lock();
+    if (!s.ok() && write_status_.ok()) write_status_ = s;
+    spare_.push_back(std::move(b));
+    cv_.notify_all();
+  }
+}
+
+absl::Status CheckpointFileWriter::Submit() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return full_.size() < kMaxQueued || !write_status_.ok(); });
+  if (!write_status_.ok()) {
+    status_ = write_status_;
+    return status_;
+  }
+  full_.push_back(std::move(buf_));
+  if (!spare_.empty()) {
+    buf_ = std::move(spare_.back());
+    spare_.pop_back();
+  } else {
+    buf_ = std::string();
+    buf_.reserve(kWriteBuffer);
+  }
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointFileWriter::Drain() {
+  if (!writer_.joinable()) return status_;
+  if (status_.ok() && !buf_.empty()) (void)Submit();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    closing_ = true;
+  }
+  cv_.notify_all();
+  writer_.join();
+  std::lock_guard<std::mutex> l(mu_);
+  if (status_.ok()) status_ = write_status_;
   return status_;
 }
 
@@ -125,21 +173,18 @@ absl::Status CheckpointFileWriter::Append(const void* data, size_t n) {
     crc_ = crc32(crc_, reinterpret_cast<const Bytef*>(p + off), static_cast<uInt>(k));
     off += k;
   }
-  if (buf_.size() + n <= kWriteBuffer) {
-    buf_.append(p, n);
-    return absl::OkStatus();
+  while (n > 0) {
+    const size_t k = std::min(n, kWriteBuffer - buf_.size());
+    buf_.append(p, k);
+    p += k;
+    n -= k;
+    if (buf_.size() == kWriteBuffer && !Submit().ok()) return status_;
   }
-  if (!Flush().ok()) return status_;
-  if (n >= kWriteBuffer) {  // large records (tensors) go straight to the file
-    status_ = WriteAll(fd_, p, n, tmp_);
-  } else {
-    buf_.append(p, n);
-  }
-  return status_;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<CheckpointFileInfo> CheckpointFileWriter::Commit() {
-  if (!Flush().ok()) return status_;
+  if (!Drain().ok()) return status_;
   char header[kHeader] = {};
   std::memcpy(header, kMagic, 8);
   PutLE(header + 8, length_, 8);

@@ -11,7 +11,10 @@
 // CheckpointFileWriter streams a payload of unknown length into the same
 // layout (the header is written last, before the fsync), so a serializer
 // can write straight to the file without a copy of the whole payload in
-// memory. WriteCheckpointFile is Open + Append + Commit.
+// memory. Append checksums and copies into 8 MiB buffers; a writer thread
+// of its own writes full buffers (at most 3 waiting, then Append waits), so
+// serializing and checksumming overlap the write system calls.
+// WriteCheckpointFile is Open + Append + Commit.
 //
 // RemoveStaleCheckpointTemps deletes `<name>.tmp.<pid>` files of writers
 // that died mid-write (their pid is gone) directly in a directory.
@@ -21,10 +24,15 @@
 #ifndef FRAMEWORM_TRAIN_CHECKPOINT_FILE_H_
 #define FRAMEWORM_TRAIN_CHECKPOINT_FILE_H_
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -46,8 +54,9 @@ class CheckpointFileWriter {
   CheckpointFileWriter(const CheckpointFileWriter&) = delete;
   CheckpointFileWriter& operator=(const CheckpointFileWriter&) = delete;
 
-  // Appends payload bytes (buffered). After an error every later call
-  // returns it.
+  // Appends payload bytes (buffered; written by the writer thread). After
+  // an error every later call returns it (a write error may surface one
+  // call late, and at Commit at the latest).
   absl::Status Append(const void* data, size_t n);
   // Writes the header, fsyncs, renames over the path, fsyncs the directory.
   // Afterwards the file is complete (or, on error, the old file is intact
@@ -56,14 +65,26 @@ class CheckpointFileWriter {
 
  private:
   CheckpointFileWriter(std::string path, std::string tmp, int fd);
-  absl::Status Flush();
+  // Hands buf_ to the writer thread (waits while 3 are queued).
+  absl::Status Submit();
+  // Submits what is buffered, waits for every write, stops the thread.
+  absl::Status Drain();
+  void WriterLoop();
   const std::string path_, tmp_;
   int fd_;
-  std::string buf_;
+  std::string buf_;  // being filled by Append
   uint64_t length_ = 0;
   unsigned long crc_;  // zlib's uLong
-  absl::Status status_;
+  absl::Status status_;  // Append's view of the first error
   bool committed_ = false;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> full_;    // guarded by mu_: to write, in order
+  std::vector<std::string> spare_;  // guarded by mu_: written, reusable
+  bool closing_ = false;            // guarded by mu_
+  absl::Status write_status_;       // guarded by mu_: the writer's first error
+  std::thread writer_;
 };
 
 // Errors: UNAVAILABLE/INTERNAL naming the path and the failed system call;
