@@ -64,6 +64,10 @@ L += ["", f"`dd if=/dev/zero bs=1M count={round(mb)} conv=fdatasync` on the same
       f"median {s['async_block_s']:.3f} s against {s['sync_block_s']:.3f} s.",
       f"- **Background write throughput / dd: {median(write_mib_s) / dd_med:.2f}** (target >= 0.80): "
       f"median {median(write_mib_s):.0f} MiB/s (serialize, CRC-32, write, fsync, rename) against dd's {dd_med:.0f} MiB/s. "
-      f"The synchronous save moves {median(sync_mib_s):.0f} MiB/s."]
+      f"The synchronous save moves {median(sync_mib_s):.0f} MiB/s.",
+      f"- Noise: this disk's speed varies from one write to the next (dd {min(dd):.0f}-{max(dd):.0f} MiB/s, "
+      f"background writes {min(write_mib_s):.0f}-{max(write_mib_s):.0f} MiB/s, synchronous saves "
+      f"{min(r['sync_block_s'] for r in trials):.2f}-{max(r['sync_block_s'] for r in trials):.2f} s): "
+      "the ratios are of medians over noisy figures; rerun before reading a few percent into them."]
 write_report(out, L)
 PY
