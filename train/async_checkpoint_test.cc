@@ -4,13 +4,16 @@
 // loadable and its temporary file is removed; failures end training;
 // memory stays bounded over many saves.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -216,6 +219,46 @@ TEST(AsyncCheckpointTest, AFailedBackgroundWriteEndsTrainingWithTheReason) {
     EXPECT_LT(s.trainer->state().step, 6) << "async " << async << ": training did not stop";
   }
   testutil::RemoveTree(base);
+}
+
+// A full disk skips a periodic checkpoint (training goes on) but not the
+// final one: the finished model must be kept, so train() fails, in both
+// modes (as the synchronous trainer always did).
+TEST(AsyncCheckpointTest, AFullDiskSkipsPeriodicCheckpointsButFailsTheFinalOne) {
+  for (bool async : {true, false}) {
+    const std::string dir = testutil::MakeTempDir("async-full");
+    TrainerOptions o;
+    o.max_steps = 5;
+    o.checkpoint_every = 2;
+    o.checkpoint_dir = dir;
+    o.async_checkpoint = async;
+    std::vector<int64_t> skipped;
+    std::mutex mu;
+    o.on_checkpoint_skipped = [&](int64_t step, const std::string&) {
+      std::lock_guard<std::mutex> l(mu);
+      skipped.push_back(step);
+    };
+    Rig s = MakeRig(1, o);
+    struct rlimit old;
+    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+    auto* const old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = old;
+    small.rlim_cur = 4096;  // far below the model's checkpoint
+    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+    absl::Status trained;
+    {
+      auto tl = TrainLoader();
+      auto vl = ValLoader();
+      trained = s.trainer->train(tl, vl);
+    }
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, old_handler);
+    EXPECT_EQ(trained.code(), absl::StatusCode::kResourceExhausted) << "async " << async << ": " << trained;
+    EXPECT_NE(trained.message().find("final checkpoint of step 5"), std::string::npos) << trained;
+    EXPECT_EQ(s.trainer->state().step, 5);
+    EXPECT_EQ(skipped, (std::vector<int64_t>{2, 4, 5})) << "async " << async;
+    testutil::RemoveTree(dir);
+  }
 }
 
 // At most one save in flight: 40 saves of a 16 MB model keep the process

@@ -170,12 +170,12 @@ absl::Status Trainer::CheckpointAt(int64_t step) {
   if (options_.on_progress) options_.on_progress();
   const std::string path = CheckpointPath(step);
   if (options_.async_checkpoint) return save_checkpoint_async(path, step);
-  return Finished(step, path, save_checkpoint(path));
+  return Finished(rank() == 0, step, path, save_checkpoint(path));
 }
 
-absl::Status Trainer::Finished(int64_t step, const std::string& path,
+absl::Status Trainer::Finished(bool rank0, int64_t step, const std::string& path,
                                const absl::StatusOr<CheckpointFileInfo>& result) {
-  if (rank() != 0) {  // a full disk on rank 0 is skipped on every rank
+  if (!rank0) {  // a full disk on rank 0 is skipped on every rank
     return result.status().code() == absl::StatusCode::kResourceExhausted ? absl::OkStatus()
                                                                           : result.status();
   }
@@ -193,6 +193,10 @@ absl::Status Trainer::Finished(int64_t step, const std::string& path,
   // complete (the write went to a temporary file, now removed) and
   // training goes on.
   if (result.status().code() == absl::StatusCode::kResourceExhausted) {
+    {
+      std::lock_guard<std::mutex> l(ckpt_mu_);
+      skipped_step_ = step;
+    }
     std::cout << absl::StrCat("{\"event\":\"checkpoint_skipped\",\"step\":", step,
                               ",\"reason\":\"disk full\"}\n")
               << std::flush;
@@ -228,7 +232,7 @@ absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t ste
       std::lock_guard<std::mutex> l(ckpt_mu_);
       ckpt_spare_ = std::move(s);  // the next snapshot copies into its memory
     }
-    absl::Status kept = Finished(step, path, written);
+    absl::Status kept = Finished(/*rank0=*/true, step, path, written);
     std::lock_guard<std::mutex> l(ckpt_mu_);
     if (!kept.ok() && ckpt_error_.ok()) ckpt_error_ = kept;
   });
@@ -344,12 +348,22 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
     state_.val_metrics = *v;
   }
   // With periodic checkpoints on, the finished model is always kept too.
-  if (options_.checkpoint_every > 0 && state_.step > 0 &&
-      state_.step % options_.checkpoint_every != 0) {
+  const bool final_checkpoint = options_.checkpoint_every > 0 && state_.step > 0 &&
+                                state_.step % options_.checkpoint_every != 0;
+  if (final_checkpoint) {
     absl::Status s = CheckpointAt(state_.step);
     if (!s.ok()) return s;
   }
-  return wait_for_checkpoint();  // the last save is durable (and reported)
+  absl::Status last = wait_for_checkpoint();  // the last save is durable (and reported)
+  if (!last.ok()) return last;
+  // The finished model is not skipped for a full disk: that fails the rank
+  // (its restart resumes from the previous checkpoint and tries again).
+  std::lock_guard<std::mutex> l(ckpt_mu_);
+  if (final_checkpoint && skipped_step_ == state_.step) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the final checkpoint of step ", state_.step, " could not be written: the disk is full"));
+  }
+  return absl::OkStatus();
 }
 
 // ------------------------------------------------------------ checkpoints

@@ -118,7 +118,9 @@ struct TrainerOptions {
   // one save is in flight: a checkpoint due while one is written waits for
   // it (nothing is skipped). train() returns only after the last save is
   // durable. A write that fails for any reason but a full disk ends train()
-  // with that error at the next step. Any other optimizer is serialized in
+  // with that error at the next step; a full disk skips that checkpoint,
+  // except the final one (taken when the last step is not a multiple of
+  // checkpoint_every), which fails train() with RESOURCE_EXHAUSTED. Any other optimizer is serialized in
   // memory before training goes on (the write is still in the background).
   // Memory: one copy of the state (parameters and buffers in host memory,
   // the optimizer's state where it lives) stays allocated between saves;
@@ -226,8 +228,10 @@ class Trainer {
   absl::Status CheckpointAt(int64_t step);
   std::string CheckpointPath(int64_t step) const;
   // Reports a finished save (event line, on_checkpoint or
-  // on_checkpoint_skipped); returns the failure to keep, if any.
-  absl::Status Finished(int64_t step, const std::string& path,
+  // on_checkpoint_skipped); returns the failure to keep, if any. Calls no
+  // virtual function (the checkpoint thread may run it while a derived
+  // trainer is being destroyed; ~Trainer joins that thread).
+  absl::Status Finished(bool rank0, int64_t step, const std::string& path,
                         const absl::StatusOr<CheckpointFileInfo>& result);
 
   // The failure of the last background save, forgotten once returned.
@@ -237,6 +241,7 @@ class Trainer {
   std::mutex ckpt_mu_;
   std::thread ckpt_thread_;        // the save in flight (rank 0)
   absl::Status ckpt_error_;        // guarded by ckpt_mu_
+  int64_t skipped_step_ = -1;      // guarded by ckpt_mu_: the last full-disk skip
   // The last written snapshot, whose memory the next one reuses; guarded
   // by ckpt_mu_.
   std::unique_ptr<CheckpointSnapshot> ckpt_spare_;
@@ -275,6 +280,10 @@ class DistributedTrainer : public Trainer {
       Model model,
       std::shared_ptr<torch::optim::Optimizer> optimizer,
       DistributedOptions options);
+
+  // Waits for a checkpoint still being written, while the process group
+  // and reducer still exist (an on_checkpoint callback may use them).
+  ~DistributedTrainer() override { (void)wait_for_checkpoint(); }
 
   int rank() const override { return pg_->getRank(); }
   int world_size() const override { return pg_->getSize(); }
