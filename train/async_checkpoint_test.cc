@@ -239,20 +239,7 @@ TEST(AsyncCheckpointTest, AFullDiskSkipsPeriodicCheckpointsButFailsTheFinalOne) 
       skipped.push_back(step);
     };
     Rig s = MakeRig(1, o);
-    struct rlimit old;
-    ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
-    auto* const old_handler = std::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit small = old;
-    small.rlim_cur = 4096;  // far below the model's checkpoint
-    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-    absl::Status trained;
-    {
-      auto tl = TrainLoader();
-      auto vl = ValLoader();
-      trained = s.trainer->train(tl, vl);
-    }
-    ::setrlimit(RLIMIT_FSIZE, &old);
-    std::signal(SIGXFSZ, old_handler);
+    absl::Status trained = testutil::TrainWithFullDisk(s);
     EXPECT_EQ(trained.code(), absl::StatusCode::kResourceExhausted) << "async " << async << ": " << trained;
     EXPECT_NE(trained.message().find("final checkpoint of step 5"), std::string::npos) << trained;
     EXPECT_EQ(s.trainer->state().step, 5);

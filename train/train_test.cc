@@ -256,20 +256,7 @@ TEST(CheckpointTest, AFullDiskSkipsTheCheckpointAndTrainsOn) {
     EXPECT_FALSE(why.empty());
   };
   auto s = MakeRig(1, o);
-  struct rlimit old;
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
-  auto* const old_handler = std::signal(SIGXFSZ, SIG_IGN);
-  struct rlimit small = old;
-  small.rlim_cur = 4096;  // far below the model's checkpoint
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  absl::Status trained;
-  {
-    auto tl = TrainLoader();
-    auto vl = ValLoader();
-    trained = s.trainer->train(tl, vl);
-  }
-  ::setrlimit(RLIMIT_FSIZE, &old);
-  std::signal(SIGXFSZ, old_handler);
+  absl::Status trained = testutil::TrainWithFullDisk(s);
   ASSERT_TRUE(trained.ok()) << trained;
   EXPECT_EQ(s.trainer->state().step, 4);
   EXPECT_EQ(skipped, (std::vector<int64_t>{2, 4}));  // both checkpoint_every steps

@@ -3,11 +3,15 @@
 #ifndef FRAMEWORM_TRAIN_TRAINER_TEST_RIG_H_
 #define FRAMEWORM_TRAIN_TRAINER_TEST_RIG_H_
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <cstdint>
 #include <memory>
 
 #include <torch/torch.h>
 
+#include "absl/status/status.h"
 #include "train/data.h"
 #include "train/models.h"
 #include "train/trainer.h"
@@ -35,6 +39,27 @@ inline TrainRig MakeRig(uint64_t seed, TrainerOptions o, bool adam = false) {
   o.verbose = false;
   s.trainer = std::make_unique<Trainer>(s.model, s.opt, torch::kCPU, o);
   return s;
+}
+
+// Trains `rig` on the synthetic loaders with files limited to 4 KiB (far
+// below a checkpoint: writes fail as on a full disk, EFBIG), then lifts
+// the limit. Returns train()'s status.
+inline absl::Status TrainWithFullDisk(TrainRig& rig) {
+  struct rlimit old;
+  if (::getrlimit(RLIMIT_FSIZE, &old) != 0) return absl::InternalError("getrlimit");
+  auto* const old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 4096;
+  if (::setrlimit(RLIMIT_FSIZE, &small) != 0) return absl::InternalError("setrlimit");
+  absl::Status trained;
+  {
+    DataLoader tl(MakeSyntheticDataset(256, 1), {32, true, 3, false});
+    DataLoader vl(MakeSyntheticDataset(64, 2), {32, false, 0, false});
+    trained = rig.trainer->train(tl, vl);
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+  return trained;
 }
 
 inline DataLoader TrainLoader() {
