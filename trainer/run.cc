@@ -302,6 +302,27 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
       std::error_code ec;
       std::filesystem::remove(load_from, ec);
     }
+    if (s.code() == absl::StatusCode::kDataLoss && channel && !env.resume_from.empty() &&
+        !private_copy) {
+      // This host's file is damaged (torn, bit-flipped): the coordinator's
+      // copy was checked against the recorded CRC when it was uploaded.
+      // Loading changed nothing, so try that copy; rank 0 then puts it in
+      // place of the damaged file.
+      const std::string fetched = absl::StrCat(resume, ".refetch-", ::getpid());
+      absl::Status got = channel->DownloadCheckpoint(resume, fetched);
+      if (got.ok()) got = trainer->load_checkpoint(fetched);
+      std::error_code ec;
+      if (got.ok()) {
+        std::cerr << "frameworm-train: checkpoint " << resume << " on this host is damaged ("
+                  << s.message() << "); loaded the coordinator's copy instead" << std::endl;
+        if (rank == 0) std::filesystem::rename(fetched, resume, ec);
+        s = absl::OkStatus();
+      } else {
+        s = absl::DataLossError(absl::StrCat(s.message(), "; the coordinator's copy did not load either: ",
+                                             got.message()));
+      }
+      std::filesystem::remove(fetched, ec);
+    }
     if (!s.ok()) return Fail(std::string(s.message()));
     if (rank == 0) {
       std::cout << "{\"event\":\"resumed\",\"path\":\"" << resume << "\",\"step\":"

@@ -129,6 +129,47 @@ TEST(ClusterE2E, KilledTrainerRestartsFromNewestCheckpoint) {
   EXPECT_EQ(Metrics(**c, *id).back().step(), 200);
 }
 
+// The newest checkpoint's file on the host is damaged (a byte flipped)
+// when the job restarts: the trainer loads the coordinator's copy instead
+// (checked at upload) and resumes from that step, rather than failing every
+// restart on the same file.
+TEST(ClusterE2E, ADamagedLocalCheckpointIsReplacedByTheCoordinatorsCopy) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto id = (*c)->Submit(TrainJob("damaged", 200, 20));
+  ASSERT_TRUE(id.ok()) << id.status();
+  WaitForCheckpoint(**c, *id, 20);
+  std::vector<pid_t> pids = TrainerPidsWithJobId(*id);
+  ASSERT_EQ(pids.size(), 2u);
+  for (pid_t p : pids) ASSERT_EQ(kill(p, SIGSTOP), 0);  // no new checkpoint now
+  absl::SleepFor(absl::Milliseconds(300));
+  auto cks = Checkpoints(**c, *id);
+  ASSERT_FALSE(cks.empty());
+  const std::string path = cks.back().path();
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << path;
+    f.seekg(0, std::ios::end);
+    const std::streamoff size = f.tellg();
+    ASSERT_GT(size, 1000);
+    f.seekg(size / 2);
+    char b = 0;
+    f.read(&b, 1);
+    b = static_cast<char>(b ^ 0x5a);
+    f.seekp(size / 2);
+    f.write(&b, 1);
+  }
+  for (pid_t p : pids) kill(p, SIGKILL);
+  auto st = (*c)->WaitForFinal(*id, absl::Seconds(150));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  EXPECT_EQ(st->restarts(), 1) << "the damaged file cost more than the one restart";
+  RunResult logs = (*c)->Cli({"logs", *id, "--rank", "0"});
+  EXPECT_NE(logs.output.find("\"event\":\"resumed\",\"path\":\"" + path + "\""), std::string::npos)
+      << logs.output.substr(0, 4000);
+  EXPECT_NE(logs.output.find("is damaged"), std::string::npos) << logs.output.substr(0, 4000);
+}
+
 TEST(ClusterE2E, KilledWorkerIsDetectedAndJobRestartsElsewhere) {
   ClusterOptions o;
   o.workers = 3;
