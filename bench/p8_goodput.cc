@@ -37,17 +37,6 @@ struct Run {
   std::string error;
 };
 
-double FinalAccuracy(fe::Cluster& c, const std::string& id) {
-  fe::RunResult logs = c.Cli({"logs", id, "--rank", "0"});
-  const std::string key = "\"val_accuracy\":";
-  size_t at = logs.output.rfind(key);
-  if (at == std::string::npos) return -1;
-  std::string num = logs.output.substr(at + key.size(), 24);
-  num = num.substr(0, num.find_first_of(",}"));
-  double v = -1;
-  return absl::SimpleAtod(num, &v) ? v : -1;
-}
-
 // Rank 0's "resumed" events in the job's log (every generation's): how
 // many, and the step of the last one's checkpoint (ckpt-<step>.pt; -1 if
 // none).
@@ -149,7 +138,7 @@ Run RunJob(double every_s, uint64_t seed, int64_t checkpoint_every, bool disturb
   out.ok = st.state() == v1::SUCCEEDED;
   out.restarts = st.restarts();
   out.steps = st.step();
-  out.accuracy = FinalAccuracy(cl, *id);
+  out.accuracy = fe::FinalAccuracy(cl, *id);
   if (!out.ok && out.error.empty()) out.error = st.ShortDebugString();
   return out;
 }

@@ -22,16 +22,18 @@ namespace {
 constexpr char kMagic[8] = {'F', 'W', 'C', 'K', 'P', 'T', '0', '1'};
 constexpr size_t kHeader = 24;
 
-uint32_t Crc(const std::string& s) {
-  uLong c = crc32(0L, Z_NULL, 0);
-  size_t off = 0;
-  while (off < s.size()) {
-    const size_t n = std::min<size_t>(s.size() - off, 1u << 30);
-    c = crc32(c, reinterpret_cast<const Bytef*>(s.data() + off),
-              static_cast<uInt>(n));
-    off += n;
+// zlib's crc32 over any length (it takes at most 4 GiB at a time).
+uLong UpdateCrc(uLong crc, const char* p, size_t n) {
+  for (size_t off = 0; off < n;) {
+    const size_t k = std::min<size_t>(n - off, 1u << 30);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(p + off), static_cast<uInt>(k));
+    off += k;
   }
-  return static_cast<uint32_t>(c);
+  return crc;
+}
+
+uint32_t Crc(const std::string& s) {
+  return static_cast<uint32_t>(UpdateCrc(crc32(0L, Z_NULL, 0), s.data(), s.size()));
 }
 
 void PutLE(char* p, uint64_t v, int n) {
@@ -168,11 +170,7 @@ absl::Status CheckpointFileWriter::Append(const void* data, size_t n) {
   if (!status_.ok()) return status_;
   const char* p = static_cast<const char*>(data);
   length_ += n;
-  for (size_t off = 0; off < n;) {  // zlib takes at most 4 GiB at a time
-    const size_t k = std::min<size_t>(n - off, 1u << 30);
-    crc_ = crc32(crc_, reinterpret_cast<const Bytef*>(p + off), static_cast<uInt>(k));
-    off += k;
-  }
+  crc_ = UpdateCrc(crc_, p, n);
   while (n > 0) {
     const size_t k = std::min(n, kWriteBuffer - buf_.size());
     buf_.append(p, k);

@@ -175,12 +175,10 @@ absl::StatusOr<std::unique_ptr<CheckpointSnapshot>> CheckpointSnapshot::Take(
   try {
     for (const auto& p : module.named_parameters(true)) {
       torch::Tensor t = freeze ? model_pool.CopyOf(p.value(), torch::kCPU, copies) : p.value().detach();
-      s->tensor_bytes_ += t.numel() * t.element_size();
       s->params_.emplace_back(p.key(), std::move(t));
     }
     for (const auto& b : module.named_buffers(true)) {
       torch::Tensor t = freeze ? model_pool.CopyOf(b.value(), torch::kCPU, copies) : b.value();
-      s->tensor_bytes_ += t.numel() * t.element_size();
       s->buffers_.emplace_back(b.key(), std::move(t));
     }
     {
@@ -213,13 +211,9 @@ absl::StatusOr<std::unique_ptr<CheckpointSnapshot>> CheckpointSnapshot::Take(
 }
 
 absl::StatusOr<CheckpointFileInfo> CheckpointSnapshot::WriteTo(const std::string& path) const {
+  if (!payload_.empty()) return WriteCheckpointFile(path, payload_);
   auto w = CheckpointFileWriter::Open(path);
   if (!w.ok()) return w.status();
-  if (!payload_.empty()) {
-    absl::Status s = (*w)->Append(payload_.data(), payload_.size());
-    if (!s.ok()) return s;
-    return (*w)->Commit();
-  }
   absl::Status write_status;
   try {
     torch::serialize::OutputArchive ar;

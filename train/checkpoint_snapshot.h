@@ -53,8 +53,6 @@ class CheckpointSnapshot {
 
   absl::StatusOr<CheckpointFileInfo> WriteTo(const std::string& path) const;
 
-  // Bytes of tensor data the snapshot holds (what a frozen one costs).
-  int64_t tensor_bytes() const { return tensor_bytes_; }
   // True when Take serialized the whole checkpoint (unknown optimizer).
   bool serialized_at_take() const { return !payload_.empty(); }
 
@@ -66,7 +64,6 @@ class CheckpointSnapshot {
   std::string payload_;  // the whole archive, when serialized at Take
   CheckpointPosition position_;
   torch::Tensor rng_;
-  int64_t tensor_bytes_ = 0;
 };
 
 }  // namespace frameworm

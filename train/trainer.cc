@@ -241,10 +241,7 @@ absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t ste
 
 absl::Status Trainer::wait_for_checkpoint() {
   if (ckpt_thread_.joinable()) ckpt_thread_.join();
-  std::lock_guard<std::mutex> l(ckpt_mu_);
-  absl::Status e = ckpt_error_;
-  ckpt_error_ = absl::OkStatus();
-  return e;
+  return CheckpointFailure();
 }
 
 absl::Status Trainer::CheckpointFailure() {

@@ -41,6 +41,13 @@ inline TrainRig MakeRig(uint64_t seed, TrainerOptions o, bool adam = false) {
   return s;
 }
 
+inline DataLoader TrainLoader() {
+  return DataLoader(MakeSyntheticDataset(256, 1), {32, true, 3, false});
+}
+inline DataLoader ValLoader() {
+  return DataLoader(MakeSyntheticDataset(64, 2), {32, false, 0, false});
+}
+
 // Trains `rig` on the synthetic loaders with files limited to 4 KiB (far
 // below a checkpoint: writes fail as on a full disk, EFBIG), then lifts
 // the limit. Returns train()'s status.
@@ -53,20 +60,13 @@ inline absl::Status TrainWithFullDisk(TrainRig& rig) {
   if (::setrlimit(RLIMIT_FSIZE, &small) != 0) return absl::InternalError("setrlimit");
   absl::Status trained;
   {
-    DataLoader tl(MakeSyntheticDataset(256, 1), {32, true, 3, false});
-    DataLoader vl(MakeSyntheticDataset(64, 2), {32, false, 0, false});
+    DataLoader tl = TrainLoader();
+    DataLoader vl = ValLoader();
     trained = rig.trainer->train(tl, vl);
   }
   ::setrlimit(RLIMIT_FSIZE, &old);
   std::signal(SIGXFSZ, old_handler);
   return trained;
-}
-
-inline DataLoader TrainLoader() {
-  return DataLoader(MakeSyntheticDataset(256, 1), {32, true, 3, false});
-}
-inline DataLoader ValLoader() {
-  return DataLoader(MakeSyntheticDataset(64, 2), {32, false, 0, false});
 }
 
 }  // namespace frameworm::testutil

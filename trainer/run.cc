@@ -124,11 +124,13 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     auto ch = NewTrainerChannel(co);
     if (!ch.ok()) return Fail(std::string(ch.status().message()));
     channel = std::move(*ch);
-    // Checkpoints are uploaded and reported from the checkpoint thread
-    // (asynchronous saves), on a channel of their own.
-    ch = NewTrainerChannel(co);
-    if (!ch.ok()) return Fail(std::string(ch.status().message()));
-    ckpt_channel = std::move(*ch);
+    // Rank 0 uploads and reports checkpoints from the checkpoint thread
+    // (asynchronous saves), on a channel of its own; no other rank does.
+    if (rank == 0) {
+      ch = NewTrainerChannel(co);
+      if (!ch.ok()) return Fail(std::string(ch.status().message()));
+      ckpt_channel = std::move(*ch);
+    }
     to.sync_step_actions = true;
   }
   int64_t last_requested = 0;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "rpc/cluster_ca.h"
@@ -244,6 +245,17 @@ Cluster::~Cluster() {
     std::string cmd = absl::StrCat("rm -rf '", dir_, "'");
     (void)std::system(cmd.c_str());
   }
+}
+
+double FinalAccuracy(Cluster& c, const std::string& job_id) {
+  RunResult logs = c.Cli({"logs", job_id, "--rank", "0"});
+  const std::string key = "\"val_accuracy\":";
+  const size_t at = logs.output.rfind(key);
+  if (at == std::string::npos) return -1;
+  std::string num = logs.output.substr(at + key.size(), 24);
+  num = num.substr(0, num.find_first_of(",}"));
+  double v = -1;
+  return absl::SimpleAtod(num, &v) ? v : -1;
 }
 
 }  // namespace frameworm::e2e

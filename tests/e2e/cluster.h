@@ -101,6 +101,10 @@ class Cluster {
 
 bool IsFinal(v1::JobState s);
 
+// The last "val_accuracy" rank 0 of the job printed (its log through the
+// CLI); -1 when none.
+double FinalAccuracy(Cluster& c, const std::string& job_id);
+
 // GetJob on `stub` with a 5 s deadline; the gRPC error as an absl::Status.
 absl::StatusOr<v1::JobStatus> GetJobStatus(v1::JobService::Stub& stub,
                                            const std::string& job_id);

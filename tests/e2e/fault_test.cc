@@ -73,18 +73,6 @@ std::set<std::string> ShmSegments() {
   return out;
 }
 
-// The last "val_accuracy" rank 0 printed; -1 when none.
-double FinalAccuracy(Cluster& c, const std::string& id) {
-  RunResult logs = c.Cli({"logs", id, "--rank", "0"});
-  const std::string key = "\"val_accuracy\":";
-  size_t at = logs.output.rfind(key);
-  if (at == std::string::npos) return -1;
-  double v = -1;
-  std::string num = logs.output.substr(at + key.size(), 24);
-  num = num.substr(0, num.find_first_of(",}"));
-  return absl::SimpleAtod(num, &v) ? v : -1;
-}
-
 // "" when every recorded checkpoint is complete, else what is wrong.
 std::string CheckCheckpoints(Cluster& c, const std::string& id) {
   grpc::ClientContext ctx;
