@@ -10,6 +10,12 @@
 //           a checkpoint (TrainerChannel::UploadCheckpoint: 1 MiB chunks,
 //           CRC-32, TLS; the coordinator writes, fsyncs and renames it).
 //
+//   peer:   worker to worker (host 1 serves, host 2 fetches) the way a
+//           replica is copied: PeerService.FetchCheckpoint over mutual TLS
+//           with the hosts' worker certificates, 1 MiB chunks, CRC-32, the
+//           fetcher writes, fsyncs and renames (FetchCheckpointFrom); against
+//           a plain TCP stream from host 1 to host 2 (peer_link).
+//
 // Prints one JSON line per trial ({"trial":i,"link_mib_s":..,"upload_mib_s":..})
 // and a summary line with the medians and their ratio. Needs root.
 //   p9_copy [TRIALS] [MIB]
@@ -22,6 +28,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -33,6 +41,10 @@
 #include "common/rank_env.h"
 #include "tests/e2e/hosts.h"
 #include "trainer/trainer_channel.h"
+#include "common/received_file.h"
+#include "rpc/rpc.h"
+#include "worker/checkpoint_holdings.h"
+#include "worker/peer_service.h"
 
 namespace {
 
@@ -146,6 +158,84 @@ int Upload(long long mib) {
   return 0;
 }
 
+constexpr int kPeerPort = 7172;
+
+// --serve MIB: as a worker on this host (its TLS directory), holds an MIB
+// MiB checkpoint file and serves it until killed.
+int Serve(long long mib) {
+  const std::string path = "/tmp/p9-src/ckpt-1.pt";
+  std::filesystem::create_directories("/tmp/p9-src");
+  std::string buf(kBuf, '\0');
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<char>(i * 7919);
+  uint32_t crc = 0;
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    for (long long i = 0; i < mib; ++i) {
+      out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+      crc = frameworm::UpdateCrc32(crc, buf);
+    }
+  }
+  ::sync();
+  frameworm::CheckpointHoldings held;
+  frameworm::HeldCheckpoint h;
+  h.job_id = "p9";
+  h.step = 1;
+  h.path = path;
+  h.bytes = mib << 20;
+  h.checksum = frameworm::Crc32Text(crc);
+  if (!held.Add(h).ok()) return 1;
+  auto tls = frameworm::LoadTlsDir(frameworm::e2e::kTlsDir);
+  if (!tls.ok()) {
+    std::fprintf(stderr, "p9 serve: %s\n", tls.status().ToString().c_str());
+    return 1;
+  }
+  frameworm::PeerServiceImpl service(held);
+  frameworm::ServerOptions o;
+  o.listen = absl::StrCat("0.0.0.0:", kPeerPort);
+  o.tls = *tls;
+  auto server = frameworm::StartServer(o, {&service});
+  if (!server.ok()) {
+    std::fprintf(stderr, "p9 serve: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("serving %s\n", h.checksum.c_str());
+  std::fflush(stdout);
+  server->server->Wait();
+  return 0;
+}
+
+// --fetch HOST MIB CHECKSUM: fetches the served file as a replica would,
+// prints MiB/s (fetch, write, fsync and rename included).
+int Fetch(const std::string& host, long long mib, const std::string& checksum) {
+  auto tls = frameworm::LoadTlsDir(frameworm::e2e::kTlsDir);
+  if (!tls.ok()) {
+    std::fprintf(stderr, "p9 fetch: %s\n", tls.status().ToString().c_str());
+    return 1;
+  }
+  frameworm::HeldCheckpoint h;
+  h.job_id = "p9";
+  h.step = 1;
+  // P9_FETCH_DIR: where the copy goes (default /tmp/p9-dst; /dev/shm/...
+  // takes the disk out of the measurement).
+  const char* dst = std::getenv("P9_FETCH_DIR");
+  h.path = absl::StrCat(dst != nullptr && *dst == '/' ? dst : "/tmp/p9-dst", "/ckpt-1.pt");
+  h.bytes = mib << 20;
+  h.checksum = checksum;
+  h.sources = {absl::StrCat(host, ":", kPeerPort)};
+  std::filesystem::remove(h.path);
+  std::atomic<bool> stop{false};
+  const absl::Time t0 = absl::Now();
+  absl::Status s = frameworm::FetchCheckpointFrom(h, &*tls, absl::Minutes(5), stop);
+  const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
+  std::filesystem::remove(h.path);
+  if (!s.ok()) {
+    std::fprintf(stderr, "p9 fetch: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::printf("{\"peer_mib_s\":%.1f}\n", static_cast<double>(mib) / secs);
+  return 0;
+}
+
 // The number after `key` in `text` ("...\"key\":123.4..."), or -1.
 double Field(const std::string& text, const std::string& key) {
   const size_t at = text.rfind(absl::StrCat("\"", key, "\":"));
@@ -164,7 +254,7 @@ std::string Self() {
 
 int Bench(int trials, long long mib) {
   MultiHostOptions o;
-  o.workers = 1;
+  o.workers = 2;
   auto cluster = MultiHostCluster::Start(o);
   if (!cluster.ok()) {
     std::fprintf(stderr, "p9: %s\n", cluster.status().ToString().c_str());
@@ -173,7 +263,7 @@ int Bench(int trials, long long mib) {
   MultiHostCluster& c = **cluster;
   const std::string self = Self();
   const std::string coordinator_host = c.net().host(0).address;
-  std::vector<double> link, upload;
+  std::vector<double> link, upload, peer_link, peer;
   for (int t = 0; t < trials; ++t) {
     auto receiver = c.net().Start(0, {self, "--receive"}, {},
                                   absl::StrCat(c.dir(), "/p9-receive-", t, ".log"), "/tmp");
@@ -200,16 +290,56 @@ int Bench(int trials, long long mib) {
                    logs.output.c_str());
       return 1;
     }
+    // Worker to worker: the same link measurement from host 1 to host 2,
+    // then a replica's fetch over the same path.
+    const std::string peer_host = c.net().host(1).address;
+    auto receiver2 = c.net().Start(2, {self, "--receive"}, {},
+                                   absl::StrCat(c.dir(), "/p9-receive2-", t, ".log"), "/tmp");
+    if (!receiver2.ok() || !(*receiver2)->WaitForLine("receiving", absl::Seconds(10)).ok()) {
+      std::fprintf(stderr, "p9: the receiver on host 2 did not start\n");
+      return 1;
+    }
+    frameworm::e2e::RunResult sent2 = frameworm::e2e::RunCommand(
+        c.net().OnHost(1, {self, "--send", c.net().host(2).address, absl::StrCat(mib)}), {},
+        absl::Seconds(120));
+    (*receiver2)->Wait(absl::Seconds(10));
+    auto server = c.net().Start(1, {self, "--serve", absl::StrCat(mib)}, {},
+                                absl::StrCat(c.dir(), "/p9-serve-", t, ".log"), "/tmp");
+    absl::StatusOr<std::string> serving =
+        server.ok() ? (*server)->WaitForLine("serving", absl::Seconds(60))
+                    : absl::StatusOr<std::string>(server.status());
+    if (!serving.ok()) {
+      std::fprintf(stderr, "p9: the peer server on host 1 did not start\n");
+      return 1;
+    }
+    const std::string checksum = serving->substr(serving->find("crc32:"), 14);
+    frameworm::e2e::RunResult fetched = frameworm::e2e::RunCommand(
+        c.net().OnHost(2, {self, "--fetch", peer_host, absl::StrCat(mib), checksum}), {},
+        absl::Seconds(300));
+    server->reset();  // kills the server
+    const double pl = Field(sent2.output, "link_mib_s");
+    const double p = Field(fetched.output, "peer_mib_s");
+    if (pl <= 0 || p <= 0) {
+      std::fprintf(stderr, "p9: trial %d failed: peer link %s / peer %s\n", t,
+                   sent2.output.c_str(), fetched.output.c_str());
+      return 1;
+    }
     link.push_back(l);
     upload.push_back(u);
-    std::printf("{\"trial\":%d,\"mib\":%lld,\"link_mib_s\":%.1f,\"upload_mib_s\":%.1f}\n", t, mib,
-                l, u);
+    peer_link.push_back(pl);
+    peer.push_back(p);
+    std::printf(
+        "{\"trial\":%d,\"mib\":%lld,\"link_mib_s\":%.1f,\"upload_mib_s\":%.1f,"
+        "\"peer_link_mib_s\":%.1f,\"peer_mib_s\":%.1f}\n",
+        t, mib, l, u, pl, p);
     std::fflush(stdout);
   }
   std::printf(
       "{\"summary\":true,\"trials\":%d,\"mib\":%lld,\"link_mib_s_median\":%.1f,"
-      "\"upload_mib_s_median\":%.1f,\"ratio\":%.3f}\n",
-      trials, mib, Median(link), Median(upload), Median(upload) / Median(link));
+      "\"upload_mib_s_median\":%.1f,\"ratio\":%.3f,\"peer_link_mib_s_median\":%.1f,"
+      "\"peer_mib_s_median\":%.1f,\"peer_ratio\":%.3f}\n",
+      trials, mib, Median(link), Median(upload), Median(upload) / Median(link),
+      Median(peer_link), Median(peer), Median(peer) / Median(peer_link));
   return 0;
 }
 
@@ -224,6 +354,12 @@ int main(int argc, char** argv) {
   }
   if (args.size() == 2 && args[0] == "--upload" && absl::SimpleAtoi(args[1], &mib)) {
     return Upload(mib);
+  }
+  if (args.size() == 2 && args[0] == "--serve" && absl::SimpleAtoi(args[1], &mib)) {
+    return Serve(mib);
+  }
+  if (args.size() == 4 && args[0] == "--fetch" && absl::SimpleAtoi(args[2], &mib)) {
+    return Fetch(args[1], mib, args[3]);
   }
   int trials = 3;
   mib = 512;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# P9: checkpoint copy throughput between two hosts (rank 0's upload to the
-# coordinator over mutual TLS) against a plain TCP stream over the same
-# veth/bridge path, in the same run. Needs root (network namespaces).
+# P9: checkpoint copy throughput between two hosts against a plain TCP
+# stream over the same veth/bridge path, in the same run: a replica's fetch
+# worker to worker (PeerService, mutual TLS), and rank 0's upload to the
+# coordinator (mutual TLS). Needs root (network namespaces).
 # Writes bench/results/p9_copy.md. Target: ratio >= 0.70.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 TRIALS="${P9_TRIALS:-3}"
@@ -18,15 +19,24 @@ s = [r for r in rows if r.get("summary")][0]
 lines = ["# P9: checkpoint copy throughput between two hosts", "",
   f"Command: `bench/p9_copy.sh` (P9_TRIALS={trials}, P9_MIB={mib})",
   f"Machine: {os.cpu_count()} cores, {cpu}. Hosts: network + mount namespaces on a bridge",
-  "(tests/e2e/hosts.h): the coordinator on host 0, one worker on host 1.", "",
-  "- link: a plain TCP stream of the same size from host 1 to host 0 (what the veth path carries);",
+  "(tests/e2e/hosts.h): the coordinator on host 0, workers on hosts 1 and 2.", "",
+  "- peer link: a plain TCP stream of the same size from host 1 to host 2 (what the veth path carries);",
+  "- peer: host 2 fetching a checkpoint file held on host 1 the way a replica is copied",
+  "  (PeerService.FetchCheckpoint: 1 MiB chunks, mutual TLS with worker certificates; the fetcher",
+  "  checks size and CRC-32, writes, fsyncs, renames: `FetchCheckpointFrom`);",
+  "- link: a plain TCP stream from host 1 to host 0;",
   "- upload: a job's rank 0 on host 1 sending a checkpoint file the way frameworm-train does",
   "  (UploadCheckpoint: 1 MiB chunks, CRC-32, mutual TLS; the coordinator writes, fsyncs, renames).", "",
-  "| trial | MiB | link (MiB/s) | upload (MiB/s) | ratio |", "|---|---|---|---|---|"]
+  "| trial | MiB | peer link (MiB/s) | peer copy (MiB/s) | ratio | link (MiB/s) | upload (MiB/s) | ratio |",
+  "|---|---|---|---|---|---|---|---|"]
 for r in rows:
   if r.get("summary"): continue
-  lines.append(f"| {r['trial']} | {r['mib']} | {r['link_mib_s']:.0f} | {r['upload_mib_s']:.0f} | {r['upload_mib_s']/r['link_mib_s']:.2f} |")
-lines += ["", f"Medians: link {s['link_mib_s_median']:.0f} MiB/s, upload {s['upload_mib_s_median']:.0f} MiB/s, "
+  lines.append(f"| {r['trial']} | {r['mib']} | {r['peer_link_mib_s']:.0f} | {r['peer_mib_s']:.0f} | "
+               f"{r['peer_mib_s']/r['peer_link_mib_s']:.2f} | {r['link_mib_s']:.0f} | "
+               f"{r['upload_mib_s']:.0f} | {r['upload_mib_s']/r['link_mib_s']:.2f} |")
+lines += ["", f"Medians: worker to worker {s['peer_mib_s_median']:.0f} MiB/s against a link of "
+          f"{s['peer_link_mib_s_median']:.0f} MiB/s, ratio **{s['peer_ratio']:.2f}**; upload to the "
+          f"coordinator {s['upload_mib_s_median']:.0f} MiB/s against {s['link_mib_s_median']:.0f} MiB/s, "
           f"ratio **{s['ratio']:.2f}** (target >= 0.70)."]
 from benchlib import write_report; write_report(out, lines)
 PY

@@ -109,9 +109,15 @@ TEST(CliFormat, TablesAndCsv) {
   cr->set_path("/c/step-100.pt");
   cr->set_bytes(4096);
   cr->set_checksum("ab12");
+  cr->add_holders("w1");
+  cr->add_holders("w2");
+  v1::CheckpointRecord* older = c.add_checkpoints();
+  older->set_step(50);
+  older->set_path("/c/step-50.pt");
   EXPECT_EQ(FormatCheckpoints(c),
-            "STEP  PATH            BYTES  CHECKSUM  CREATED\n"
-            "100   /c/step-100.pt  4096   ab12      -\n");
+            "STEP  PATH            BYTES  CHECKSUM  CREATED  HELD_BY\n"
+            "100   /c/step-100.pt  4096   ab12      -        w1,w2\n"
+            "50    /c/step-50.pt   0                -        -\n");
   std::string status = FormatJobStatus(Job("job-1", v1::RUNNING, 10));
   EXPECT_THAT(status, HasSubstr("state: RUNNING\n"));
   EXPECT_THAT(status, HasSubstr("step: 10/300\n"));

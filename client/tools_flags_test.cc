@@ -140,6 +140,20 @@ TEST(WorkerFlagsTest, PlaintextToARemoteCoordinatorNeedsInsecureByName) {
   EXPECT_THAT(r.output, HasSubstr("--coordinator=192.0.2.1:7070 is off loopback"));
 }
 
+TEST(WorkerFlagsTest, ServingCheckpointCopiesInPlaintextOffLoopbackNeedsInsecureByName) {
+  e2e::RunResult r = RunTool("frameworm-worker", {"--coordinator=127.0.0.1:1",
+                                                  "--advertise=192.0.2.7"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(Lines(r.output), 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--peer-listen=192.0.2.7:0 is off loopback")) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--peer-listen=none")) << r.output;
+  // An address this host does not have cannot be served on.
+  r = RunTool("frameworm-worker",
+              {"--coordinator=127.0.0.1:1", "--peer-listen=192.0.2.7:0", "--insecure"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("--peer-listen: cannot listen on 192.0.2.7:0")) << r.output;
+}
+
 TEST(WorkerFlagsTest, ALogCapUnderOneMebibyteIsAFlagError) {
   e2e::RunResult r = RunTool("frameworm-worker", {"--max-log-bytes=1000"});
   EXPECT_EQ(r.exit_code, 2);

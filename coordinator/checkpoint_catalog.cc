@@ -74,6 +74,26 @@ const std::vector<v1::CheckpointRecord>& CheckpointCatalog::List(
   return it == jobs_.end() ? kNone : it->second;
 }
 
+int CheckpointCatalog::AddHolder(const std::string& job_id, int64_t step,
+                                 const std::string& worker) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return 0;
+  for (v1::CheckpointRecord& r : it->second) {
+    if (r.step() != step) continue;
+    if (std::find(r.holders().begin(), r.holders().end(), worker) == r.holders().end() &&
+        r.holders_size() < kMaxHolders) {
+      r.add_holders(worker);
+    }
+    return r.holders_size();
+  }
+  return 0;
+}
+
+const v1::CheckpointRecord* CheckpointCatalog::NewestRecord(const std::string& job_id) const {
+  const std::vector<v1::CheckpointRecord>& list = List(job_id);
+  return list.empty() ? nullptr : &list.back();
+}
+
 std::string CheckpointCatalog::Newest(const std::string& job_id) const {
   const std::vector<v1::CheckpointRecord>& list = List(job_id);
   return list.empty() ? "" : list.back().path();

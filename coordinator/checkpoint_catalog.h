@@ -39,6 +39,16 @@ class CheckpointCatalog {
   absl::StatusOr<std::vector<std::string>> Record(
       const v1::CheckpointRecord& record, int keep_last);
 
+  // `worker` holds a verified copy of the job's checkpoint of `step`
+  // (CheckpointRecord.holders, in memory only: a restarted coordinator
+  // knows none until workers answer new holds). Returns how many holders
+  // the record has now (a worker counts once), 0 when there is no such
+  // record; at most kMaxHolders per record (later ones are ignored).
+  int AddHolder(const std::string& job_id, int64_t step, const std::string& worker);
+  static constexpr int kMaxHolders = 64;
+  // The job's newest record; nullptr when it has none.
+  const v1::CheckpointRecord* NewestRecord(const std::string& job_id) const;
+
   // Drops the job's records from memory (its rows are the caller's).
   void Forget(const std::string& job_id) { jobs_.erase(job_id); }
   // The job's records, oldest step first (empty for an unknown job).

@@ -9,10 +9,10 @@
 // path from a request is ever opened. Nothing outside <root> is deleted.
 //
 // Limits: a copy holds at most `max_bytes` (declared up front and enforced
-// while receiving); one chunk at most kMaxChunkBytes.
+// while receiving); one chunk at most kMaxChunkBytes (received_file.h).
 //
 // Thread safety: Begin/PathOf/Remove/RemoveJob may be called from any thread
-// (they touch only the filesystem); one Incoming is used by one thread.
+// (they touch only the filesystem); one ReceivedFile is used by one thread.
 // Errors: INVALID_ARGUMENT for a malformed job id, a negative step, a size
 // outside [0, max_bytes], too many bytes or a checksum mismatch (naming the
 // numbers); INTERNAL for filesystem errors (naming the file); NOT_FOUND from
@@ -21,49 +21,24 @@
 #define FRAMEWORM_COORDINATOR_CHECKPOINT_COPIES_H_
 
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/received_file.h"
 
 namespace frameworm::coordinator {
-
-inline constexpr int64_t kMaxChunkBytes = 1 << 20;
-
-// "crc32:xxxxxxxx" for zlib's crc32 `crc`.
-std::string Crc32Text(uint32_t crc);
 
 class CheckpointCopies {
  public:
   CheckpointCopies(std::string root, int64_t max_bytes)
       : root_(std::move(root)), max_bytes_(max_bytes) {}
 
-  // One copy being received. Destroying it before Commit() removes the
-  // partial file.
-  class Incoming {
-   public:
-    ~Incoming();
-    absl::Status Append(const std::string& data);
-    // Checks the size and `checksum` ("crc32:xxxxxxxx"), then renames the
-    // file into place (replacing an older copy of the same step).
-    absl::Status Commit(const std::string& checksum);
-    int64_t received() const { return received_; }
-
-   private:
-    friend class CheckpointCopies;
-    Incoming() = default;
-    std::FILE* file_ = nullptr;
-    std::string partial_, final_;
-    int64_t expected_ = 0, received_ = 0;
-    uint32_t crc_ = 0;
-    bool committed_ = false;
-  };
-
-  absl::StatusOr<std::unique_ptr<Incoming>> Begin(const std::string& job_id,
-                                                  int64_t step,
-                                                  int64_t total_bytes) const;
+  // One copy being received (common/received_file.h).
+  absl::StatusOr<std::unique_ptr<ReceivedFile>> Begin(const std::string& job_id,
+                                                      int64_t step,
+                                                      int64_t total_bytes) const;
   // The file holding the copy of (job, step); NOT_FOUND when there is none.
   absl::StatusOr<std::string> PathOf(const std::string& job_id, int64_t step) const;
   void Remove(const std::string& job_id, int64_t step) const;  // best effort
@@ -75,10 +50,6 @@ class CheckpointCopies {
   const std::string root_;
   const int64_t max_bytes_;
 };
-
-// OK when `job_id` is safe as one path component: 1-64 characters of
-// [A-Za-z0-9_.-], not "." or "..".
-absl::Status CheckJobIdComponent(const std::string& job_id);
 
 }  // namespace frameworm::coordinator
 

@@ -11,7 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/printable.h"
 #include "coordinator/checkpoint_paths.h"
+#include "coordinator/checkpoint_replication.h"
 #include "coordinator/generation_plan.h"
 #include "coordinator/sqlite_store.h"
 #include "coordinator/state_dir_lock.h"
@@ -352,6 +354,7 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {
     v1::WorkerInfo info;
     info.set_name(w->name);
     info.set_address(w->address);
+    info.set_peer_endpoint(w->peer_endpoint);
     info.set_slots(w->slots);
     auto u = used.find(w->name);
     info.set_free_slots(
@@ -443,6 +446,9 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
       case v1::WorkerMessage::kTaskStatus:
         jobs_.HandleTaskStatus(heard->worker->name, m.task_status());
         break;
+      case v1::WorkerMessage::kHeld:
+        HeldLocked(heard->worker->name, m.held());
+        break;
       case v1::WorkerMessage::kLog:
         // Checked here, written below without the lock: a slow disk holds up
         // only this session (its messages are handled one at a time, so
@@ -464,6 +470,28 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
   Flush();
   if (append) status = logs_.Append(m.log().ref().job_id(), m.log().rank(), m.log().data());
   return status;
+}
+
+void Coordinator::HeldLocked(const std::string& worker, const v1::CheckpointHeld& held) {
+  if (held.ok()) {
+    if (checkpoints_.AddHolder(held.job_id(), held.step(), worker) != 1) return;
+    // The first holder is rank 0's worker: now the replicas fetch from it.
+    const Job* job = jobs_.Find(held.job_id());
+    if (job == nullptr || job->ranks.empty() || job->ranks[0].worker != worker) return;
+    const v1::CheckpointPolicy& policy = job->spec.checkpoint();
+    const int replicas = policy.has_replicas() ? policy.replicas() : kDefaultCheckpointReplicas;
+    for (const v1::CheckpointRecord& rec : checkpoints_.List(held.job_id())) {
+      if (rec.step() != held.step()) continue;
+      for (auto& [w, m] : ReplicaHolds(workers_, rec, worker, job->workers, replicas)) {
+        workers_.Send(w, std::move(m));
+      }
+    }
+    return;
+  }
+  std::fprintf(stderr, "coordinator: worker %s holds no copy of job %s's checkpoint of step %lld: %s\n",
+               worker.c_str(), PrintableLine(held.job_id(), 64).c_str(),
+               static_cast<long long>(held.step()),
+               PrintableLine(held.error(), 512).c_str());
 }
 
 // --------------------------------------------------------------- trainers
@@ -516,7 +544,8 @@ void Coordinator::ReportStepAsync(const v1::StepMetrics& m, ReportDone done) {
 absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
     const v1::CheckpointRecord& in) {
   absl::StatusOr<std::vector<std::string>> expired;
-  std::set<int64_t> steps_before;  // then: the steps whose copies expired
+  // The steps before, with their holders; then: the steps that expired.
+  std::map<int64_t, std::vector<std::string>> steps_before;
   {
     absl::MutexLock l(&mu_);
     absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(in.ref());
@@ -534,20 +563,30 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
     }
     v1::CheckpointRecord rec = in;
     rec.set_created_unix_ms(absl::ToUnixMillis(clock_.Now()));
-    for (const auto& c : checkpoints_.List(rec.ref().job_id())) steps_before.insert(c.step());
-    steps_before.insert(rec.step());
+    for (const auto& c : checkpoints_.List(rec.ref().job_id())) {
+      steps_before[c.step()].assign(c.holders().begin(), c.holders().end());
+    }
+    steps_before[rec.step()];
     expired = checkpoints_.Record(rec, (*job)->spec.checkpoint().keep_last());
     if (!expired.ok()) return expired;
     for (const auto& c : checkpoints_.List(rec.ref().job_id())) steps_before.erase(c.step());
     jobs_.CheckpointRecorded(rec.ref().job_id(), rec.step());
+    // Copies on workers: rank 0's worker holds the file (replicas fetch it
+    // once it says so, HeldLocked); holders of expired steps drop theirs.
+    std::vector<WorkerCommand> commands;
+    if (!(*job)->ranks.empty()) commands.push_back(SourceHold(rec, (*job)->ranks[0].worker));
+    for (const auto& [step, holders] : steps_before) {
+      for (auto& c : DropCommands(rec.ref().job_id(), step, holders)) commands.push_back(c);
+    }
+    for (auto& [w, m] : commands) workers_.Send(w, std::move(m));
   }
   Flush();
   // Outside the lock: file deletes never hold up the core.
-  for (int64_t gone : steps_before) copies_.Remove(in.ref().job_id(), gone);
+  for (const auto& [gone, holders] : steps_before) copies_.Remove(in.ref().job_id(), gone);
   return expired;
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointCopies::Incoming>>
+absl::StatusOr<std::unique_ptr<ReceivedFile>>
 Coordinator::BeginCheckpointUpload(const v1::JobRef& ref, int64_t step,
                                    int64_t total_bytes) {
   {
@@ -616,10 +655,18 @@ void Coordinator::BoundGrowth() {
     last_bound_ = now;
     if (retain_finished_ > absl::ZeroDuration()) {
       expired = jobs_.ExpireFinished(absl::ToUnixMillis(now - retain_finished_));
-      for (const std::string& id : expired) checkpoints_.Forget(id);
+      for (const std::string& id : expired) {
+        std::set<std::string> holders;  // each drops every copy of the job
+        for (const auto& c : checkpoints_.List(id)) holders.insert(c.holders().begin(), c.holders().end());
+        for (auto& [w, m] : DropCommands(id, -1, {holders.begin(), holders.end()})) {
+          workers_.Send(w, std::move(m));
+        }
+        checkpoints_.Forget(id);
+      }
     }
     thinned = jobs_.ThinMetrics(metric_history_);
   }
+  if (!expired.empty()) Flush();
   // In transactions of at most 500 rows: metric commits get the store in
   // between.
   for (const auto& [id, steps] : thinned) {

@@ -226,7 +226,7 @@ class Coordinator {
   // Receiving rank 0's copy of a checkpoint (<state_dir>/checkpoint-copies,
   // see checkpoint_copies.h). Errors as ReportStep (the ref must name the
   // job's current generation), and CheckpointCopies::Begin's.
-  absl::StatusOr<std::unique_ptr<CheckpointCopies::Incoming>> BeginCheckpointUpload(
+  absl::StatusOr<std::unique_ptr<ReceivedFile>> BeginCheckpointUpload(
       const v1::JobRef& ref, int64_t step, int64_t total_bytes);
   // The coordinator's copy of the checkpoint the job reported at `path`,
   // for a rank of the current generation. NOT_FOUND when the job reported
@@ -261,6 +261,10 @@ class Coordinator {
   // data at most 1 MiB. INVALID_ARGUMENT otherwise. (The write itself
   // happens without the lock.)
   absl::Status CheckLogLocked(const std::string& worker, const v1::LogUpload& log) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker's answer to a HoldCheckpoint: a verified copy becomes one of
+  // the record's holders; a failure is logged.
+  void HeldLocked(const std::string& worker, const v1::CheckpointHeld& held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls the listener for what the parts queued under the lock.
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);

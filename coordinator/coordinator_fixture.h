@@ -54,11 +54,13 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   // Registers and attaches a worker; returns its session id.
+  // With `peer`, it serves checkpoint copies at "<name>.host:7071".
   std::string AddWorker(const std::string& name, int slots,
-                        std::vector<v1::TaskStatus> running = {}) {
+                        std::vector<v1::TaskStatus> running = {}, bool peer = false) {
     v1::RegisterWorkerRequest req;
     req.set_name(name);
     req.set_address(name + ".host:9000");
+    if (peer) req.set_peer_endpoint(name + ".host:7071");
     req.set_slots(slots);
     for (auto& t : running) *req.add_running() = t;
     Harvest();               // tokens of what the old session was sent
@@ -73,6 +75,16 @@ class CoordinatorTest : public ::testing::Test {
     v1::WorkerMessage m;
     m.set_session_id(sessions_[name]);
     m.mutable_heartbeat()->set_unix_ms(1);
+    ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
+  }
+  // The worker's answer to a HoldCheckpoint.
+  void Held(const std::string& worker, const std::string& job, int64_t step, bool ok = true) {
+    v1::WorkerMessage m;
+    m.set_session_id(sessions_[worker]);
+    m.mutable_held()->set_job_id(job);
+    m.mutable_held()->set_step(step);
+    m.mutable_held()->set_ok(ok);
+    if (!ok) m.mutable_held()->set_error("disk full");
     ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
   }
   void TaskState(const std::string& worker, const std::string& job,

@@ -1,5 +1,7 @@
 #include "coordinator/job_scheduler.h"
 
+#include "coordinator/checkpoint_replication.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -288,6 +290,11 @@ bool JobScheduler::StartGeneration(Job& job,
   job.resume_from = in.resume_from;
   job.progress.Start(static_cast<int>(job.ranks.size()), now);
   job.metrics.ResetWindows();
+  // Workers without the checkpoint fetch it first (their StartTask waits).
+  if (const v1::CheckpointRecord* rec = checkpoints_.NewestRecord(job.id);
+      rec != nullptr && rec->path() == in.resume_from) {
+    for (auto& [w, m] : PrefetchCommands(workers_, *rec, workers)) workers_.Send(w, std::move(m));
+  }
   for (const RankState& r : job.ranks) {
     v1::CoordinatorMessage msg;
     *msg.mutable_start()->mutable_task() = r.task;

@@ -21,6 +21,7 @@
 #include "grpcpp/alarm.h"
 #include "coordinator/access.h"
 #include "coordinator/paging.h"
+#include "rpc/file_stream.h"
 #include "rpc/status_util.h"
 #include "rpc/tls.h"
 
@@ -323,55 +324,9 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
   v1::UploadCheckpointResponse* const resp_;
   absl::Mutex mu_;
   v1::CheckpointChunk chunk_;
-  std::unique_ptr<CheckpointCopies::Incoming> incoming_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<ReceivedFile> incoming_ ABSL_GUARDED_BY(mu_);
   std::string checksum_ ABSL_GUARDED_BY(mu_);
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-// Sends the coordinator's copy of a checkpoint, kMaxChunkBytes at a time;
-// the first chunk carries total_bytes.
-class DownloadReactor final : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
- public:
-  DownloadReactor(Impl* impl, const v1::DownloadCheckpointRequest& req) {
-    absl::StatusOr<std::string> path = impl->core->CheckpointCopyOf(req.ref(), req.path());
-    if (!path.ok()) {
-      Finish(ToGrpcStatus(path.status()));
-      return;
-    }
-    in_.open(*path, std::ios::binary);
-    std::error_code ec;
-    total_ = static_cast<int64_t>(std::filesystem::file_size(*path, ec));
-    if (!in_ || ec) {
-      Finish(ToGrpcStatus(absl::InternalError("cannot read the checkpoint copy")));
-      return;
-    }
-    chunk_.set_total_bytes(total_);
-    Next();
-  }
-  void OnWriteDone(bool ok) override {
-    if (!ok) return Finish(grpc::Status::OK);  // the client went away
-    chunk_.Clear();
-    Next();
-  }
-  void OnDone() override { delete this; }
-
- private:
-  void Next() {
-    std::string* data = chunk_.mutable_data();
-    data->resize(static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, total_ - sent_)));
-    if (data->empty()) {
-      if (!first_) return Finish(grpc::Status::OK);
-    } else if (!in_.read(data->data(), static_cast<std::streamsize>(data->size()))) {
-      return Finish(ToGrpcStatus(absl::InternalError("reading the checkpoint copy failed")));
-    }
-    sent_ += static_cast<int64_t>(data->size());
-    first_ = false;
-    StartWrite(&chunk_);
-  }
-  std::ifstream in_;
-  int64_t total_ = 0, sent_ = 0;
-  bool first_ = true;
-  v1::CheckpointChunk chunk_;
 };
 
 // A job's place in submission order ("job-000042": its sequence number).
@@ -390,14 +345,6 @@ absl::Status JobAllowed(Impl* impl, const Caller& caller, const std::string& id)
   return CheckJobAccess(caller, id, *owner);
 }
 
-// A streaming call refused before it started; `Reactor` is the call's
-// reactor type (server write, read or bidi stream).
-template <typename Reactor>
-class Refused final : public Reactor {
- public:
-  explicit Refused(const absl::Status& s) { this->Finish(ToGrpcStatus(s)); }
-  void OnDone() override { delete this; }
-};
 
 // A unary reactor finished with `status`.
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx,
@@ -589,7 +536,11 @@ class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
       grpc::CallbackServerContext* ctx, const v1::DownloadCheckpointRequest* req) override {
     if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok())
       return new Refused<grpc::ServerWriteReactor<v1::CheckpointChunk>>(s);
-    return new DownloadReactor(impl_, *req);
+    absl::StatusOr<std::string> path = impl_->core->CheckpointCopyOf(req->ref(), req->path());
+    if (!path.ok()) {
+      return new Refused<grpc::ServerWriteReactor<v1::CheckpointChunk>>(path.status());
+    }
+    return new FileSendReactor<v1::CheckpointChunk>(*path, "the checkpoint copy");
   }
 
  private:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/token.h"
 #include "coordinator/job_logs.h"
@@ -23,6 +24,21 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
     return absl::InvalidArgumentError(absl::StrCat(
         "worker address must be a host name or IP address of at most ", kMaxAddressBytes,
         " characters"));
+  }
+  if (!req.peer_endpoint().empty()) {
+    const std::string& e = req.peer_endpoint();
+    const size_t colon = e.rfind(':');
+    int port = 0;
+    const bool ok =
+        e.size() <= kMaxAddressBytes + 8 && colon != std::string::npos && colon > 0 &&
+        e.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]_%") == std::string::npos &&
+        absl::SimpleAtoi(e.substr(colon + 1), &port) && port > 0 && port < 65536;
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker peer endpoint '", e.substr(0, 80), "' is not HOST:PORT (at most ",
+          kMaxAddressBytes + 8, " characters)"));
+    }
   }
   if (req.slots() < 1 || req.slots() > kMaxSlots)
     return absl::InvalidArgumentError(absl::StrCat(
@@ -52,6 +68,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
   }
   w.name = req.name();
   w.address = req.address();
+  w.peer_endpoint = req.peer_endpoint();
   w.instance = req.instance();
   w.slots = req.slots();
   w.registered = true;

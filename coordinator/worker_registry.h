@@ -64,6 +64,7 @@ class WorkerRegistry {
   struct Worker {
     std::string name;
     std::string address;
+    std::string peer_endpoint;  // its PeerService, "host:port"; empty: none
     std::string instance;  // RegisterWorkerRequest.instance
     int slots = 0;
     std::string session_id;
@@ -85,7 +86,7 @@ class WorkerRegistry {
 
   // (Re)registers the worker under a new session; returns the session id.
   // INVALID_ARGUMENT: a bad name, address (empty, over kMaxAddressBytes, or
-  // not a host), slots outside 1..kMaxSlots, or more than kMaxSlots
+  // not a host), peer endpoint (not HOST:PORT), slots outside 1..kMaxSlots, or more than kMaxSlots
   // running tasks. ALREADY_EXISTS: the name belongs to a live session (attached
   // and heard within the heartbeat timeout) of another worker process
   // (another `instance`); the live worker keeps it.

@@ -214,6 +214,11 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
                absl::StrCat("checkpoint.keep_last must be >= 0, got ",
                             c.keep_last()));
   }
+  if (c.has_replicas() && (c.replicas() < 0 || c.replicas() > kMaxCheckpointReplicas)) {
+    return err("checkpoint.replicas",
+               absl::StrCat("checkpoint.replicas must be within 0..", kMaxCheckpointReplicas,
+                            ", got ", c.replicas()));
+  }
   return std::nullopt;
 }
 
@@ -465,7 +470,7 @@ class Parser {
       v1::CheckpointPolicy* c = spec_->mutable_checkpoint();
       for (const auto& [k, val] :
            Fields(v, "checkpoint.",
-                  {"dir", "every_n_steps", "every_n_minutes", "keep_last"})) {
+                  {"dir", "every_n_steps", "every_n_minutes", "keep_last", "replicas"})) {
         if (val.IsNull()) continue;
         if (k == "dir") {
           c->set_dir(Str(val, "checkpoint.dir"));
@@ -473,6 +478,8 @@ class Parser {
           c->set_every_n_steps(Int(val, "checkpoint.every_n_steps"));
         } else if (k == "every_n_minutes") {
           c->set_every_n_minutes(Number(val, "checkpoint.every_n_minutes"));
+        } else if (k == "replicas") {
+          c->set_replicas(Int32(val, "checkpoint.replicas"));
         } else {
           c->set_keep_last(Int32(val, "checkpoint.keep_last"));
         }

@@ -20,7 +20,8 @@
 //   priority: int                       # default 0
 //   total_steps: int                    # default: train.max_steps if given
 //   checkpoint: {dir: str, every_n_steps: int, every_n_minutes: float,
-//                keep_last: int}        # keep_last default kDefaultKeepLast
+//                keep_last: int,        # keep_last default kDefaultKeepLast
+//                replicas: int}         # 0..kMaxCheckpointReplicas, default 1
 //
 // A key with no value ("backend:") means the default. Nothing is partially
 // accepted: any error returns no spec.
@@ -41,6 +42,9 @@
 namespace frameworm {
 
 inline constexpr int kDefaultKeepLast = 3;
+inline constexpr int kMaxCheckpointReplicas = 8;
+// checkpoint.replicas when a spec leaves it out.
+inline constexpr int kDefaultCheckpointReplicas = 1;
 
 // Parses YAML text. `source_name` prefixes error messages (a file name).
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml,

@@ -62,6 +62,11 @@ checkpoint:
   EXPECT_EQ(s.checkpoint().every_n_steps(), 100);
   EXPECT_DOUBLE_EQ(s.checkpoint().every_n_minutes(), 2.5);
   EXPECT_EQ(s.checkpoint().keep_last(), 2);
+  EXPECT_FALSE(s.checkpoint().has_replicas()) << "unset: the coordinator's default (1)";
+  auto none = ParseJobSpecYaml("name: x\ncheckpoint:\n  replicas: 0\n", "job.yaml");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->checkpoint().has_replicas());
+  EXPECT_EQ(none->checkpoint().replicas(), 0);
   EXPECT_TRUE(ValidateJobSpec(s).ok());
 }
 
@@ -185,6 +190,10 @@ TEST(JobSpec, MissingNameAndOtherValues) {
               HasSubstr("job.yaml:3: train options apply only to the built-in"));
   EXPECT_THAT(ParseErr("name: x\ncheckpoint:\n  keep_last: -1\n").message(),
               HasSubstr("job.yaml:3: checkpoint.keep_last must be >= 0"));
+  EXPECT_THAT(ParseErr("name: x\ncheckpoint:\n  replicas: 9\n").message(),
+              HasSubstr("job.yaml:3: checkpoint.replicas must be within 0..8, got 9"));
+  EXPECT_THAT(ParseErr("name: x\ncheckpoint:\n  replicas: -1\n").message(),
+              HasSubstr("checkpoint.replicas must be within 0..8, got -1"));
   EXPECT_THAT(ParseErr("name: a/b\n").message(),
               HasSubstr("job.yaml:1: name must not contain '/'"));
   EXPECT_THAT(ParseErr("name: x\nentrypoint: []\n").message(),

@@ -236,6 +236,9 @@ absl::Status IssueCertificate(const std::string& ca_dir, const std::string& role
   if (role == "coordinator") {
     exts.push_back({NID_ext_key_usage, "serverAuth"});
     exts.push_back({NID_subject_alt_name, absl::StrCat("DNS:", kCoordinatorTlsName)});
+  } else if (role == "worker") {
+    exts.push_back({NID_ext_key_usage, "clientAuth,serverAuth"});
+    exts.push_back({NID_subject_alt_name, absl::StrCat("DNS:", kWorkerTlsName)});
   } else {
     exts.push_back({NID_ext_key_usage, "clientAuth"});
   }

@@ -8,8 +8,10 @@
 // admin), which is how the coordinator knows who calls (rpc/tls.h
 // CallerOf). A coordinator certificate carries the DNS name
 // kCoordinatorTlsName, which every client checks (so no other certificate
-// of the cluster can stand in for the coordinator), and serverAuth; the
-// others carry clientAuth only.
+// of the cluster can stand in for the coordinator), and serverAuth; a
+// worker certificate carries kWorkerTlsName and both clientAuth and
+// serverAuth (workers serve checkpoint copies to each other); the others
+// carry clientAuth only.
 //
 // Files: created new (never over an existing file, never through a
 // symlink), keys and certificates 0600, directories 0700.

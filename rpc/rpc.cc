@@ -15,9 +15,10 @@ constexpr int kKeepaliveMs = 2000;
 constexpr int kKeepaliveTimeoutMs = 2000;
 }  // namespace
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const TlsFiles* tls) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const TlsFiles* tls,
+                                           const char* server_name) {
   grpc::ChannelArguments args;
-  if (tls != nullptr) args.SetSslTargetNameOverride(kCoordinatorTlsName);
+  if (tls != nullptr) args.SetSslTargetNameOverride(server_name);
   args.SetMaxReceiveMessageSize(kChannelMaxMessageBytes);
   args.SetMaxSendMessageSize(kChannelMaxMessageBytes);
   // Reconnect quickly after a coordinator restart (gRPC's default backoff

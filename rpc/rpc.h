@@ -18,11 +18,13 @@
 namespace frameworm {
 
 // A channel to `target` ("host:port"), plaintext, or with `tls` presenting
-// its certificate and accepting only the cluster's coordinator (checked
-// against kCoordinatorTlsName, not `target`). Never fails: connection
-// errors show up on the calls.
+// its certificate and accepting only a server certificate of the cluster
+// carrying `server_name` (the coordinator's by default; kWorkerTlsName for a
+// peer worker), not `target`. Never fails: connection errors show up on the
+// calls.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
-                                           const TlsFiles* tls = nullptr);
+                                           const TlsFiles* tls = nullptr,
+                                           const char* server_name = kCoordinatorTlsName);
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:0";  // port 0: pick a free one

@@ -1,5 +1,6 @@
 // Conversions between grpc::Status and absl::Status. Canonical codes map
-// one-to-one (docs/ARCHITECTURE.md, "Errors are values").
+// one-to-one (docs/ARCHITECTURE.md, "Errors are values"); a refused
+// streaming call.
 //
 // Thread safety: free functions, no shared state.
 #ifndef FRAMEWORM_RPC_STATUS_UTIL_H_
@@ -16,6 +17,16 @@ namespace frameworm {
 // message when non-empty.
 absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& what = "");
 grpc::Status ToGrpcStatus(const absl::Status& s);
+
+// A streaming call refused before it started; `Reactor` is the call's
+// reactor type (grpc::ServerWriteReactor<T>, ServerReadReactor<T> or
+// ServerBidiReactor<A, B>). Deletes itself when gRPC is done with it.
+template <typename Reactor>
+class Refused final : public Reactor {
+ public:
+  explicit Refused(const absl::Status& s) { this->Finish(ToGrpcStatus(s)); }
+  void OnDone() override { delete this; }
+};
 
 }  // namespace frameworm
 

@@ -7,7 +7,8 @@
 // its own and requires a client certificate from the same CA on every
 // connection; clients (workers, trainers, the CLI) present theirs and
 // accept only a server certificate of the cluster CA carrying the DNS name
-// kCoordinatorTlsName, whatever address they dial.
+// kCoordinatorTlsName, whatever address they dial. Workers also serve their
+// peers with their own certificate (DNS name kWorkerTlsName).
 //
 // Errors: NOT_FOUND (a file is missing, with how to make it),
 // PERMISSION_DENIED (tls.key readable by others), INVALID_ARGUMENT (not
@@ -26,6 +27,9 @@ namespace frameworm {
 
 // The name every coordinator certificate carries and every client checks.
 inline constexpr char kCoordinatorTlsName[] = "frameworm-coordinator";
+// The name every worker certificate carries: a worker serves checkpoint
+// copies to its peers (peer_service.proto), which check it.
+inline constexpr char kWorkerTlsName[] = "frameworm-worker";
 
 struct TlsFiles {
   std::string dir;

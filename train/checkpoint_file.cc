@@ -214,7 +214,11 @@ absl::StatusOr<CheckpointFileInfo> CheckpointFileWriter::Commit() {
   ::close(dfd);
   CheckpointFileInfo info;
   info.bytes = static_cast<int64_t>(kHeader + length_);
-  info.checksum = absl::StrFormat("crc32:%08x", static_cast<uint32_t>(crc_));
+  // The whole file's CRC (header, then payload), so any copy of the file is
+  // checked against it byte for byte (common/received_file.h).
+  const uLong whole = crc32_combine(UpdateCrc(crc32(0L, Z_NULL, 0), header, kHeader), crc_,
+                                    static_cast<z_off_t>(length_));
+  info.checksum = absl::StrFormat("crc32:%08x", static_cast<uint32_t>(whole));
   return info;
 }
 

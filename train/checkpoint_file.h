@@ -41,7 +41,10 @@ namespace frameworm {
 
 struct CheckpointFileInfo {
   int64_t bytes = 0;      // whole file
-  std::string checksum;   // "crc32:xxxxxxxx" over the payload
+  // "crc32:xxxxxxxx" of the whole file (zlib's crc32 of every byte, as
+  // `python3 -c 'import zlib,sys; print(zlib.crc32(open(sys.argv[1],"rb").read()))'`
+  // gives); the header holds the payload's own CRC.
+  std::string checksum;
 };
 
 class CheckpointFileWriter {

@@ -55,6 +55,10 @@ ABSL_FLAG(std::string, pass_env, "",
 ABSL_FLAG(std::string, advertise, "",
           "the address trainers use as MASTER_ADDR; empty: this node's address "
           "on the interface that routes to the coordinator");
+ABSL_FLAG(std::string, peer_listen, "",
+          "HOST:PORT where other workers fetch this node's checkpoint copies (no shared "
+          "filesystem needed); empty: the --advertise address, any free port; none: serve none. "
+          "Mutual TLS with --tls-dir; plaintext off loopback only with --insecure");
 ABSL_FLAG(double, heartbeat_interval,
           absl::ToDoubleSeconds(frameworm::WorkerAgent::Options{}.heartbeat_interval),
           "seconds between heartbeats (the coordinator may ask for another)");
@@ -187,6 +191,23 @@ int main(int argc, char** argv) {
     }
     o.advertise = *toward;
   }
+  o.peer_listen = absl::GetFlag(FLAGS_peer_listen);
+  if (o.peer_listen == "none") {
+    o.peer_listen.clear();
+  } else {
+    if (o.peer_listen.empty()) {
+      o.peer_listen = o.advertise.find(':') != std::string::npos
+                          ? absl::StrCat("[", o.advertise, "]:0")
+                          : absl::StrCat(o.advertise, ":0");
+    }
+    if (!o.tls && !frameworm::IsLoopbackHost(frameworm::HostOfEndpoint(o.peer_listen)) &&
+        !absl::GetFlag(FLAGS_insecure)) {
+      FlagErrorExit(Config(), "--peer-listen=" + o.peer_listen +
+                                  " is off loopback: checkpoint copies would be served in "
+                                  "plaintext; use --tls-dir, add --insecure on a network only "
+                                  "your cluster reaches, or --peer-listen=none");
+    }
+  }
   const double heartbeat = absl::GetFlag(FLAGS_heartbeat_interval);
   if (!(heartbeat > 0)) {
     FlagErrorExit(Config(), "--heartbeat-interval must be a positive number of seconds");
@@ -262,7 +283,13 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
 
   auto launcher = frameworm::NewPosixProcessLauncher({});
-  auto agent = frameworm::WorkerAgent::Create(o, *launcher);
+  absl::StatusOr<std::unique_ptr<frameworm::WorkerAgent>> created =
+      frameworm::WorkerAgent::Create(o, *launcher);
+  if (!created.ok()) {
+    std::cerr << "frameworm-worker: --peer-listen: " << created.status().message() << "\n";
+    return 1;
+  }
+  std::unique_ptr<frameworm::WorkerAgent> agent = *std::move(created);
   std::thread([&agent, set] {
     for (;;) {
       int sig = 0;
@@ -276,7 +303,11 @@ int main(int argc, char** argv) {
   }).detach();
   std::cout << "frameworm-worker " << o.name << " starting: coordinator "
             << o.coordinator << ", " << o.slots << " slot(s), work dir "
-            << o.work_dir << std::endl;
+            << o.work_dir
+            << (agent->peer_endpoint().empty()
+                    ? std::string(", serving no checkpoint copies")
+                    : ", checkpoint copies served on " + agent->peer_endpoint())
+            << std::endl;
   agent->Run();
   std::cout << "frameworm-worker " << o.name << " stopped" << std::endl;
   std::fflush(stdout);

@@ -17,6 +17,9 @@
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "proto/rank_env_proto.h"
 #include "rpc/rpc.h"
+#include "worker/checkpoint_fetcher.h"
+#include "worker/checkpoint_holdings.h"
+#include "worker/peer_service.h"
 
 namespace frameworm {
 namespace {
@@ -45,6 +48,17 @@ v1::TaskStatus ToProto(const TaskStatusInfo& s) {
   return p;
 }
 
+HeldCheckpoint FromProto(const v1::HoldCheckpoint& h) {
+  HeldCheckpoint out;
+  out.job_id = h.job_id();
+  out.step = h.step();
+  out.path = h.path();
+  out.bytes = h.bytes();
+  out.checksum = h.checksum();
+  out.sources.assign(h.sources().begin(), h.sources().end());
+  return out;
+}
+
 TaskLaunch FromProto(const v1::TaskSpec& t) {
   TaskLaunch l;
   l.rank_env = RankEnvOf(t);
@@ -66,9 +80,33 @@ class WorkerAgentImpl final : public WorkerAgent {
                     launcher),
         stub_(v1::WorkerService::NewStub(MakeChannel(o.coordinator, o.tls ? &*o.tls : nullptr))),
         heartbeat_interval_(o.heartbeat_interval),
-        backoff_(o.initial_backoff) {}
+        backoff_(o.initial_backoff),
+        fetcher_(
+            [this](HeldCheckpoint& h, const std::atomic<bool>& stop) {
+              return FetchCheckpointFrom(h, options_.tls ? &*options_.tls : nullptr,
+                                         options_.fetch_timeout, stop, &h.copied);
+            },
+            [this] { Wake(); }) {}
 
-  ~WorkerAgentImpl() override { CloseSession(); }
+  ~WorkerAgentImpl() override {
+    CloseSession();
+    if (peer_server_) peer_server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+  }
+
+  absl::Status StartPeerServer() {
+    if (options_.peer_listen.empty()) return absl::OkStatus();
+    ServerOptions so;
+    so.listen = options_.peer_listen;
+    so.tls = options_.tls;
+    absl::StatusOr<StartedServer> started = StartServer(so, {&peer_service_});
+    if (!started.ok()) return started.status();
+    peer_server_ = std::move(started->server);
+    const bool v6 = options_.advertise.find(':') != std::string::npos;
+    peer_endpoint_ = v6 ? absl::StrCat("[", options_.advertise, "]:", started->port)
+                        : absl::StrCat(options_.advertise, ":", started->port);
+    return absl::OkStatus();
+  }
+  std::string peer_endpoint() const override { return peer_endpoint_; }
 
   void Shutdown() override {
     absl::MutexLock l(&mu_);
@@ -104,17 +142,20 @@ class WorkerAgentImpl final : public WorkerAgent {
       if (!killing) {
         for (const auto& c : commands) Apply(c);
       }
+      FetchesDone();
+      StartDeferred(killing);
       for (const TaskStatusInfo& s : supervisor_.Poll()) Report(s);
 
       if (connected_) {
         if (now >= next_heartbeat_) SendHeartbeat();
         FlushStatuses();
+        FlushHeld();
         TailLogs(killing);
       }
       CapLogs();
       ForgetDelivered();
 
-      if (killing && supervisor_.running_count() == 0) {
+      if (killing && supervisor_.running_count() == 0 && deferred_.empty()) {
         if (connected_) {
           FlushStatuses();
           TailLogs(true);
@@ -161,14 +202,123 @@ class WorkerAgentImpl final : public WorkerAgent {
   void Apply(const v1::CoordinatorMessage& c) {
     if (c.has_start()) {
       TaskLaunch l = FromProto(c.start().task());
-      TaskStatusInfo st = supervisor_.Start(l);
-      logs_.try_emplace(l.key());
-      Report(st);
+      if (!l.rank_env.resume_from.empty() && fetcher_.Pending(l.rank_env.resume_from)) {
+        deferred_.push_back(std::move(l));  // started once its checkpoint is here
+        return;
+      }
+      Launch(l);
     } else if (c.has_kill()) {
       const v1::KillTask& k = c.kill();
+      DropDeferred(k.ref().job_id(), k.ref().generation(), k.rank());
       supervisor_.Kill(k.ref().job_id(), k.ref().generation(), k.rank(),
                        absl::Seconds(k.grace_s()));
+    } else if (c.has_hold()) {
+      Hold(FromProto(c.hold()));
+    } else if (c.has_drop()) {
+      const bool whole_job = c.drop().step() < 0;
+      for (const HeldCheckpoint& h : holdings_.Remove(c.drop().job_id(), c.drop().step())) {
+        if (whole_job && !h.copied) continue;  // a rank's own file stays
+        std::error_code ec;
+        std::filesystem::remove(h.path, ec);
+      }
     }
+  }
+
+  void Launch(const TaskLaunch& l) {
+    TaskStatusInfo st = supervisor_.Start(l);
+    logs_.try_emplace(l.key());
+    Report(st);
+  }
+
+  // A hold: a file already here is registered at once (its size checked);
+  // one with sources is fetched first.
+  void Hold(const HeldCheckpoint& h) {
+    if (absl::Status s = CheckHold(h); !s.ok()) return AnswerHold(h, s);
+    if (h.sources.empty()) {
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(h.path, ec);
+      if (ec || static_cast<int64_t>(size) != h.bytes) {
+        return AnswerHold(h, absl::NotFoundError(absl::StrCat(
+                                 "no file of ", h.bytes, " bytes at ", h.path, " on this node")));
+      }
+      return AnswerHold(h, holdings_.Add(h));
+    }
+    if (std::optional<HeldCheckpoint> have = holdings_.Find(h.job_id, h.step);
+        have && have->path == h.path && have->checksum == h.checksum) {
+      return AnswerHold(h, absl::OkStatus());
+    }
+    fetcher_.Enqueue(h);
+  }
+
+  void FetchesDone() {
+    for (auto& [h, s] : fetcher_.TakeDone()) {
+      if (s.ok()) s = holdings_.Add(h);
+      Event(s.ok() ? absl::StrCat("frameworm-worker ", options_.name, ": holds ", h.job_id,
+                                  "'s checkpoint of step ", h.step, " (", h.bytes, " bytes, ",
+                                  h.copied ? "fetched from " + h.sources.front()
+                                           : std::string("already on this node"),
+                                  ")")
+                   : absl::StrCat("frameworm-worker ", options_.name, ": ", s.message()));
+      AnswerHold(h, s);
+    }
+  }
+
+  void AnswerHold(const HeldCheckpoint& h, const absl::Status& s) {
+    v1::CheckpointHeld a;
+    a.set_job_id(h.job_id.substr(0, 64));
+    a.set_step(h.step);
+    a.set_ok(s.ok());
+    if (!s.ok()) a.set_error(std::string(s.message().substr(0, 512)));
+    held_out_.push_back(std::move(a));
+  }
+
+  void FlushHeld() {
+    while (connected_ && !held_out_.empty()) {
+      v1::WorkerMessage m;
+      *m.mutable_held() = held_out_.front();
+      if (!Write(m)) return;
+      held_out_.pop_front();
+    }
+  }
+
+  // Starts the deferred tasks whose checkpoint is no longer being fetched
+  // (fetched or not: a rank that still lacks the file downloads the
+  // coordinator's copy itself); on shutdown, ends them all as KILLED.
+  void StartDeferred(bool killing) {
+    for (auto it = deferred_.begin(); it != deferred_.end();) {
+      if (killing) {
+        ReportNotStarted(it->key());
+        it = deferred_.erase(it);
+      } else if (!fetcher_.Pending(it->rank_env.resume_from)) {
+        Launch(*it);
+        it = deferred_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // KillTask's match (KillTask: generation <= `generation`, 0 any; rank -1 any).
+  void DropDeferred(const std::string& job_id, int64_t generation, int rank) {
+    for (auto it = deferred_.begin(); it != deferred_.end();) {
+      const TaskKey k = it->key();
+      if (k.job_id == job_id && (generation == 0 || k.generation <= generation) &&
+          (rank < 0 || k.rank == rank)) {
+        ReportNotStarted(k);
+        it = deferred_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void ReportNotStarted(const TaskKey& k) {
+    TaskStatusInfo st;
+    st.key = k;
+    st.state = TaskState::kKilled;
+    st.signal = SIGKILL;
+    st.message = "killed while waiting for its checkpoint to be fetched";
+    Report(st);
   }
 
   void Report(const TaskStatusInfo& s) {
@@ -312,6 +462,7 @@ class WorkerAgentImpl final : public WorkerAgent {
     req.set_address(options_.advertise);
     req.set_slots(options_.slots);
     req.set_instance(instance_);
+    req.set_peer_endpoint(peer_endpoint_);
     for (const TaskStatusInfo& s : supervisor_.Running()) {
       *req.add_running() = ToProto(s);
     }
@@ -442,19 +593,30 @@ class WorkerAgentImpl final : public WorkerAgent {
   std::deque<TaskStatusInfo> outgoing_;
   std::vector<Final> finals_;
   std::map<TaskKey, LogState> logs_;
+  std::vector<TaskLaunch> deferred_;  // waiting for their checkpoint's fetch
+  std::deque<v1::CheckpointHeld> held_out_;
+
+  CheckpointHoldings holdings_;  // thread-safe: also read by the peer server
+  PeerServiceImpl peer_service_{holdings_};
+  std::unique_ptr<grpc::Server> peer_server_;
+  std::string peer_endpoint_;
 
   absl::Mutex mu_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
   bool session_broken_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<v1::CoordinatorMessage> commands_ ABSL_GUARDED_BY(mu_);
+  // Last: its thread calls Wake() (mu_) and reads options_, so it goes first.
+  CheckpointFetcher fetcher_;
 };
 
 }  // namespace
 
-std::unique_ptr<WorkerAgent> WorkerAgent::Create(const Options& options,
-                                                 ProcessLauncher& launcher) {
-  return std::make_unique<WorkerAgentImpl>(options, launcher);
+absl::StatusOr<std::unique_ptr<WorkerAgent>> WorkerAgent::Create(const Options& options,
+                                                                 ProcessLauncher& launcher) {
+  auto agent = std::make_unique<WorkerAgentImpl>(options, launcher);
+  if (absl::Status s = agent->StartPeerServer(); !s.ok()) return s;
+  return agent;
 }
 
 }  // namespace frameworm

@@ -17,6 +17,13 @@
 //    carried it has stayed up for two more heartbeat intervals; until then it
 //    is resent on every new session (the coordinator must treat a repeated
 //    final status as a no-op).
+//  - Checkpoint copies (docs/ARCHITECTURE.md, data path 4): HoldCheckpoint
+//    without sources registers a file already on this node; with sources it
+//    is fetched (CheckpointFetcher, off the loop) into place; either way a
+//    CheckpointHeld answer goes up. A StartTask whose resume path is being
+//    fetched waits for the fetch (a KillTask meanwhile ends it as KILLED
+//    without starting it). DropCheckpoint deletes the held files. Holds are
+//    served to peers (PeerService) from this node's files.
 //  - Shutdown(): every trainer gets SIGTERM, then SIGKILL after
 //    shutdown_grace; their final statuses are sent when connected; Run()
 //    returns once no trainer is left.
@@ -34,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "rpc/tls.h"
 #include "worker/process_launcher.h"
@@ -66,14 +74,24 @@ class WorkerAgent {
     // larger than this (a long disconnection) loses its oldest bytes.
     // 0: unbounded.
     int64_t max_log_bytes = int64_t{64} << 20;
-    // Called with one human-readable line on registration, re-registration
-    // and loss of the coordinator (main prints them).
+    // Where to serve PeerService (checkpoint copies for other workers,
+    // worker/peer_service.h), "host:port" (port 0: any free one), with
+    // `tls` when set; registered as "<advertise>:<bound port>". Empty: this
+    // worker serves none (it still fetches).
+    std::string peer_listen;
+    // One fetch of a checkpoint copy from one peer takes at most this long.
+    absl::Duration fetch_timeout = absl::Minutes(10);
+    // Called with one human-readable line on registration, re-registration,
+    // loss of the coordinator and each checkpoint copy (main prints them).
     std::function<void(const std::string&)> on_event;
   };
 
-  // `launcher` is not owned and must outlive the agent.
-  static std::unique_ptr<WorkerAgent> Create(const Options& options,
-                                             ProcessLauncher& launcher);
+  // `launcher` is not owned and must outlive the agent. UNAVAILABLE when
+  // options.peer_listen cannot be bound.
+  static absl::StatusOr<std::unique_ptr<WorkerAgent>> Create(const Options& options,
+                                                             ProcessLauncher& launcher);
+  // The PeerService endpoint registered with the coordinator; empty: none.
+  virtual std::string peer_endpoint() const = 0;
   virtual ~WorkerAgent() = default;
 
   // Runs until Shutdown() and every trainer is gone.

@@ -3,7 +3,11 @@
 #include "worker/worker_agent.h"
 
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <zlib.h>
 #include <unistd.h>
 
 #include <deque>
@@ -14,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/log_cap.h"
+#include "common/received_file.h"
 #include "absl/synchronization/mutex.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -245,7 +250,11 @@ class WorkerAgentTest : public ::testing::Test {
       events_.push_back(line);
     };
     launcher_ = NewPosixProcessLauncher({dir_});
-    agent_ = WorkerAgent::Create(o, *launcher_);
+    o.peer_listen = peer_listen_;
+    o.fetch_timeout = fetch_timeout_;
+    auto agent = WorkerAgent::Create(o, *launcher_);
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    agent_ = *std::move(agent);
     run_ = std::thread([this] { agent_->Run(); });
   }
   std::vector<std::string> events() {
@@ -255,6 +264,8 @@ class WorkerAgentTest : public ::testing::Test {
 
   std::string dir_;
   int64_t max_log_bytes_ = int64_t{64} << 20;
+  std::string peer_listen_ = "127.0.0.1:0";
+  absl::Duration fetch_timeout_ = absl::Minutes(1);
   std::unique_ptr<TestCoordinator> coord_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
@@ -443,6 +454,136 @@ TEST_F(WorkerAgentTest, SurvivesCoordinatorRestart) {
   EXPECT_TRUE(Alive(sleeper));
   EXPECT_THAT(events(), ::testing::Contains(HasSubstr("re-registered")));
   EXPECT_THAT(events(), ::testing::Contains(HasSubstr("lost")));
+}
+
+}  // namespace
+}  // namespace frameworm
+
+namespace frameworm {
+namespace {
+
+v1::CoordinatorMessage HoldCmd(const std::string& path, int64_t step, const std::string& data,
+                               std::vector<std::string> sources = {}) {
+  v1::CoordinatorMessage m;
+  v1::HoldCheckpoint* h = m.mutable_hold();
+  h->set_job_id("job-1");
+  h->set_step(step);
+  h->set_path(path);
+  h->set_bytes(static_cast<int64_t>(data.size()));
+  h->set_checksum(Crc32Text(UpdateCrc32(crc32(0L, Z_NULL, 0), data)));
+  for (auto& s : sources) h->add_sources(s);
+  return m;
+}
+
+const v1::CheckpointHeld* FindHeld(const std::vector<v1::WorkerMessage>& ms, int64_t step) {
+  for (const auto& m : ms)
+    if (m.has_held() && m.held().step() == step) return &m.held();
+  return nullptr;
+}
+
+std::string Pattern(size_t n) {
+  std::string data(n, '\0');
+  for (size_t i = 0; i < n; ++i) data[i] = static_cast<char>(i * 131 + 7);
+  return data;
+}
+
+// Holds: a file already on the node is held (and then served to peers); a
+// missing one is answered with an error; a fetched one is in place before
+// the rank that resumes from it starts; a drop deletes the held file.
+TEST_F(WorkerAgentTest, HoldsServeFetchAndDropCheckpointCopies) {
+  StartAgent();
+  const std::string data = Pattern((8 << 20) + 3);
+  const std::string mine = dir_ + "/ck-a/ckpt-10.pt";
+  std::filesystem::create_directories(dir_ + "/ck-a");
+  std::ofstream(mine, std::ios::binary) << data;
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(mine, 10, data)));
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(dir_ + "/ck-a/ckpt-11.pt", 11, data)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindHeld(ms, 10) && FindHeld(ms, 11); }));
+  auto ms = coord_->messages();
+  EXPECT_TRUE(FindHeld(ms, 10)->ok()) << FindHeld(ms, 10)->error();
+  EXPECT_FALSE(FindHeld(ms, 11)->ok());
+  EXPECT_THAT(FindHeld(ms, 11)->error(), HasSubstr("no file of"));
+  ASSERT_FALSE(agent_->peer_endpoint().empty());
+
+  // The agent fetches step 10 from itself (its peer server) to another
+  // path before the rank that resumes from there starts: the rank sees it.
+  const std::string copy = dir_ + "/ck-b/ckpt-10.pt";
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy, 10, data, {agent_->peer_endpoint()})));
+  RankEnv env = TaskEnv(0);
+  env.resume_from = copy;
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd(
+      "test \"$(wc -c < \"$FRAMEWORM_RESUME_FROM\")\" -eq " + std::to_string(data.size()), env)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindStatus(ms, 0, v1::TASK_EXITED); }));
+  ms = coord_->messages();
+  EXPECT_EQ(FindStatus(ms, 0, v1::TASK_EXITED)->exit_code(), 0)
+      << "the rank started before its checkpoint was fetched";
+  EXPECT_THAT(events(), ::testing::Contains(HasSubstr("holds job-1's checkpoint of step 10")));
+  std::ifstream in(copy, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), data);
+
+  v1::CoordinatorMessage drop;
+  drop.mutable_drop()->set_job_id("job-1");
+  drop.mutable_drop()->set_step(10);
+  ASSERT_TRUE(coord_->SendWhenConnected(drop));
+  for (int i = 0; i < 100 && std::filesystem::exists(copy); ++i) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(std::filesystem::exists(copy));
+  EXPECT_TRUE(std::filesystem::exists(mine)) << "only the held file (the copy) is deleted";
+
+  // A job-wide drop (the job expired) deletes the copies this worker
+  // fetched, never a file a rank wrote here.
+  const std::string copy20 = dir_ + "/ck-b/ckpt-20.pt", mine20 = dir_ + "/ck-a/ckpt-20.pt";
+  std::ofstream(mine20, std::ios::binary) << data;
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(mine20, 20, data)));
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy20, 20, data, {agent_->peer_endpoint()})));
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(mine, 10, data)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) {
+    int n = 0;
+    for (const auto& m : ms) n += m.has_held() && m.held().step() == 20 && m.held().ok();
+    return n == 2;
+  }));
+  ASSERT_TRUE(std::filesystem::exists(copy20));
+  drop.mutable_drop()->set_step(-1);
+  ASSERT_TRUE(coord_->SendWhenConnected(drop));
+  for (int i = 0; i < 100 && std::filesystem::exists(copy20); ++i) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(std::filesystem::exists(copy20));
+  EXPECT_TRUE(std::filesystem::exists(mine20));
+  EXPECT_TRUE(std::filesystem::exists(mine));
+}
+
+// A fetch from a source that never answers: the rank waiting for it is
+// killed before it ever started when the coordinator says so, and the hold
+// is answered with an error naming the source once the fetch gives up.
+TEST_F(WorkerAgentTest, ARankWaitingForAFetchCanBeKilledAndAFailedFetchIsAnswered) {
+  fetch_timeout_ = absl::Seconds(3);
+  StartAgent();
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);  // listens, never speaks
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(silent, 4), 0);
+  ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string source = absl::StrCat("127.0.0.1:", ntohs(a.sin_port));
+  const std::string copy = dir_ + "/ck/ckpt-5.pt";
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy, 5, "abc", {source})));
+  RankEnv env = TaskEnv(0);
+  env.resume_from = copy;
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("exit 0", env)));
+  v1::CoordinatorMessage kill;
+  kill.mutable_kill()->mutable_ref()->set_job_id("job-1");
+  kill.mutable_kill()->set_rank(-1);
+  ASSERT_TRUE(coord_->SendWhenConnected(kill));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindStatus(ms, 0, v1::TASK_KILLED); }));
+  auto ms = coord_->messages();
+  EXPECT_EQ(FindStatus(ms, 0, v1::TASK_RUNNING), nullptr) << "it never started";
+  EXPECT_THAT(FindStatus(ms, 0, v1::TASK_KILLED)->message(), HasSubstr("waiting for its checkpoint"));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindHeld(ms, 5); }, absl::Seconds(20)));
+  ms = coord_->messages();
+  EXPECT_FALSE(FindHeld(ms, 5)->ok());
+  EXPECT_THAT(FindHeld(ms, 5)->error(), HasSubstr(source));
+  EXPECT_FALSE(std::filesystem::exists(copy));
+  ::close(silent);
 }
 
 }  // namespace

@@ -83,10 +83,13 @@ std::string CheckCheckpoints(Cluster& c, const std::string& id) {
     return "ListCheckpoints: " + s.error_message();
   if (resp.checkpoints().empty()) return "no checkpoint recorded";
   for (const v1::CheckpointRecord& r : resp.checkpoints()) {
-    absl::StatusOr<std::string> payload = ReadCheckpointFile(r.path());
+    absl::StatusOr<std::string> payload = ReadCheckpointFile(r.path());  // loads
     if (!payload.ok()) return std::string(payload.status().message());
-    const uLong crc = crc32(0, reinterpret_cast<const Bytef*>(payload->data()),
-                            static_cast<uInt>(payload->size()));
+    // The recorded checksum is the whole file's (header and payload).
+    std::ifstream in(r.path(), std::ios::binary);
+    const std::string whole((std::istreambuf_iterator<char>(in)), {});
+    const uLong crc = crc32(0, reinterpret_cast<const Bytef*>(whole.data()),
+                            static_cast<uInt>(whole.size()));
     char hex[16];
     std::snprintf(hex, sizeof hex, "%08lx", crc);
     if (r.checksum() != absl::StrCat("crc32:", hex))

@@ -422,10 +422,23 @@ TEST_F(MultiHostE2E, KilledWorkerJobResumesOnHostWithoutTheCheckpoint) {
   }
   ASSERT_GE(writer, 1);
   ASSERT_GE(spare, 1);
+  // Checkpoints are held on 2 hosts: the writer's, and a replica its worker
+  // fetched onto the job's other host (checkpoint.replicas: 1). The newest
+  // may still be on its way: look at the newest that has both.
+  const int other = c.HostOf(before->workers(1));
   auto cks = c.Checkpoints(*id);
   ASSERT_TRUE(cks.ok() && !cks->empty());
-  const std::string path = cks->back().path();
+  const v1::CheckpointRecord* both = nullptr;
+  for (const auto& r : *cks) {
+    if (r.holders_size() == 2) both = &r;
+  }
+  ASSERT_NE(both, nullptr) << "no checkpoint held twice: " << cks->back().ShortDebugString();
+  EXPECT_EQ(c.HostOf(both->holders(0)), writer) << both->ShortDebugString();
+  EXPECT_EQ(c.HostOf(both->holders(1)), other) << both->ShortDebugString();
   struct stat sb;
+  EXPECT_EQ(stat(c.net().PathOnHost(other, both->path()).c_str(), &sb), 0)
+      << "the replica host has no " << both->path();
+  const std::string path = cks->back().path();
   ASSERT_NE(stat(c.net().PathOnHost(spare, path).c_str(), &sb), 0)
       << "the spare host already has " << path;
 
@@ -465,6 +478,12 @@ TEST_F(MultiHostE2E, KilledWorkerJobResumesOnHostWithoutTheCheckpoint) {
   EXPECT_EQ(last, job.steps);
   RunResult logs = c.Cli({"logs", *id, "--rank", "0"});
   EXPECT_TRUE(absl::StrContains(logs.output, "\"event\":\"resumed\"")) << Tail(logs.output, 2000);
+  // The spare host's worker fetched the checkpoint from a peer before it
+  // started its rank (not from the coordinator).
+  const std::string spare_log = c.worker(spare).Output();
+  EXPECT_TRUE(absl::StrContains(spare_log, absl::StrCat("holds ", *id, "'s checkpoint of step")) &&
+              absl::StrContains(spare_log, "fetched from"))
+      << Tail(spare_log, 2000);
   // A rank other than 0 that fetched the checkpoint kept no copy of it.
   const std::string job_dir = std::filesystem::path(path).parent_path().string();
   for (int h = 1; h <= 3; ++h) {

@@ -1,0 +1,142 @@
+#include "common/received_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace frameworm {
+namespace fs = std::filesystem;
+
+std::string Crc32Text(uint32_t crc) { return absl::StrFormat("crc32:%08x", crc); }
+
+uint32_t UpdateCrc32(uint32_t crc, const std::string& data) {
+  return static_cast<uint32_t>(
+      crc32(crc, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
+}
+
+bool FileMatches(const std::string& path, int64_t bytes, const std::string& checksum) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || static_cast<int64_t>(fs::file_size(path, ec)) != bytes ||
+      ec) {
+    return false;
+  }
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  uint32_t crc = crc32(0L, Z_NULL, 0);
+  std::string buf(1 << 20, '\0');
+  int64_t total = 0;
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), f)) > 0;) {
+    crc = static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(buf.data()),
+                                      static_cast<uInt>(n)));
+    total += static_cast<int64_t>(n);
+  }
+  const bool ok = !std::ferror(f) && total == bytes && Crc32Text(crc) == checksum;
+  std::fclose(f);
+  return ok;
+}
+
+absl::Status CheckJobIdComponent(const std::string& id) {
+  bool ok = !id.empty() && id.size() <= 64 && id != "." && id != "..";
+  for (char c : id) {
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job id '", id.substr(0, 80), "' is not 1-64 characters of [A-Za-z0-9_.-]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ReceivedFile>> ReceivedFile::Create(const std::string& path,
+                                                                   int64_t expected_bytes) {
+  if (expected_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a file of ", expected_bytes, " bytes was announced"));
+  }
+  static std::atomic<uint64_t> counter{0};
+  auto in = std::unique_ptr<ReceivedFile>(new ReceivedFile());
+  in->final_ = path;
+  in->partial_ = absl::StrCat(path, ".partial-", ::getpid(), "-", counter.fetch_add(1));
+  in->expected_ = expected_bytes;
+  in->crc_ = crc32(0L, Z_NULL, 0);
+  std::error_code ec;
+  const fs::path dir = fs::path(path).parent_path();
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  in->fd_ = ::open(in->partial_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                   0600);
+  if (in->fd_ < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", in->partial_, ": ", std::strerror(errno)));
+  }
+  return in;
+}
+
+ReceivedFile::~ReceivedFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) {
+    std::error_code ec;
+    fs::remove(partial_, ec);
+  }
+}
+
+absl::Status ReceivedFile::Append(const std::string& data) {
+  if (fd_ < 0) return absl::FailedPreconditionError("the transfer already ended");
+  if (static_cast<int64_t>(data.size()) > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint chunk of ", data.size(),
+                                                   " bytes; at most ", kMaxChunkBytes));
+  }
+  if (received_ + static_cast<int64_t>(data.size()) > expected_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the sender sent more than the ", expected_, " bytes it declared"));
+  }
+  for (size_t done = 0; done < data.size();) {
+    const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::InternalError(absl::StrCat("writing ", partial_, ": ", std::strerror(errno)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  crc_ = UpdateCrc32(crc_, data);
+  received_ += static_cast<int64_t>(data.size());
+  return absl::OkStatus();
+}
+
+absl::Status ReceivedFile::Commit(const std::string& checksum) {
+  if (fd_ < 0) return absl::FailedPreconditionError("the transfer already ended");
+  if (received_ != expected_) {
+    return absl::InvalidArgumentError(absl::StrCat("the transfer ended after ", received_,
+                                                   " of the ", expected_, " bytes declared"));
+  }
+  if (checksum != Crc32Text(crc_)) {
+    return absl::InvalidArgumentError(absl::StrCat("checksum '", checksum.substr(0, 40),
+                                                   "' does not match ", Crc32Text(crc_),
+                                                   " of the bytes received"));
+  }
+  const bool flushed = ::fsync(fd_) == 0;
+  ::close(fd_);
+  fd_ = -1;
+  if (!flushed) return absl::InternalError(absl::StrCat("flushing ", partial_, " failed"));
+  std::error_code ec;
+  fs::rename(partial_, final_, ec);
+  if (ec) return absl::InternalError(absl::StrCat("renaming to ", final_, ": ", ec.message()));
+  committed_ = true;
+  const int dir = ::open(fs::path(final_).parent_path().c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace frameworm

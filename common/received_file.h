@@ -1,0 +1,68 @@
+// A file that arrives in chunks over the network (a checkpoint copy) and
+// becomes visible only once it is whole and its checksum matched: bytes go
+// to "<path>.partial-<n>" (created new, never through an existing file),
+// Commit checks the size and the CRC-32, fsyncs, renames it over `path` and
+// fsyncs the directory. Destroying it before Commit removes the partial file.
+//
+// Also here: the checksum text every checkpoint carries and the rule for a
+// job id used as one path component, shared by the coordinator's copies
+// (coordinator/checkpoint_copies.h) and the workers' (worker/checkpoint_holdings.h).
+//
+// Limits: `expected_bytes` is declared up front; more bytes, a chunk over
+// kMaxChunkBytes, a short file or another checksum are refused.
+// Errors: INVALID_ARGUMENT (naming the numbers), INTERNAL for filesystem
+// errors (naming the file), FAILED_PRECONDITION after the end.
+// Thread safety: one ReceivedFile is used by one thread at a time.
+#ifndef FRAMEWORM_COMMON_RECEIVED_FILE_H_
+#define FRAMEWORM_COMMON_RECEIVED_FILE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace frameworm {
+
+inline constexpr int64_t kMaxChunkBytes = 1 << 20;
+
+// "crc32:xxxxxxxx" for zlib's crc32 `crc`.
+std::string Crc32Text(uint32_t crc);
+// `crc` (zlib's crc32) continued over `data`.
+uint32_t UpdateCrc32(uint32_t crc, const std::string& data);
+
+// True when the file at `path` has exactly `bytes` bytes whose CRC-32 text
+// is `checksum` (a copy already in place: a shared filesystem, or this
+// node wrote it). Reads the whole file; false on any error.
+bool FileMatches(const std::string& path, int64_t bytes, const std::string& checksum);
+
+// OK when `job_id` is safe as one path component: 1-64 characters of
+// [A-Za-z0-9_.-], not "." or "..".
+absl::Status CheckJobIdComponent(const std::string& job_id);
+
+class ReceivedFile {
+ public:
+  // Creates the parent directory of `path` if needed and the partial file.
+  static absl::StatusOr<std::unique_ptr<ReceivedFile>> Create(const std::string& path,
+                                                              int64_t expected_bytes);
+  ~ReceivedFile();
+  absl::Status Append(const std::string& data);
+  // Checks the size and `checksum` ("crc32:xxxxxxxx"), then renames the file
+  // into place (replacing an older file of the same name).
+  absl::Status Commit(const std::string& checksum);
+  int64_t received() const { return received_; }
+  int64_t expected() const { return expected_; }
+
+ private:
+  ReceivedFile() = default;
+  int fd_ = -1;
+  std::string partial_, final_;
+  int64_t expected_ = 0, received_ = 0;
+  uint32_t crc_ = 0;
+  bool committed_ = false;
+};
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_COMMON_RECEIVED_FILE_H_

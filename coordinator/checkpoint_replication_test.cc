@@ -1,0 +1,187 @@
+// Copies of checkpoints on workers (checkpoint_replication.h), through the
+// Coordinator facade: who is told to hold what, in which order, and when
+// copies are dropped.
+#include "coordinator/checkpoint_replication.h"
+
+#include "coordinator/coordinator_fixture.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
+
+std::vector<v1::HoldCheckpoint> Holds(const std::vector<v1::CoordinatorMessage>& cmds) {
+  std::vector<v1::HoldCheckpoint> out;
+  for (const auto& c : cmds)
+    if (c.has_hold()) out.push_back(c.hold());
+  return out;
+}
+std::vector<v1::DropCheckpoint> Drops(const std::vector<v1::CoordinatorMessage>& cmds) {
+  std::vector<v1::DropCheckpoint> out;
+  for (const auto& c : cmds)
+    if (c.has_drop()) out.push_back(c.drop());
+  return out;
+}
+
+class ReplicationTest : public CoordinatorTest {
+ protected:
+  // A 2-node job on w0 (rank 0) and w1; w2 is spare. Returns its id.
+  std::string StartJob(v1::JobSpec spec) {
+    for (const char* w : {"w0", "w1", "w2"}) AddWorker(w, 1, {}, /*peer=*/true);
+    const std::string id = Submit(spec);
+    EXPECT_EQ(Starts("w0").size(), 1u);
+    EXPECT_EQ(Starts("w1").size(), 1u);
+    return id;
+  }
+  // Step `step` checkpointed, held by w0 and w1; their commands taken.
+  void HeldByBoth(const std::string& id, int64_t step) {
+    ASSERT_TRUE(Checkpoint(id, 1, step, CkptPath(id, step)).ok());
+    Held("w0", id, step);
+    Held("w1", id, step);
+    Take("w0");
+    Take("w1");
+  }
+  std::vector<std::string> HoldersOf(const std::string& id, int64_t step) {
+    auto list = coord_->ListCheckpoints(id);
+    EXPECT_TRUE(list.ok());
+    for (const auto& c : *list)
+      if (c.step() == step) return {c.holders().begin(), c.holders().end()};
+    return {};
+  }
+};
+
+TEST_F(ReplicationTest, ReplicasFetchFromRankZerosWorkerOnceItHoldsTheFile) {
+  const std::string id = StartJob(Spec(2, 1));
+  ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10)).ok());
+  // Rank 0's worker holds what it wrote; nobody fetches before it says so.
+  auto w0 = Holds(Take("w0"));
+  ASSERT_EQ(w0.size(), 1u);
+  EXPECT_EQ(w0[0].path(), CkptPath(id, 10));
+  EXPECT_EQ(w0[0].step(), 10);
+  EXPECT_EQ(w0[0].checksum(), "abc");
+  EXPECT_TRUE(w0[0].sources().empty());
+  EXPECT_TRUE(Holds(Take("w1")).empty());
+  Held("w0", id, 10);
+  // One replica (the default), on the job's other worker, not the spare.
+  auto w1 = Holds(Take("w1"));
+  ASSERT_EQ(w1.size(), 1u);
+  EXPECT_THAT(w1[0].sources(), ElementsAre("w0.host:7071"));
+  EXPECT_TRUE(Holds(Take("w2")).empty());
+  Held("w1", id, 10);
+  EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w0", "w1"));
+  // A failed copy is not a holder.
+  ASSERT_TRUE(Checkpoint(id, 1, 20, CkptPath(id, 20)).ok());
+  Held("w0", id, 20);
+  Held("w1", id, 20, /*ok=*/false);
+  EXPECT_THAT(HoldersOf(id, 20), ElementsAre("w0"));
+}
+
+TEST_F(ReplicationTest, ReplicasZeroCopiesNothingAndTwoUsesTheSpareToo) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.mutable_checkpoint()->set_replicas(0);
+  std::string id = StartJob(spec);
+  ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10)).ok());
+  Held("w0", id, 10);
+  EXPECT_TRUE(Holds(Take("w1")).empty());
+  EXPECT_TRUE(Holds(Take("w2")).empty());
+  ASSERT_TRUE(coord_->CancelJob(id).ok());
+
+  spec.mutable_checkpoint()->set_replicas(2);
+  id = Submit(spec);
+  Take("w0");
+  Take("w1");
+  ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10)).ok());
+  Held("w0", id, 10);
+  EXPECT_EQ(Holds(Take("w1")).size(), 1u);
+  EXPECT_EQ(Holds(Take("w2")).size(), 1u);
+}
+
+TEST_F(ReplicationTest, ANewGenerationFetchesBeforeItStartsLiveHoldersFirst) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(1);
+  spec.set_heartbeat_timeout_s(5);
+  const std::string id = StartJob(spec);
+  HeldByBoth(id, 10);
+  // w0 goes silent: generation 2 runs on w1 (a holder) and w2 (not one).
+  for (int i = 0; i < 7; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("w1");
+    Heartbeat("w2");
+    coord_->Tick();
+  }
+  ASSERT_EQ(Job(id).generation(), 2);
+  auto w2 = Take("w2");
+  ASSERT_EQ(w2.size(), 2u);
+  ASSERT_TRUE(w2[0].has_hold()) << "the fetch is queued before the start";
+  EXPECT_THAT(w2[0].hold().sources(), ElementsAre("w1.host:7071", "w0.host:7071"));
+  EXPECT_EQ(w2[0].hold().path(), CkptPath(id, 10));
+  ASSERT_TRUE(w2[1].has_start());
+  EXPECT_EQ(w2[1].start().task().resume_from(), CkptPath(id, 10));
+  EXPECT_TRUE(Holds(Take("w1")).empty()) << "a holder fetches nothing";
+}
+
+TEST_F(ReplicationTest, ExpiredCheckpointsAreDroppedByEveryHolder) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.mutable_checkpoint()->set_keep_last(1);
+  const std::string id = StartJob(spec);
+  HeldByBoth(id, 10);
+  ASSERT_TRUE(Checkpoint(id, 1, 20, CkptPath(id, 20)).ok());
+  for (const char* w : {"w0", "w1"}) {
+    auto drops = Drops(Take(w));
+    ASSERT_EQ(drops.size(), 1u) << w;
+    EXPECT_EQ(drops[0].step(), 10);
+    EXPECT_EQ(drops[0].job_id(), id);
+  }
+  EXPECT_TRUE(Drops(Take("w2")).empty());
+}
+
+TEST_F(ReplicationTest, AnExpiredJobIsDroppedWholeByItsHolders) {
+  CoordinatorOptions o = Options();
+  o.retain_finished = absl::Hours(1);
+  SetOptions(o);
+  Open();
+  const std::string id = StartJob(Spec(2, 1));
+  ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10)).ok());
+  Held("w0", id, 10);
+  Held("w1", id, 10);
+  ASSERT_TRUE(coord_->CancelJob(id).ok());
+  Take("w0");
+  Take("w1");
+  clock_.Advance(absl::Hours(2));
+  for (const char* w : {"w0", "w1", "w2"}) Heartbeat(w);
+  coord_->Tick();
+  ASSERT_FALSE(coord_->JobExists(id));
+  for (const char* w : {"w0", "w1"}) {
+    auto drops = Drops(Take(w));
+    ASSERT_EQ(drops.size(), 1u) << w;
+    EXPECT_EQ(drops[0].step(), -1);
+  }
+}
+
+TEST(ReplicationRulesTest, NoHolderWithAnEndpointMeansNoPrefetch) {
+  SimulatedClock clock;
+  WorkerRegistry workers({}, clock);
+  v1::RegisterWorkerRequest r;
+  r.set_name("a");
+  r.set_address("a.host");
+  r.set_slots(1);
+  ASSERT_TRUE(workers.Register(r).ok());
+  r.set_name("b");
+  ASSERT_TRUE(workers.Register(r).ok());
+  v1::CheckpointRecord rec;
+  rec.set_step(5);
+  rec.add_holders("a");
+  EXPECT_TRUE(PrefetchCommands(workers, rec, {"a", "b"}).empty());
+  EXPECT_TRUE(ReplicaHolds(workers, rec, "a", {"a", "b"}, 1).empty());
+  EXPECT_THAT(DropCommands("j", 5, {"a", "b"}).size(), 2u);
+  r.set_peer_endpoint("bad endpoint");
+  EXPECT_EQ(workers.Register(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r.set_peer_endpoint("b.host:0");
+  EXPECT_EQ(workers.Register(r).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator

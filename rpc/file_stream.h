@@ -1,0 +1,72 @@
+// A server-streaming call that sends one file in order, in chunks of at
+// most kMaxChunkBytes (common/received_file.h): the coordinator's
+// DownloadCheckpoint and a worker's FetchCheckpoint. The first chunk
+// carries total_bytes (the file's size when the call started); the
+// receiver checks size and checksum (ReceivedFile).
+//
+// `Chunk` is a message with set_total_bytes(int64) and mutable_data().
+// Errors end the call: INTERNAL "cannot read <what>" when the file cannot be
+// opened or read. A client that goes away ends it quietly.
+// Thread safety: gRPC's reactor rules (one write in flight).
+#ifndef FRAMEWORM_RPC_FILE_STREAM_H_
+#define FRAMEWORM_RPC_FILE_STREAM_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/received_file.h"
+#include "grpcpp/grpcpp.h"
+
+namespace frameworm {
+
+template <typename Chunk>
+class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
+ public:
+  // `what` names the file in errors without showing its path.
+  FileSendReactor(const std::string& path, const std::string& what) : what_(what) {
+    in_.open(path, std::ios::binary);
+    std::error_code ec;
+    total_ = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+    if (!in_ || ec) {
+      this->Finish(grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("cannot read ", what_)));
+      return;
+    }
+    chunk_.set_total_bytes(total_);
+    Next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) return this->Finish(grpc::Status::OK);  // the client went away
+    chunk_.Clear();
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    std::string* data = chunk_.mutable_data();
+    data->resize(static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, total_ - sent_)));
+    if (data->empty()) {
+      if (!first_) return this->Finish(grpc::Status::OK);
+    } else if (!in_.read(data->data(), static_cast<std::streamsize>(data->size()))) {
+      return this->Finish(
+          grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("reading ", what_, " failed")));
+    }
+    sent_ += static_cast<int64_t>(data->size());
+    first_ = false;
+    this->StartWrite(&chunk_);
+  }
+
+  const std::string what_;
+  std::ifstream in_;
+  int64_t total_ = 0, sent_ = 0;
+  bool first_ = true;
+  Chunk chunk_;
+};
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_RPC_FILE_STREAM_H_

@@ -1,0 +1,60 @@
+#include "worker/checkpoint_fetcher.h"
+
+namespace frameworm {
+
+CheckpointFetcher::CheckpointFetcher(Fetch fetch, std::function<void()> on_done)
+    : fetch_(std::move(fetch)), on_done_(std::move(on_done)), thread_([this] { Loop(); }) {}
+
+CheckpointFetcher::~CheckpointFetcher() {
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+    queue_.clear();
+  }
+  thread_.join();
+}
+
+void CheckpointFetcher::Enqueue(HeldCheckpoint h) {
+  absl::MutexLock l(&mu_);
+  queue_.push_back(std::move(h));
+}
+
+bool CheckpointFetcher::Pending(const std::string& path) const {
+  absl::MutexLock l(&mu_);
+  if (running_ == path) return true;
+  for (const HeldCheckpoint& h : queue_) {
+    if (h.path == path) return true;
+  }
+  return false;
+}
+
+std::vector<std::pair<HeldCheckpoint, absl::Status>> CheckpointFetcher::TakeDone() {
+  absl::MutexLock l(&mu_);
+  return std::exchange(done_, {});
+}
+
+void CheckpointFetcher::Loop() {
+  for (;;) {
+    HeldCheckpoint h;
+    {
+      absl::MutexLock l(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_.load() || !queue_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stop_) return;
+      h = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = h.path;
+    }
+    absl::Status s = fetch_(h, stop_);
+    {
+      absl::MutexLock l(&mu_);
+      running_.clear();
+      done_.emplace_back(std::move(h), std::move(s));
+    }
+    on_done_();
+  }
+}
+
+}  // namespace frameworm

@@ -1,0 +1,52 @@
+// Fetches of checkpoint copies (HoldCheckpoint with sources) off the
+// agent's loop: one thread runs `fetch` for each queued hold, in order, one
+// at a time, and calls `on_done` after each; the agent takes the results
+// with TakeDone. Pending(path) says whether a hold of that path is queued or
+// running (a rank resuming from it waits).
+//
+// Shutdown: the destructor sets the stop flag `fetch` is given, drops what
+// is queued and joins the thread (a running fetch ends at its next chunk,
+// or at its deadline).
+// Thread safety: every member is thread-safe.
+#ifndef FRAMEWORM_WORKER_CHECKPOINT_FETCHER_H_
+#define FRAMEWORM_WORKER_CHECKPOINT_FETCHER_H_
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/checkpoint_holdings.h"
+
+namespace frameworm {
+
+class CheckpointFetcher {
+ public:
+  // Fetches `h` into place; sets h.copied when it wrote the file.
+  using Fetch = std::function<absl::Status(HeldCheckpoint& h, const std::atomic<bool>& stop)>;
+  CheckpointFetcher(Fetch fetch, std::function<void()> on_done);
+  ~CheckpointFetcher();
+
+  void Enqueue(HeldCheckpoint h);
+  bool Pending(const std::string& path) const;
+  std::vector<std::pair<HeldCheckpoint, absl::Status>> TakeDone();
+
+ private:
+  void Loop();
+  const Fetch fetch_;
+  const std::function<void()> on_done_;
+  std::atomic<bool> stop_{false};
+  mutable absl::Mutex mu_;
+  std::deque<HeldCheckpoint> queue_ ABSL_GUARDED_BY(mu_);
+  std::string running_ ABSL_GUARDED_BY(mu_);  // the path being fetched
+  std::vector<std::pair<HeldCheckpoint, absl::Status>> done_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_WORKER_CHECKPOINT_FETCHER_H_

@@ -1,0 +1,54 @@
+// A worker's side of peer_service.proto: it serves the checkpoints it holds
+// (CheckpointHoldings) to other workers, and fetches one from them.
+//
+// Access: under mutual TLS only a worker certificate of the cluster may
+// fetch (PERMISSION_DENIED otherwise); on a plaintext server (loopback, or
+// an operator's --insecure) any caller may. A request names a job and a
+// step, never a path: what is served is the file the coordinator's hold
+// named (checked by CheckHold), opened without following a final symlink.
+//
+// FetchCheckpointFrom: nothing to do when h.path already holds the bytes
+// (size and checksum match: a shared filesystem). Else it tries `h.sources`
+// in order; from each, the file goes
+// to a partial file beside h.path that is renamed over it only once
+// h.bytes arrived and h.checksum matched (common/received_file.h). A source
+// whose first chunk announces another size is skipped. Each attempt has
+// `timeout`. Errors: the last source's error, prefixed with its endpoint
+// (UNAVAILABLE, NOT_FOUND, INVALID_ARGUMENT for a size or checksum
+// mismatch, INTERNAL for the local disk).
+// Thread safety: the service is gRPC's (any thread); FetchCheckpointFrom
+// blocks and may run on any thread.
+#ifndef FRAMEWORM_WORKER_PEER_SERVICE_H_
+#define FRAMEWORM_WORKER_PEER_SERVICE_H_
+
+#include <atomic>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "frameworm/v1/peer_service.grpc.pb.h"
+#include "rpc/tls.h"
+#include "worker/checkpoint_holdings.h"
+
+namespace frameworm {
+
+class PeerServiceImpl final : public v1::PeerService::CallbackService {
+ public:
+  // `holdings` is not owned and must outlive the service.
+  explicit PeerServiceImpl(const CheckpointHoldings& holdings) : holdings_(holdings) {}
+  grpc::ServerWriteReactor<v1::CheckpointChunk>* FetchCheckpoint(
+      grpc::CallbackServerContext* ctx, const v1::FetchCheckpointRequest* req) override;
+
+ private:
+  const CheckpointHoldings& holdings_;
+};
+
+// `stop`: checked between chunks; once set, the fetch ends with CANCELLED.
+// `*copied` (when given) says whether bytes were fetched (false: already
+// in place).
+absl::Status FetchCheckpointFrom(const HeldCheckpoint& h, const TlsFiles* tls,
+                                 absl::Duration timeout, const std::atomic<bool>& stop,
+                                 bool* copied = nullptr);
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_WORKER_PEER_SERVICE_H_

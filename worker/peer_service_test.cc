@@ -1,0 +1,239 @@
+// Checkpoint copies between workers: what a hold may name
+// (CheckpointHoldings), and real PeerService servers on 127.0.0.1 under
+// mutual TLS with certificates of a test CA (rpc/cluster_ca.h).
+#include "worker/peer_service.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/received_file.h"
+#include "gtest/gtest.h"
+#include "rpc/cluster_ca.h"
+#include "rpc/rpc.h"
+#include "worker/checkpoint_holdings.h"
+
+namespace frameworm {
+namespace {
+namespace fs = std::filesystem;
+
+HeldCheckpoint Held(const std::string& path, int64_t step = 7) {
+  HeldCheckpoint h;
+  h.job_id = "job-000001";
+  h.step = step;
+  h.path = path;
+  h.bytes = 0;
+  h.checksum = "crc32:00000000";
+  return h;
+}
+
+TEST(CheckpointHoldingsTest, AHoldNamesOnlyACheckpointFileOfItsStep) {
+  EXPECT_TRUE(CheckHold(Held("/ck/job-000001/ckpt-7.pt")).ok());
+  for (const std::string bad :
+       {"ck/job/ckpt-7.pt", "/ck/../etc/ckpt-7.pt", "/ck/./ckpt-7.pt", "/ck/..//ckpt-7.pt",
+        "/ck/ckpt-8.pt", "/etc/passwd", "/ckpt-7.pt", "/ck/xckpt-7.pt.bak", ""}) {
+    absl::Status s = CheckHold(Held(bad));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  HeldCheckpoint h = Held("/ck/ckpt-7.pt");
+  h.job_id = "../x";
+  EXPECT_EQ(CheckHold(h).code(), absl::StatusCode::kInvalidArgument);
+  h = Held("/ck/ckpt-7.pt");
+  h.checksum = "md5:abc";
+  EXPECT_NE(CheckHold(h).message().find("crc32:xxxxxxxx"), std::string::npos);
+  h = Held("/ck/ckpt-7.pt");
+  h.bytes = -1;
+  EXPECT_EQ(CheckHold(h).code(), absl::StatusCode::kInvalidArgument);
+  h = Held("/ck/ckpt-7.pt");
+  h.sources.assign(9, "127.0.0.1:1");
+  EXPECT_NE(CheckHold(h).message().find("at most 8"), std::string::npos);
+  h = Held("/ck/ckpt-7.pt", -1);
+  h.path = "/ck/ckpt--1.pt";
+  EXPECT_EQ(CheckHold(h).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CheckpointHoldingsTest, HoldingsAreBoundedAndDroppedPerStepOrJob) {
+  CheckpointHoldings held;
+  for (size_t i = 0; i < kMaxHeldCheckpoints; ++i) {
+    HeldCheckpoint h = Held(absl::StrCat("/ck/ckpt-", i, ".pt"), static_cast<int64_t>(i));
+    ASSERT_TRUE(held.Add(h).ok()) << i;
+  }
+  EXPECT_EQ(held.Add(Held("/ck/ckpt-5000.pt", 5000)).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(held.Add(Held("/ck/ckpt-3.pt", 3)).ok()) << "replacing one is not growth";
+  EXPECT_EQ(held.Remove("job-000001", 3).size(), 1u);
+  EXPECT_FALSE(held.Find("job-000001", 3).has_value());
+  EXPECT_TRUE(held.Find("job-000001", 4).has_value());
+  EXPECT_EQ(held.Remove("job-000001", -1).size(), kMaxHeldCheckpoints - 1);
+  EXPECT_EQ(held.size(), 0u);
+}
+
+class PeerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() /
+            absl::StrCat("fw-peer-",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name(), "-",
+                         ::getpid()))
+               .string();
+    fs::remove_all(dir_);
+    ASSERT_TRUE(InitClusterCa(dir_ + "/ca").ok());
+    for (const auto& [role, name] : std::vector<std::pair<std::string, std::string>>{
+             {"worker", "a"}, {"worker", "b"}, {"user", "eve"}, {"coordinator", "main"}}) {
+      ASSERT_TRUE(IssueCertificate(dir_ + "/ca", role, name, dir_ + "/tls-" + name).ok());
+    }
+    ::umask(077);
+  }
+  void TearDown() override {
+    for (auto& s : servers_) s->Shutdown(absl::ToChronoTime(absl::Now()));
+    fs::remove_all(dir_);
+  }
+  TlsFiles Tls(const std::string& name) {
+    absl::StatusOr<TlsFiles> t = LoadTlsDir(dir_ + "/tls-" + name);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return *t;
+  }
+  // Serves `holdings` as worker `name`; its endpoint.
+  std::string Serve(CheckpointHoldings& holdings, const std::string& name) {
+    services_.push_back(std::make_unique<PeerServiceImpl>(holdings));
+    ServerOptions o;
+    o.tls = Tls(name);
+    absl::StatusOr<StartedServer> s = StartServer(o, {services_.back().get()});
+    EXPECT_TRUE(s.ok()) << s.status();
+    servers_.push_back(std::move(s->server));
+    return absl::StrCat("127.0.0.1:", s->port);
+  }
+  // A file of `n` bytes at `path`; its hold (no sources).
+  HeldCheckpoint Write(const std::string& path, int64_t step, size_t n) {
+    fs::create_directories(fs::path(path).parent_path());
+    std::string data(n, '\0');
+    for (size_t i = 0; i < n; ++i) data[i] = static_cast<char>(i * 131 + 7);
+    std::ofstream(path, std::ios::binary) << data;
+    HeldCheckpoint h = Held(path, step);
+    h.bytes = static_cast<int64_t>(n);
+    h.checksum = Crc32Text(UpdateCrc32(crc32(0L, Z_NULL, 0), data));
+    return h;
+  }
+  static std::string Read(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  absl::Status Fetch(const HeldCheckpoint& h, const std::string& as = "b") {
+    const TlsFiles tls = Tls(as);
+    return FetchCheckpointFrom(h, &tls, absl::Seconds(20), stop_);
+  }
+  int FilesIn(const std::string& d) {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(d, ec)) n += e.is_regular_file() ? 1 : 0;
+    return n;
+  }
+
+  std::string dir_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::unique_ptr<PeerServiceImpl>> services_;
+  std::vector<std::unique_ptr<grpc::Server>> servers_;
+};
+
+TEST_F(PeerServiceTest, AWorkerFetchesAHeldCheckpointWhole) {
+  CheckpointHoldings a;
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, (3 << 20) + 12345);
+  ASSERT_TRUE(a.Add(src).ok());
+  const std::string endpoint = Serve(a, "a");
+  HeldCheckpoint want = src;
+  want.path = dir_ + "/b/ck/ckpt-7.pt";
+  want.sources = {endpoint};
+  ASSERT_TRUE(Fetch(want).ok());
+  EXPECT_EQ(Read(want.path), Read(src.path));
+  EXPECT_EQ(FilesIn(dir_ + "/b/ck"), 1) << "no partial file is left";
+}
+
+TEST_F(PeerServiceTest, OnlyWorkersMayFetchAndOnlyFromAWorker) {
+  CheckpointHoldings a;
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, 1000);
+  ASSERT_TRUE(a.Add(src).ok());
+  HeldCheckpoint want = src;
+  want.path = dir_ + "/b/ck/ckpt-7.pt";
+  want.sources = {Serve(a, "a")};
+  absl::Status s = Fetch(want, "eve");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_NE(s.message().find("only workers"), std::string::npos) << s;
+  // The coordinator's certificate is for serving only (no clientAuth).
+  EXPECT_FALSE(Fetch(want, "main").ok());
+  EXPECT_FALSE(fs::exists(want.path));
+  // A server with the coordinator's certificate is not a worker: refused
+  // by the fetching worker's name check.
+  CheckpointHoldings fake;
+  ASSERT_TRUE(fake.Add(src).ok());
+  want.sources = {Serve(fake, "main")};
+  EXPECT_EQ(Fetch(want).code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(fs::exists(want.path));
+}
+
+TEST_F(PeerServiceTest, NothingButAHeldCheckpointIsServed) {
+  CheckpointHoldings a;
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, 1000);
+  const std::string endpoint = Serve(a, "a");
+  HeldCheckpoint want = src;
+  want.path = dir_ + "/b/ck/ckpt-7.pt";
+  want.sources = {endpoint};
+  absl::Status s = Fetch(want);  // the file exists, but no hold names it
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find(endpoint), std::string::npos) << s;
+  // A symlink put in place of a held file is not followed.
+  ASSERT_TRUE(a.Add(src).ok());
+  fs::remove(src.path);
+  fs::create_symlink("/etc/hostname", src.path);
+  s = Fetch(want);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_FALSE(fs::exists(want.path));
+}
+
+TEST_F(PeerServiceTest, AWrongCopyIsRefusedAndTheNextSourceServes) {
+  CheckpointHoldings bad, good;
+  const HeldCheckpoint src = Write(dir_ + "/good/ck/ckpt-7.pt", 7, 5000);
+  ASSERT_TRUE(good.Add(src).ok());
+  HeldCheckpoint other = Write(dir_ + "/bad/ck/ckpt-7.pt", 7, 4000);  // another size
+  ASSERT_TRUE(bad.Add(other).ok());
+  HeldCheckpoint want = src;
+  want.path = dir_ + "/b/ck/ckpt-7.pt";
+  want.sources = {Serve(bad, "a"), Serve(good, "a")};
+  ASSERT_TRUE(Fetch(want).ok());
+  EXPECT_EQ(Read(want.path), Read(src.path));
+  // Same size, other bytes: the checksum does not match and nothing stays.
+  fs::remove(want.path);
+  {
+    std::fstream f(src.path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2500);
+    f.put('\x55' ^ Read(src.path)[2500]);
+  }
+  want.sources = {want.sources[1]};
+  absl::Status s = Fetch(want);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("checksum"), std::string::npos) << s;
+  EXPECT_EQ(FilesIn(dir_ + "/b/ck"), 0);
+}
+
+TEST_F(PeerServiceTest, ACopyAlreadyInPlaceNeedsNoSourceAndNoSourceIsAnError) {
+  const HeldCheckpoint here = Write(dir_ + "/shared/ck/ckpt-7.pt", 7, 2000);
+  HeldCheckpoint want = here;
+  want.sources = {"127.0.0.1:1"};  // nothing listens there
+  EXPECT_TRUE(Fetch(want).ok()) << "a shared filesystem already has it";
+  want.path = dir_ + "/b/ck/ckpt-7.pt";
+  absl::Status s = Fetch(want);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("127.0.0.1:1"), std::string::npos) << s;
+  want.sources.clear();
+  EXPECT_EQ(Fetch(want).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace frameworm
