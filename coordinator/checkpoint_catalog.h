@@ -41,7 +41,7 @@ class CheckpointCatalog {
 
   // `worker` holds a verified copy of the job's checkpoint of `step`
   // (CheckpointRecord.holders, in memory only: a restarted coordinator
-  // knows none until workers answer new holds). Returns how many holders
+  // learns them again from the workers' registrations). Returns how many holders
   // the record has now (a worker counts once), 0 when there is no such
   // record; at most kMaxHolders per record (later ones are ignored).
   int AddHolder(const std::string& job_id, int64_t step, const std::string& worker);

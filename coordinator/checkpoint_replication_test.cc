@@ -185,3 +185,29 @@ TEST(ReplicationRulesTest, NoHolderWithAnEndpointMeansNoPrefetch) {
 
 }  // namespace
 }  // namespace frameworm::coordinator
+
+namespace frameworm::coordinator {
+namespace {
+
+TEST_F(ReplicationTest, ARestartedCoordinatorLearnsTheHoldersFromTheWorkers) {
+  const std::string id = StartJob(Spec(2, 1));
+  HeldByBoth(id, 10);
+  Open();  // a restart: holders are not stored
+  EXPECT_TRUE(HoldersOf(id, 10).empty());
+  v1::RegisterWorkerRequest req;
+  req.set_name("w1");
+  req.set_address("w1.host");
+  req.set_slots(1);
+  req.set_peer_endpoint("w1.host:7071");
+  v1::CheckpointHeld* h = req.add_held();
+  h->set_job_id(id);
+  h->set_step(10);
+  h->set_ok(true);
+  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1"));
+  for (int i = 0; i < 1025; ++i) *req.add_held() = *h;
+  EXPECT_EQ(coord_->RegisterWorker(req).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator

@@ -383,6 +383,10 @@ absl::StatusOr<Coordinator::Registration> Coordinator::RegisterWorker(
     reg.session_id = *std::move(session);
     reg.heartbeat_interval_s = workers_.heartbeat_interval_s();
     jobs_.Reconcile(req.name(), req.running(), req.ended(), same_process);
+    // Copies it still holds (a restarted coordinator knew no holders).
+    for (const v1::CheckpointHeld& h : req.held()) {
+      if (h.ok()) checkpoints_.AddHolder(h.job_id(), h.step(), req.name());
+    }
     jobs_.Schedule();
   }
   Flush();

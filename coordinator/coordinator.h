@@ -187,7 +187,8 @@ class Coordinator {
   // ---- Workers (WorkerService) ----
   // (Re)registers a worker and reconciles the tasks it reports: current
   // tasks keep running, stale ones are killed, current tasks it no longer
-  // runs fail their generation. INVALID_ARGUMENT for a missing name or
+  // runs fail their generation; the checkpoint copies it reports make it a
+  // holder of those records. INVALID_ARGUMENT for a missing name or
   // address or slots < 1.
   absl::StatusOr<Registration> RegisterWorker(
       const v1::RegisterWorkerRequest& request);

@@ -50,6 +50,9 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
   if (req.running_size() > kMaxSlots)
     return absl::InvalidArgumentError(absl::StrCat(
         "worker reports ", req.running_size(), " running tasks; at most ", kMaxSlots));
+  if (req.held_size() > 1024)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker reports ", req.held_size(), " held checkpoints; at most 1024"));
   if (req.instance().size() > 128)
     return absl::InvalidArgumentError("worker instance must be at most 128 bytes");
   if (auto it = workers_.find(req.name()); it != workers_.end()) {

@@ -81,6 +81,13 @@ std::vector<HeldCheckpoint> CheckpointHoldings::Remove(const std::string& job_id
   return out;
 }
 
+std::vector<HeldCheckpoint> CheckpointHoldings::All() const {
+  absl::MutexLock l(&mu_);
+  std::vector<HeldCheckpoint> out;
+  for (const auto& [key, h] : held_) out.push_back(h);
+  return out;
+}
+
 size_t CheckpointHoldings::size() const {
   absl::MutexLock l(&mu_);
   return held_.size();

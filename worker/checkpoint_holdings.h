@@ -54,6 +54,8 @@ class CheckpointHoldings {
   // the copied ones).
   std::vector<HeldCheckpoint> Remove(const std::string& job_id, int64_t step);
   size_t size() const;
+  // Everything held, by job and step.
+  std::vector<HeldCheckpoint> All() const;
 
  private:
   mutable absl::Mutex mu_;

@@ -463,6 +463,12 @@ class WorkerAgentImpl final : public WorkerAgent {
     req.set_slots(options_.slots);
     req.set_instance(instance_);
     req.set_peer_endpoint(peer_endpoint_);
+    for (const HeldCheckpoint& h : holdings_.All()) {
+      v1::CheckpointHeld* held = req.add_held();
+      held->set_job_id(h.job_id);
+      held->set_step(h.step);
+      held->set_ok(true);
+    }
     for (const TaskStatusInfo& s : supervisor_.Running()) {
       *req.add_running() = ToProto(s);
     }

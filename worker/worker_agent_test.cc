@@ -505,6 +505,17 @@ TEST_F(WorkerAgentTest, HoldsServeFetchAndDropCheckpointCopies) {
   EXPECT_THAT(FindHeld(ms, 11)->error(), HasSubstr("no file of"));
   ASSERT_FALSE(agent_->peer_endpoint().empty());
 
+  // A coordinator that restarts learns what this worker holds.
+  const int port = port_;
+  StopCoordinator();
+  StartCoordinator(port);
+  ASSERT_TRUE(coord_->Await([](auto&, auto& regs) { return regs.size() == 1; }));
+  auto regs = coord_->registrations();
+  EXPECT_EQ(regs[0].peer_endpoint(), agent_->peer_endpoint());
+  ASSERT_EQ(regs[0].held_size(), 1);
+  EXPECT_EQ(regs[0].held(0).step(), 10);
+  EXPECT_TRUE(regs[0].held(0).ok());
+
   // The agent fetches step 10 from itself (its peer server) to another
   // path before the rank that resumes from there starts: the rank sees it.
   const std::string copy = dir_ + "/ck-b/ckpt-10.pt";
