@@ -89,6 +89,20 @@ int CheckpointCatalog::AddHolder(const std::string& job_id, int64_t step,
   return 0;
 }
 
+absl::Status CheckpointCatalog::Remove(const std::string& job_id, const std::string& path) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " has no checkpoints"));
+  auto rec = std::find_if(it->second.begin(), it->second.end(),
+                          [&](const v1::CheckpointRecord& r) { return r.path() == path; });
+  if (rec == it->second.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("job ", job_id, " recorded no checkpoint at '", path.substr(0, 200), "'"));
+  }
+  if (absl::Status s = store_.DeleteCheckpoint(job_id, path); !s.ok()) return s;
+  it->second.erase(rec);
+  return absl::OkStatus();
+}
+
 const v1::CheckpointRecord* CheckpointCatalog::NewestRecord(const std::string& job_id) const {
   const std::vector<v1::CheckpointRecord>& list = List(job_id);
   return list.empty() ? nullptr : &list.back();

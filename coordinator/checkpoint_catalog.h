@@ -46,6 +46,9 @@ class CheckpointCatalog {
   // record; at most kMaxHolders per record (later ones are ignored).
   int AddHolder(const std::string& job_id, int64_t step, const std::string& worker);
   static constexpr int kMaxHolders = 64;
+  // Removes the job's record at `path` (store first; nothing changes when
+  // that fails). NOT_FOUND when there is none.
+  absl::Status Remove(const std::string& job_id, const std::string& path);
   // The job's newest record; nullptr when it has none.
   const v1::CheckpointRecord* NewestRecord(const std::string& job_id) const;
 

@@ -211,3 +211,54 @@ TEST_F(ReplicationTest, ARestartedCoordinatorLearnsTheHoldersFromTheWorkers) {
 
 }  // namespace
 }  // namespace frameworm::coordinator
+
+namespace frameworm::coordinator {
+namespace {
+
+TEST_F(ReplicationTest, ABadCheckpointIsDroppedAndTheNextGenerationResumesFromTheOneBefore) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(2);
+  const std::string id = StartJob(spec);
+  HeldByBoth(id, 10);
+  HeldByBoth(id, 20);
+  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(id).generation(), 2);
+  Take("w0");
+  Take("w1");
+  v1::BadCheckpoint bad;
+  bad.mutable_ref()->set_job_id(id);
+  bad.mutable_ref()->set_generation(2);
+  bad.mutable_ref()->set_token(TokenOf(id, 2, 1));
+  bad.set_path(CkptPath(id, 10));
+  bad.set_reason("checksum mismatch");
+  EXPECT_EQ(coord_->ReportBadCheckpoint(bad).code(), absl::StatusCode::kInvalidArgument)
+      << "only what this generation resumed from";
+  bad.set_path(CkptPath(id, 20));
+  v1::BadCheckpoint stale = bad;
+  stale.mutable_ref()->set_generation(1);
+  stale.mutable_ref()->set_token(TokenOf(id, 1, 1));
+  EXPECT_EQ(coord_->ReportBadCheckpoint(stale).code(), absl::StatusCode::kAborted);
+  v1::BadCheckpoint tokenless = bad;
+  tokenless.mutable_ref()->clear_token();
+  EXPECT_EQ(coord_->ReportBadCheckpoint(tokenless).code(), absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(coord_->ReportBadCheckpoint(bad).ok());
+  auto list = coord_->ListCheckpoints(id);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].step(), 10);
+  for (const char* w : {"w0", "w1"}) {
+    auto drops = Drops(Take(w));
+    ASSERT_EQ(drops.size(), 1u) << w;
+    EXPECT_EQ(drops[0].step(), 20);
+  }
+  TaskState("w1", id, 2, 1, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(id).generation(), 3);
+  for (const char* w : {"w0", "w1"}) {
+    auto starts = Starts(w);
+    ASSERT_EQ(starts.size(), 1u) << w;
+    EXPECT_EQ(starts[0].resume_from(), CkptPath(id, 10));
+  }
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator

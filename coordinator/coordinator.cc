@@ -590,6 +590,38 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
   return expired;
 }
 
+absl::Status Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& bad) {
+  int64_t step = -1;
+  {
+    absl::MutexLock l(&mu_);
+    absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(bad.ref());
+    if (!job.ok()) return job.status();
+    if (bad.path().empty() || bad.path() != (*job)->resume_from) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", PrintableLine(bad.path(), 200), "' is not the checkpoint generation ",
+          (*job)->generation, " of job ", (*job)->id, " resumed from"));
+    }
+    std::vector<std::string> holders;
+    for (const auto& c : checkpoints_.List((*job)->id)) {
+      if (c.path() != bad.path()) continue;
+      step = c.step();
+      holders.assign(c.holders().begin(), c.holders().end());
+    }
+    if (absl::Status s = checkpoints_.Remove((*job)->id, bad.path()); !s.ok()) return s;
+    for (auto& [w, m] : DropCommands((*job)->id, step, holders)) workers_.Send(w, std::move(m));
+    const std::string next = checkpoints_.Newest((*job)->id);
+    std::fprintf(stderr,
+                 "coordinator: job %s: no copy of its checkpoint of step %lld loads (%s); the next "
+                 "generation resumes from %s\n",
+                 (*job)->id.c_str(), static_cast<long long>(step),
+                 PrintableLine(bad.reason(), 512).c_str(),
+                 next.empty() ? "the start (no checkpoint left)" : next.c_str());
+  }
+  Flush();
+  copies_.Remove(bad.ref().job_id(), step);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ReceivedFile>>
 Coordinator::BeginCheckpointUpload(const v1::JobRef& ref, int64_t step,
                                    int64_t total_bytes) {

@@ -224,6 +224,13 @@ class Coordinator {
   // ReportStep, INVALID_ARGUMENT for an empty path.
   absl::StatusOr<std::vector<std::string>> ReportCheckpoint(
       const v1::CheckpointRecord& record);
+  // A rank of the current generation could load no copy of `bad.path`,
+  // the checkpoint the generation resumed from: its record is dropped,
+  // with the coordinator's copy and the workers' (DropCheckpoint), so the
+  // next generation resumes from the one before (or from scratch when none
+  // is left). Errors as ReportStep's; INVALID_ARGUMENT when `path` is not
+  // what this generation resumed from; the store's.
+  absl::Status ReportBadCheckpoint(const v1::BadCheckpoint& bad);
   // Receiving rank 0's copy of a checkpoint (<state_dir>/checkpoint-copies,
   // see checkpoint_copies.h). Errors as ReportStep (the ref must name the
   // job's current generation), and CheckpointCopies::Begin's.

@@ -532,6 +532,12 @@ class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
     }
     return new UploadReactor(impl_, resp);
   }
+  grpc::ServerUnaryReactor* ReportBadCheckpoint(grpc::CallbackServerContext* ctx,
+                                                const v1::BadCheckpoint* req,
+                                                v1::BadCheckpointResponse*) override {
+    if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) return Done(ctx, s);
+    return Done(ctx, impl_->core->ReportBadCheckpoint(*req));
+  }
   grpc::ServerWriteReactor<v1::CheckpointChunk>* DownloadCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::DownloadCheckpointRequest* req) override {
     if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok())

@@ -72,6 +72,9 @@ class ControlChannel {
   // into place; parent directories created). NOT_FOUND when the
   // coordinator holds no copy.
   virtual absl::Status DownloadCheckpoint(const std::string& path, const std::string& dest) = 0;
+  // No copy of `path` (FRAMEWORM_RESUME_FROM) loads: the coordinator drops
+  // it, so the next generation resumes from the checkpoint before it.
+  virtual absl::Status ReportBadCheckpoint(const std::string& path, const std::string& reason) = 0;
 };
 
 }  // namespace frameworm

@@ -325,6 +325,14 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
       }
       std::filesystem::remove(fetched, ec);
     }
+    if (s.code() == absl::StatusCode::kDataLoss && channel && !env.resume_from.empty()) {
+      // No copy loads: the coordinator drops this checkpoint, and the next
+      // generation resumes from the one before it.
+      absl::Status told = channel->ReportBadCheckpoint(resume, std::string(s.message()));
+      return Fail(absl::StrCat(s.message(), told.ok()
+                                                ? "; reported: the job resumes from the checkpoint before it"
+                                                : absl::StrCat("; reporting it failed: ", told.message())));
+    }
     if (!s.ok()) return Fail(std::string(s.message()));
     if (rank == 0) {
       std::cout << "{\"event\":\"resumed\",\"path\":\"" << resume << "\",\"step\":"

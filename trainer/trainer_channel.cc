@@ -75,6 +75,19 @@ class GrpcTrainerChannel final : public ControlChannel {
     return std::vector<std::string>(resp.expired().begin(), resp.expired().end());
   }
 
+  absl::Status ReportBadCheckpoint(const std::string& path, const std::string& reason) override {
+    v1::BadCheckpoint req;
+    FillRef(req.mutable_ref());
+    req.set_path(path);
+    req.set_reason(reason.substr(0, 512));
+    v1::BadCheckpointResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    grpc::Status s = stub_->ReportBadCheckpoint(&ctx, req, &resp);
+    Note(s);
+    return FromGrpcStatus(s, "ReportBadCheckpoint");
+  }
+
   absl::Status UploadCheckpoint(int64_t step, const std::string& path) override {
     std::ifstream in(path, std::ios::binary);
     std::error_code ec;

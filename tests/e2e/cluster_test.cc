@@ -133,6 +133,21 @@ TEST(ClusterE2E, KilledTrainerRestartsFromNewestCheckpoint) {
 // when the job restarts: the trainer loads the coordinator's copy instead
 // (checked at upload) and resumes from that step, rather than failing every
 // restart on the same file.
+// Flips one byte in the middle of the file at `path`.
+void FlipAByte(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << path;
+  f.seekg(0, std::ios::end);
+  const std::streamoff size = f.tellg();
+  ASSERT_GT(size, 1000);
+  f.seekg(size / 2);
+  char b = 0;
+  f.read(&b, 1);
+  b = static_cast<char>(b ^ 0x5a);
+  f.seekp(size / 2);
+  f.write(&b, 1);
+}
+
 TEST(ClusterE2E, ADamagedLocalCheckpointIsReplacedByTheCoordinatorsCopy) {
   auto c = Cluster::Start({});
   ASSERT_TRUE(c.ok()) << c.status();
@@ -146,19 +161,7 @@ TEST(ClusterE2E, ADamagedLocalCheckpointIsReplacedByTheCoordinatorsCopy) {
   auto cks = Checkpoints(**c, *id);
   ASSERT_FALSE(cks.empty());
   const std::string path = cks.back().path();
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(f.good()) << path;
-    f.seekg(0, std::ios::end);
-    const std::streamoff size = f.tellg();
-    ASSERT_GT(size, 1000);
-    f.seekg(size / 2);
-    char b = 0;
-    f.read(&b, 1);
-    b = static_cast<char>(b ^ 0x5a);
-    f.seekp(size / 2);
-    f.write(&b, 1);
-  }
+  FlipAByte(path);
   for (pid_t p : pids) kill(p, SIGKILL);
   auto st = (*c)->WaitForFinal(*id, absl::Seconds(150));
   ASSERT_TRUE(st.ok()) << st.status();
@@ -168,6 +171,44 @@ TEST(ClusterE2E, ADamagedLocalCheckpointIsReplacedByTheCoordinatorsCopy) {
   EXPECT_NE(logs.output.find("\"event\":\"resumed\",\"path\":\"" + path + "\""), std::string::npos)
       << logs.output.substr(0, 4000);
   EXPECT_NE(logs.output.find("is damaged"), std::string::npos) << logs.output.substr(0, 4000);
+}
+
+// No copy of the newest checkpoint loads (this host's and the coordinator's
+// are both damaged): the rank reports it, the coordinator drops it, and the
+// next generation resumes from the checkpoint before it.
+TEST(ClusterE2E, ACheckpointWithNoGoodCopyIsDroppedAndTheJobResumesFromTheOneBefore) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::string spec = TrainJob("no-good-copy", 200, 20);
+  spec.replace(spec.find("max_restarts: 1"), 15, "max_restarts: 2");
+  auto id = (*c)->Submit(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  WaitForCheckpoint(**c, *id, 40);
+  std::vector<pid_t> pids = TrainerPidsWithJobId(*id);
+  ASSERT_EQ(pids.size(), 2u);
+  for (pid_t p : pids) ASSERT_EQ(kill(p, SIGSTOP), 0);  // no new checkpoint now
+  absl::SleepFor(absl::Milliseconds(300));
+  auto cks = Checkpoints(**c, *id);
+  ASSERT_GE(cks.size(), 2u);
+  const v1::CheckpointRecord bad = cks.back(), before = cks[cks.size() - 2];
+  FlipAByte(bad.path());
+  FlipAByte(absl::StrCat((*c)->state_on_host(), "/checkpoint-copies/", *id, "/ckpt-", bad.step(),
+                         ".pt"));
+  for (pid_t p : pids) kill(p, SIGKILL);
+  auto st = (*c)->WaitForFinal(*id, absl::Seconds(150));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  EXPECT_EQ(st->restarts(), 2) << "the kill, then the generation that found no good copy";
+  RunResult logs = (*c)->Cli({"logs", *id, "--rank", "0"});
+  EXPECT_NE(logs.output.find("the job resumes from the checkpoint before it"), std::string::npos)
+      << logs.output.substr(0, 4000);
+  EXPECT_NE(logs.output.find("\"event\":\"resumed\",\"path\":\"" + before.path() + "\""),
+            std::string::npos)
+      << logs.output.substr(0, 6000);
+  for (const auto& r : Checkpoints(**c, *id)) {
+    EXPECT_FALSE(r.path() == bad.path() && r.checksum() == bad.checksum())
+        << "the bad record is still listed";
+  }
 }
 
 TEST(ClusterE2E, KilledWorkerIsDetectedAndJobRestartsElsewhere) {
