@@ -29,6 +29,7 @@ absl::Status CheckpointCatalog::Load(const std::string& job_id) {
     r.set_bytes(c.bytes);
     r.set_checksum(c.checksum);
     r.set_created_unix_ms(c.created_ms);
+    r.set_memory(!memory_root_.empty() && c.path.rfind(memory_root_ + "/", 0) == 0);
     list.push_back(std::move(r));
   }
   return absl::OkStatus();
@@ -54,15 +55,27 @@ absl::StatusOr<std::vector<std::string>> CheckpointCatalog::Record(
              list.end());
   list.insert(std::upper_bound(list.begin(), list.end(), rec, ByStep), rec);
   std::vector<std::string> expired;
-  while (keep_last > 0 && static_cast<int>(list.size()) > keep_last) {
-    const std::string path = list.front().path();
-    absl::Status s = store_.DeleteCheckpoint(job_id, path);
-    if (!s.ok()) {  // kept (and its files): retried at the next record
-      LogStoreError(s, "delete checkpoint");
-      break;
+  // Per kind: the newest keep_last disk records, the newest kKeepMemory
+  // memory records.
+  for (const bool memory : {false, true}) {
+    const int keep = memory ? kKeepMemory : keep_last;
+    int count = 0;
+    for (const auto& c : list) count += c.memory() == memory ? 1 : 0;
+    for (auto it = list.begin(); keep > 0 && count > keep && it != list.end();) {
+      if (it->memory() != memory) {
+        ++it;
+        continue;
+      }
+      const std::string path = it->path();
+      absl::Status s = store_.DeleteCheckpoint(job_id, path);
+      if (!s.ok()) {  // kept (and its files): retried at the next record
+        LogStoreError(s, "delete checkpoint");
+        break;
+      }
+      it = list.erase(it);
+      --count;
+      expired.push_back(path);  // never deleted here: a reported path is not ours
     }
-    list.erase(list.begin());
-    expired.push_back(path);  // never deleted here: a reported path is not ours
   }
   return expired;
 }
@@ -101,6 +114,18 @@ absl::Status CheckpointCatalog::Remove(const std::string& job_id, const std::str
   if (absl::Status s = store_.DeleteCheckpoint(job_id, path); !s.ok()) return s;
   it->second.erase(rec);
   return absl::OkStatus();
+}
+
+std::vector<std::string> CheckpointCatalog::JobsWithMemoryRecords() const {
+  std::vector<std::string> out;
+  for (const auto& [id, list] : jobs_) {
+    for (const auto& r : list) {
+      if (!r.memory()) continue;
+      out.push_back(id);
+      break;
+    }
+  }
+  return out;
 }
 
 const v1::CheckpointRecord* CheckpointCatalog::NewestRecord(const std::string& job_id) const {

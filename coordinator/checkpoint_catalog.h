@@ -30,12 +30,16 @@ namespace frameworm::coordinator {
 
 class CheckpointCatalog {
  public:
-  explicit CheckpointCatalog(Store& store) : store_(store) {}
+  // Records whose path lies under `memory_root` are memory records when
+  // loaded back (the store keeps no kind).
+  explicit CheckpointCatalog(Store& store, std::string memory_root = "")
+      : store_(store), memory_root_(std::move(memory_root)) {}
 
   // Reads the job's records from the store (replacing what is in memory).
   absl::Status Load(const std::string& job_id);
   // Adds `record` (a record with the same path is replaced), then keeps the
-  // newest `keep_last` records (0: all). Returns the expired paths.
+  // newest `keep_last` disk records (0: all) and the newest kKeepMemory
+  // memory records. Returns the expired paths.
   absl::StatusOr<std::vector<std::string>> Record(
       const v1::CheckpointRecord& record, int keep_last);
 
@@ -46,9 +50,12 @@ class CheckpointCatalog {
   // record; at most kMaxHolders per record (later ones are ignored).
   int AddHolder(const std::string& job_id, int64_t step, const std::string& worker);
   static constexpr int kMaxHolders = 64;
+  static constexpr int kKeepMemory = 2;
   // Removes the job's record at `path` (store first; nothing changes when
   // that fails). NOT_FOUND when there is none.
   absl::Status Remove(const std::string& job_id, const std::string& path);
+  // The jobs that have memory records.
+  std::vector<std::string> JobsWithMemoryRecords() const;
   // The job's newest record; nullptr when it has none.
   const v1::CheckpointRecord* NewestRecord(const std::string& job_id) const;
 
@@ -62,6 +69,7 @@ class CheckpointCatalog {
 
  private:
   Store& store_;
+  const std::string memory_root_;
   std::map<std::string, std::vector<v1::CheckpointRecord>> jobs_;
 };
 

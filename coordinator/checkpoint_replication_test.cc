@@ -242,6 +242,8 @@ TEST_F(ReplicationTest, ABadCheckpointIsDroppedAndTheNextGenerationResumesFromTh
   tokenless.mutable_ref()->clear_token();
   EXPECT_EQ(coord_->ReportBadCheckpoint(tokenless).code(), absl::StatusCode::kPermissionDenied);
   ASSERT_TRUE(coord_->ReportBadCheckpoint(bad).ok());
+  bad.mutable_ref()->set_token(TokenOf(id, 2, 0));
+  EXPECT_TRUE(coord_->ReportBadCheckpoint(bad).ok()) << "rank 0 tells too: nothing more happens";
   auto list = coord_->ListCheckpoints(id);
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 1u);
@@ -258,6 +260,80 @@ TEST_F(ReplicationTest, ABadCheckpointIsDroppedAndTheNextGenerationResumesFromTh
     ASSERT_EQ(starts.size(), 1u) << w;
     EXPECT_EQ(starts[0].resume_from(), CkptPath(id, 10));
   }
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator
+
+namespace frameworm::coordinator {
+namespace {
+
+// In-memory checkpoints: their own directory, their own retention (the
+// newest two), no copy on the coordinator, released when the job ends.
+TEST_F(ReplicationTest, MemoryCheckpointsAreKeptTwoDeepAndReleasedWhenTheJobEnds) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.mutable_checkpoint()->set_keep_last(1);
+  const std::string id = StartJob(spec);
+  const std::string mem =
+      absl::StrCat("/dev/shm/frameworm/", id, "-", Job(id).submitted_unix_ms());
+  auto report = [&](int64_t step, const std::string& path, bool memory) {
+    v1::CheckpointRecord r;
+    r.mutable_ref()->set_job_id(id);
+    r.mutable_ref()->set_generation(1);
+    r.mutable_ref()->set_token(TokenOf(id, 1, 0));
+    r.set_step(step);
+    r.set_path(path);
+    r.set_bytes(3);
+    r.set_checksum("abc");
+    r.set_memory(memory);
+    return coord_->ReportCheckpoint(r);
+  };
+  // A memory record must be in the job's memory directory, and a disk one
+  // must not claim to be there.
+  EXPECT_EQ(report(5, CkptPath(id, 5), true).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report(5, mem + "/ckpt-5.pt", false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(report(10, CkptPath(id, 10), false).ok());
+  for (int step : {12, 14, 16}) ASSERT_TRUE(report(step, absl::StrCat(mem, "/ckpt-", step, ".pt"), true).ok());
+  auto list = coord_->ListCheckpoints(id);
+  ASSERT_TRUE(list.ok());
+  std::vector<std::pair<int64_t, bool>> kept;
+  for (const auto& c : *list) kept.emplace_back(c.step(), c.memory());
+  EXPECT_THAT(kept, ElementsAre(std::pair<int64_t, bool>{10, false},
+                                std::pair<int64_t, bool>{14, true},
+                                std::pair<int64_t, bool>{16, true}));
+  // A restarted coordinator tells them apart again by their directory.
+  Open();
+  for (const char* w : {"w0", "w1", "w2"}) AddWorker(w, 1, {}, /*peer=*/true);
+  list = coord_->ListCheckpoints(id);
+  ASSERT_TRUE(list.ok());
+  kept.clear();
+  for (const auto& c : *list) kept.emplace_back(c.step(), c.memory());
+  EXPECT_THAT(kept, ElementsAre(std::pair<int64_t, bool>{10, false},
+                                std::pair<int64_t, bool>{14, true},
+                                std::pair<int64_t, bool>{16, true}));
+  Held("w0", id, 16);
+  Held("w1", id, 16);
+  Take("w0");
+  Take("w1");
+  // The job ends (its workers came back without their ranks: failed, or
+  // cancelled here).
+  (void)coord_->CancelJob(id);
+  ASSERT_TRUE(IsFinal(Job(id).state()));
+  Take("w0");
+  Take("w1");
+  clock_.Advance(absl::Seconds(11));
+  for (const char* w : {"w0", "w1", "w2"}) Heartbeat(w);
+  coord_->Tick();
+  for (const char* w : {"w0", "w1"}) {
+    auto drops = Drops(Take(w));
+    ASSERT_EQ(drops.size(), 1u) << w;
+    EXPECT_EQ(drops[0].step(), 16);
+  }
+  list = coord_->ListCheckpoints(id);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].step(), 10) << "the disk checkpoint stays";
 }
 
 }  // namespace

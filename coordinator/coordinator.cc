@@ -95,6 +95,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
                          std::unique_ptr<Store> owned, Store& store)
     : state_dir_(options.state_dir),
       checkpoint_roots_(options.checkpoint_roots),
+      memory_root_(options.memory_checkpoint_root),
       forget_dead_workers_after_(options.forget_dead_workers_after),
       retain_finished_(options.retain_finished),
       min_free_state_bytes_(options.min_free_state_bytes),
@@ -115,8 +116,9 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
                 .session_prefix = SessionPrefix()},
                clock),
       ports_({.port_min = options.port_min, .port_max = options.port_max}),
-      checkpoints_(store_),
+      checkpoints_(store_, options.memory_checkpoint_root),
       jobs_({.state_dir = options.state_dir,
+             .memory_root = options.memory_checkpoint_root,
              .advertise = options.advertise,
              .default_heartbeat_timeout = options.default_heartbeat_timeout,
              .reconnect_grace = options.reconnect_grace,
@@ -559,9 +561,13 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
           "checkpoint record out of range: step ", in.step(), ", bytes ", in.bytes(),
           ", checksum of ", in.checksum().size(), " characters (at most 128)"));
     }
+    if (in.memory() && memory_root_.empty()) {
+      return absl::InvalidArgumentError("this coordinator takes no in-memory checkpoints");
+    }
     if (absl::Status s = CheckReportedCheckpointPath(
             in.path(), in.step(),
-            CheckpointDir((*job)->spec, (*job)->id, state_dir_));
+            in.memory() ? MemoryCheckpointDir(memory_root_, (*job)->id, (*job)->submitted_ms)
+                        : CheckpointDir((*job)->spec, (*job)->id, state_dir_));
         !s.ok()) {
       return s;
     }
@@ -607,6 +613,7 @@ absl::Status Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& bad) {
       step = c.step();
       holders.assign(c.holders().begin(), c.holders().end());
     }
+    if (step < 0) return absl::OkStatus();  // another rank of the generation told first
     if (absl::Status s = checkpoints_.Remove((*job)->id, bad.path()); !s.ok()) return s;
     for (auto& [w, m] : DropCommands((*job)->id, step, holders)) workers_.Send(w, std::move(m));
     const std::string next = checkpoints_.Newest((*job)->id);
@@ -681,7 +688,28 @@ void Coordinator::Tick() {
   LogStoreError(store_.Maintain(), "store maintenance");
 }
 
+bool Coordinator::ReleaseMemoryCheckpointsLocked() {
+  bool released = false;
+  for (const std::string& id : checkpoints_.JobsWithMemoryRecords()) {
+    const Job* job = jobs_.Find(id);
+    if (job != nullptr && !IsFinal(job->state)) continue;
+    std::vector<v1::CheckpointRecord> memory;
+    for (const auto& c : checkpoints_.List(id)) {
+      if (c.memory()) memory.push_back(c);
+    }
+    for (const auto& c : memory) {
+      if (!checkpoints_.Remove(id, c.path()).ok()) continue;  // tried again in 10 s
+      for (auto& [w, m] : DropCommands(id, c.step(), {c.holders().begin(), c.holders().end()})) {
+        workers_.Send(w, std::move(m));
+      }
+      released = true;
+    }
+  }
+  return released;
+}
+
 void Coordinator::BoundGrowth() {
+  bool released = false;
   std::vector<std::string> expired;
   std::vector<std::pair<std::string, std::vector<int64_t>>> thinned;
   {
@@ -701,8 +729,9 @@ void Coordinator::BoundGrowth() {
       }
     }
     thinned = jobs_.ThinMetrics(metric_history_);
+    released = ReleaseMemoryCheckpointsLocked();
   }
-  if (!expired.empty()) Flush();
+  if (!expired.empty() || released) Flush();
   // In transactions of at most 500 rows: metric commits get the store in
   // between.
   for (const auto& [id, steps] : thinned) {

@@ -113,6 +113,9 @@ struct CoordinatorOptions {
   // Where a job's checkpoint.dir may point (clean absolute paths); empty:
   // <state_dir>/checkpoints only.
   std::vector<std::string> checkpoint_roots;
+  // In-memory checkpoints of built-in trainers go under this directory on
+  // every node (a tmpfs); empty: none.
+  std::string memory_checkpoint_root = "/dev/shm/frameworm";
 };
 
 class Coordinator {
@@ -228,8 +231,9 @@ class Coordinator {
   // the checkpoint the generation resumed from: its record is dropped,
   // with the coordinator's copy and the workers' (DropCheckpoint), so the
   // next generation resumes from the one before (or from scratch when none
-  // is left). Errors as ReportStep's; INVALID_ARGUMENT when `path` is not
-  // what this generation resumed from; the store's.
+  // is left). A second report of the same path (another rank) is OK and
+  // changes nothing. Errors as ReportStep's; INVALID_ARGUMENT when `path`
+  // is not what this generation resumed from; the store's.
   absl::Status ReportBadCheckpoint(const v1::BadCheckpoint& bad);
   // Receiving rank 0's copy of a checkpoint (<state_dir>/checkpoint-copies,
   // see checkpoint_copies.h). Errors as ReportStep (the ref must name the
@@ -276,13 +280,18 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls the listener for what the parts queued under the lock.
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);
-  // Every 10 s: expires ended jobs and thins histories (see Tick).
+  // Ended jobs' memory checkpoints: records removed, holders told to drop
+  // them. True when any was.
+  bool ReleaseMemoryCheckpointsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every 10 s: expires ended jobs, releases their memory checkpoints and
+  // thins histories (see Tick).
   void BoundGrowth() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Held by Create()'s coordinators; declared first, released last.
   std::unique_ptr<StateDirLock> lock_;
   const std::string state_dir_;                      // absolute
   const std::vector<std::string> checkpoint_roots_;  // never empty
+  const std::string memory_root_;
   const absl::Duration forget_dead_workers_after_;
   const absl::Duration retain_finished_;
   const int64_t min_free_state_bytes_;

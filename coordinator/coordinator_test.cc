@@ -151,7 +151,10 @@ TEST_F(CoordinatorTest, RankAssignmentArgvAndEnv) {
     const std::vector<std::string> want = {
         "frameworm-train", "--epochs=2", "--model=cnn",
         "--checkpoint-dir=" + dir_ + "/checkpoints/" + id,
-        "--checkpoint-every=50", "--backend=gloo"};
+        "--checkpoint-every=50",
+        absl::StrCat("--memory-checkpoint-dir=/dev/shm/frameworm/", id, "-",
+                     Job(id).submitted_unix_ms()),
+        "--memory-checkpoint-every=auto", "--backend=gloo"};
     EXPECT_EQ(argv, want);
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));

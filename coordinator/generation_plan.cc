@@ -12,7 +12,8 @@
 namespace frameworm::coordinator {
 
 std::vector<std::string> TaskArgv(const v1::JobSpec& spec,
-                                  const std::string& checkpoint_dir) {
+                                  const std::string& checkpoint_dir,
+                                  const std::string& memory_dir) {
   const auto& ep = spec.entrypoint();
   if (!UsesBuiltInTrainer(spec)) return std::vector<std::string>(ep.begin(), ep.end());
   std::vector<std::string> argv = {"frameworm-train"};
@@ -26,9 +27,22 @@ std::vector<std::string> TaskArgv(const v1::JobSpec& spec,
   if (spec.checkpoint().every_n_steps() > 0)
     argv.push_back(
         absl::StrCat("--checkpoint-every=", spec.checkpoint().every_n_steps()));
+  const v1::CheckpointPolicy& c = spec.checkpoint();
+  if (!memory_dir.empty() && !(c.has_memory_every_n_steps() && c.memory_every_n_steps() == 0)) {
+    argv.push_back(absl::StrCat("--memory-checkpoint-dir=", memory_dir));
+    argv.push_back(absl::StrCat("--memory-checkpoint-every=",
+                                c.has_memory_every_n_steps()
+                                    ? absl::StrCat(c.memory_every_n_steps())
+                                    : std::string("auto")));
+  }
   if (!spec.backend().empty())
     argv.push_back(absl::StrCat("--backend=", spec.backend()));
   return argv;
+}
+
+std::string MemoryCheckpointDir(const std::string& memory_root, const std::string& job_id,
+                                int64_t submitted_ms) {
+  return absl::StrCat(memory_root, "/", job_id, "-", submitted_ms);
 }
 
 std::string CheckpointDir(const v1::JobSpec& spec, const std::string& job_id,
@@ -47,11 +61,11 @@ std::string MasterHost(const std::string& address) {
 
 v1::TaskSpec BuildTask(const v1::JobSpec& spec, const RankEnv& env,
                        const std::string& checkpoint_dir,
-                       absl::Duration fence_after) {
+                       absl::Duration fence_after, const std::string& memory_dir) {
   v1::TaskSpec t;
   SetRankEnv(env, &t);
   t.set_fence_after_s(absl::ToDoubleSeconds(fence_after));
-  for (std::string& a : TaskArgv(spec, checkpoint_dir))
+  for (std::string& a : TaskArgv(spec, checkpoint_dir, memory_dir))
     t.add_argv(std::move(a));
   t.mutable_env()->insert(spec.env().begin(), spec.env().end());
   t.mutable_env()->insert(spec.secret_env().begin(), spec.secret_env().end());
@@ -88,7 +102,7 @@ GenerationPlan PlanGeneration(const std::string& job_id,
       if (in.new_token) env.token = in.new_token();
       RankState r;
       r.worker = in.workers[node];
-      r.task = BuildTask(spec, env, ckpt_dir, in.fence_after);
+      r.task = BuildTask(spec, env, ckpt_dir, in.fence_after, in.memory_dir);
       AssignmentRow a;
       a.job_id = job_id;
       a.generation = in.generation;

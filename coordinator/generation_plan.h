@@ -27,8 +27,17 @@ namespace frameworm::coordinator {
 // built-in frameworm-train gets its train options as sorted --key=value
 // flags, then the entrypoint's own arguments, then --checkpoint-dir (when
 // `checkpoint_dir` is set), --checkpoint-every and --backend (when set).
+// With `memory_dir` set and the spec's memory_every_n_steps not 0, also
+// --memory-checkpoint-dir and --memory-checkpoint-every (a number, or auto).
 std::vector<std::string> TaskArgv(const v1::JobSpec& spec,
-                                  const std::string& checkpoint_dir);
+                                  const std::string& checkpoint_dir,
+                                  const std::string& memory_dir = "");
+
+// Where a job's in-memory checkpoints go on every node:
+// <memory_root>/<job_id>-<submitted_ms> (the submission time keeps a job
+// of another coordinator with the same id apart).
+std::string MemoryCheckpointDir(const std::string& memory_root, const std::string& job_id,
+                                int64_t submitted_ms);
 
 // Where a job's checkpoints go: <spec.checkpoint.dir>/<job_id>, or
 // <state_dir>/checkpoints/<job_id> when the spec names no directory.
@@ -43,7 +52,8 @@ std::string MasterHost(const std::string& worker_address);
 // `fence_after`: TaskSpec.fence_after_s (the job's heartbeat timeout).
 v1::TaskSpec BuildTask(const v1::JobSpec& spec, const RankEnv& env,
                        const std::string& checkpoint_dir,
-                       absl::Duration fence_after = absl::ZeroDuration());
+                       absl::Duration fence_after = absl::ZeroDuration(),
+                       const std::string& memory_dir = "");
 
 struct GenerationInputs {
   int64_t generation = 0;
@@ -53,6 +63,7 @@ struct GenerationInputs {
   std::string resume_from;  // empty: fresh start
   std::string coordinator;  // the trainers' coordinator address
   std::string state_dir;    // for the default checkpoint directory
+  std::string memory_dir;   // MemoryCheckpointDir; empty: none
   int64_t started_ms = 0;
   absl::Duration fence_after;  // the job's heartbeat timeout
   // Each rank's FRAMEWORM_TOKEN; null: no tokens (tests of other parts).

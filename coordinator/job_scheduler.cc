@@ -263,6 +263,9 @@ bool JobScheduler::StartGeneration(Job& job,
   in.resume_from = checkpoints_.Newest(job.id);
   in.coordinator = options_.advertise;
   in.state_dir = options_.state_dir;
+  if (!options_.memory_root.empty()) {
+    in.memory_dir = MemoryCheckpointDir(options_.memory_root, job.id, job.submitted_ms);
+  }
   in.started_ms = ToMs(now);
   in.fence_after = job.heartbeat_timeout;
   in.new_token = NewToken;

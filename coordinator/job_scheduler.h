@@ -74,6 +74,7 @@ class JobScheduler {
  public:
   struct Options {
     std::string state_dir;  // default checkpoint directories live here
+    std::string memory_root;  // in-memory checkpoints (MemoryCheckpointDir); empty: none
     std::string advertise;  // the trainers' coordinator address
     absl::Duration default_heartbeat_timeout = absl::Seconds(10);
     absl::Duration reconnect_grace = absl::Seconds(5);

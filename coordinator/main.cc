@@ -43,6 +43,9 @@ ABSL_FLAG(bool, insecure, false,
 ABSL_FLAG(std::string, checkpoint_root, "",
           "comma-separated absolute directories a job's checkpoint.dir may be "
           "in (e.g. a shared filesystem); empty: <state-dir>/checkpoints");
+ABSL_FLAG(std::string, memory_checkpoint_root, "/dev/shm/frameworm",
+          "where built-in trainers keep in-memory checkpoints on every node (a tmpfs; "
+          "<root>/<job>-<submitted ms>); none: no in-memory checkpoints");
 ABSL_FLAG(std::string, advertise, "",
           "address trainers use to reach this coordinator, HOST:PORT; empty: "
           "the listen address as bound");
@@ -146,6 +149,15 @@ absl::StatusOr<DaemonConfig> FromFlags() {
                                            "' is not an absolute path without '.' or '..'"));
     }
     o.checkpoint_roots.emplace_back(root);
+  }
+  o.memory_checkpoint_root = absl::GetFlag(FLAGS_memory_checkpoint_root);
+  if (o.memory_checkpoint_root == "none") {
+    o.memory_checkpoint_root.clear();
+  } else if (!frameworm::coordinator::IsCleanAbsolutePath(o.memory_checkpoint_root) ||
+             o.memory_checkpoint_root == "/") {
+    frameworm::FlagErrorExit(Config(), absl::StrCat("--memory-checkpoint-root: '",
+                                                    o.memory_checkpoint_root,
+                                                    "' is not an absolute path without '.' or '..'"));
   }
   return c;
 }

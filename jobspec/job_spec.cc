@@ -214,6 +214,11 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
                absl::StrCat("checkpoint.keep_last must be >= 0, got ",
                             c.keep_last()));
   }
+  if (c.has_memory_every_n_steps() && c.memory_every_n_steps() < 0) {
+    return err("checkpoint.memory_every_n_steps",
+               absl::StrCat("checkpoint.memory_every_n_steps must be >= 0, got ",
+                            c.memory_every_n_steps()));
+  }
   if (c.has_replicas() && (c.replicas() < 0 || c.replicas() > kMaxCheckpointReplicas)) {
     return err("checkpoint.replicas",
                absl::StrCat("checkpoint.replicas must be within 0..", kMaxCheckpointReplicas,
@@ -470,7 +475,8 @@ class Parser {
       v1::CheckpointPolicy* c = spec_->mutable_checkpoint();
       for (const auto& [k, val] :
            Fields(v, "checkpoint.",
-                  {"dir", "every_n_steps", "every_n_minutes", "keep_last", "replicas"})) {
+                  {"dir", "every_n_steps", "every_n_minutes", "keep_last", "replicas",
+                   "memory_every_n_steps"})) {
         if (val.IsNull()) continue;
         if (k == "dir") {
           c->set_dir(Str(val, "checkpoint.dir"));
@@ -478,6 +484,8 @@ class Parser {
           c->set_every_n_steps(Int(val, "checkpoint.every_n_steps"));
         } else if (k == "every_n_minutes") {
           c->set_every_n_minutes(Number(val, "checkpoint.every_n_minutes"));
+        } else if (k == "memory_every_n_steps") {
+          c->set_memory_every_n_steps(Int(val, "checkpoint.memory_every_n_steps"));
         } else if (k == "replicas") {
           c->set_replicas(Int32(val, "checkpoint.replicas"));
         } else {

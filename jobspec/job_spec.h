@@ -21,7 +21,8 @@
 //   total_steps: int                    # default: train.max_steps if given
 //   checkpoint: {dir: str, every_n_steps: int, every_n_minutes: float,
 //                keep_last: int,        # keep_last default kDefaultKeepLast
-//                replicas: int}         # 0..kMaxCheckpointReplicas, default 1
+//                replicas: int,         # 0..kMaxCheckpointReplicas, default 1
+//                memory_every_n_steps: int}  # default automatic; 0: none
 //
 // A key with no value ("backend:") means the default. Nothing is partially
 // accepted: any error returns no spec.

@@ -192,6 +192,8 @@ TEST(JobSpec, MissingNameAndOtherValues) {
               HasSubstr("job.yaml:3: checkpoint.keep_last must be >= 0"));
   EXPECT_THAT(ParseErr("name: x\ncheckpoint:\n  replicas: 9\n").message(),
               HasSubstr("job.yaml:3: checkpoint.replicas must be within 0..8, got 9"));
+  EXPECT_THAT(ParseErr("name: x\ncheckpoint:\n  memory_every_n_steps: -5\n").message(),
+              HasSubstr("job.yaml:3: checkpoint.memory_every_n_steps must be >= 0, got -5"));
   EXPECT_THAT(ParseErr("name: x\ncheckpoint:\n  replicas: -1\n").message(),
               HasSubstr("checkpoint.replicas must be within 0..8, got -1"));
   EXPECT_THAT(ParseErr("name: a/b\n").message(),

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include "absl/strings/numbers.h"
 #include <torch/torch.h>
 
 #include "train/checkpoint_file.h"
@@ -361,6 +362,86 @@ TEST(AsyncCheckpointTest, AnUnknownOptimizerIsSerializedAtOnce) {
   auto b = model2->parameters();
   for (size_t i = 0; i < b.size(); ++i) EXPECT_TRUE(torch::equal(params_then[i], b[i])) << i;
   EXPECT_TRUE(torch::equal(opt2->velocity(0), v0_then));
+  testutil::RemoveTree(dir);
+}
+
+}  // namespace
+}  // namespace frameworm
+
+namespace frameworm {
+namespace {
+
+// In-memory checkpoints go to their own directory at their own cadence
+// (a memory one is skipped, never waited for, while a save is in flight),
+// are reported like disk ones and load back; a failed memory write does
+// not end training.
+TEST(MemoryCheckpointTest, EveryNStepsToTheirOwnDirectoryAndTheyLoad) {
+  const std::string dir = testutil::MakeTempDir("memory-ckpt");
+  TrainerOptions o;
+  o.epochs = 10;  // 8 steps each
+  o.max_steps = 24;
+  o.checkpoint_every = 12;
+  o.checkpoint_dir = dir + "/disk";
+  o.memory_checkpoint_dir = dir + "/mem";
+  o.memory_checkpoint_every = 4;
+  std::mutex mu;
+  std::vector<std::string> reported;
+  o.on_checkpoint = [&](int64_t, const std::string& path, const CheckpointFileInfo&) {
+    std::lock_guard<std::mutex> l(mu);
+    reported.push_back(path);
+  };
+  Rig s = MakeRig(1, o);
+  auto tl = TrainLoader();
+  auto vl = ValLoader();
+  ASSERT_TRUE(s.trainer->train(tl, vl).ok());
+  int memory = 0;
+  for (const std::string& p : reported) {
+    if (p.rfind(dir + "/mem/", 0) != 0) continue;
+    ++memory;
+    int64_t step = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(p.substr(p.rfind("ckpt-") + 5, p.size() - p.rfind("ckpt-") - 8),
+                                 &step))
+        << p;
+    EXPECT_EQ(step % 4, 0) << p;
+    EXPECT_NE(step % 12, 0) << p << ": a disk checkpoint step takes no memory one";
+    EXPECT_TRUE(ReadCheckpointFile(p).ok()) << p;
+  }
+  EXPECT_GE(memory, 1) << "no in-memory checkpoint was written";
+  EXPECT_LE(memory, 4);  // 4, 8, 16, 20 (12 and 24 are disk steps)
+  Rig again = MakeRig(2, o);
+  ASSERT_TRUE(again.trainer->load_checkpoint(dir + "/mem/ckpt-4.pt").ok() ||
+              again.trainer->load_checkpoint(dir + "/mem/ckpt-8.pt").ok());
+  testutil::RemoveTree(dir);
+}
+
+TEST(MemoryCheckpointTest, AutomaticCadenceIsAtLeastTenStepsAndAFailedWriteIsSkipped) {
+  const std::string dir = testutil::MakeTempDir("memory-auto");
+  std::ofstream(dir + "/file") << "x";
+  TrainerOptions o;
+  o.epochs = 10;  // 8 steps each
+  o.max_steps = 40;
+  o.memory_checkpoint_dir = dir + "/mem";
+  o.memory_checkpoint_every = -1;
+  std::mutex mu;
+  std::vector<int64_t> steps;
+  o.on_checkpoint = [&](int64_t step, const std::string&, const CheckpointFileInfo&) {
+    std::lock_guard<std::mutex> l(mu);
+    steps.push_back(step);
+  };
+  Rig s = MakeRig(1, o);
+  auto tl = TrainLoader();
+  auto vl = ValLoader();
+  ASSERT_TRUE(s.trainer->train(tl, vl).ok());
+  ASSERT_FALSE(steps.empty());
+  for (size_t i = 1; i < steps.size(); ++i) EXPECT_GE(steps[i] - steps[i - 1], 10) << i;
+  // A memory directory that cannot be made: training still succeeds.
+  o.memory_checkpoint_dir = dir + "/file/mem";
+  Rig t = MakeRig(1, o);
+  auto tl2 = TrainLoader();
+  auto vl2 = ValLoader();
+  absl::Status st = t.trainer->train(tl2, vl2);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(t.trainer->state().step, 40);
   testutil::RemoveTree(dir);
 }
 

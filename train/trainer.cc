@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -159,11 +160,46 @@ absl::StatusOr<bool> Trainer::AfterStep(const StepInfo& info) {
   if (a.checkpoint) {
     absl::Status s = CheckpointAt(info.step);
     if (!s.ok()) return s;
+  } else {
+    MaybeMemoryCheckpoint(info);
   }
   // A background save that failed (not for a full disk) ends training here.
   absl::Status failed = CheckpointFailure();
   if (!failed.ok()) return failed;
   return a.stop;
+}
+
+bool Trainer::IsMemoryPath(const std::string& path) const {
+  return !options_.memory_checkpoint_dir.empty() &&
+         path.rfind(options_.memory_checkpoint_dir + "/", 0) == 0;
+}
+
+void Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
+  mean_step_seconds_ = mean_step_seconds_ == 0 ? info.seconds
+                                               : 0.9 * mean_step_seconds_ + 0.1 * info.seconds;
+  const int64_t every = options_.memory_checkpoint_every;
+  if (rank() != 0 || every == 0 || options_.memory_checkpoint_dir.empty() ||
+      !options_.async_checkpoint) {
+    return;
+  }
+  const bool due = every > 0 ? info.step % every == 0 : info.step >= next_memory_step_;
+  if (!due || ckpt_busy_.load()) return;  // never waits for a save in flight
+  if (!memory_temps_cleaned_) {
+    RemoveStaleCheckpointTemps(options_.memory_checkpoint_dir);
+    memory_temps_cleaned_ = true;
+  }
+  const std::string path =
+      absl::StrCat(options_.memory_checkpoint_dir, "/ckpt-", info.step, ".pt");
+  absl::Status s = save_checkpoint_async(path, info.step);
+  if (!s.ok()) {
+    std::cerr << "frameworm: in-memory checkpoint of step " << info.step << " skipped: " << s
+              << "\n";
+  }
+  if (every < 0) {
+    const double budget = 0.02 * std::max(mean_step_seconds_, 1e-6);
+    next_memory_step_ =
+        info.step + std::max<int64_t>(10, static_cast<int64_t>(std::ceil(take_seconds_ / budget)));
+  }
 }
 
 absl::Status Trainer::CheckpointAt(int64_t step) {
@@ -178,6 +214,11 @@ absl::Status Trainer::Finished(bool rank0, int64_t step, const std::string& path
   if (!rank0) {  // a full disk on rank 0 is skipped on every rank
     return result.status().code() == absl::StatusCode::kResourceExhausted ? absl::OkStatus()
                                                                           : result.status();
+  }
+  if (!result.ok() && IsMemoryPath(path)) {  // memory checkpoints are best effort
+    std::cerr << absl::StrCat("frameworm: in-memory checkpoint of step ", step,
+                              " skipped, training goes on: ", result.status().message(), "\n");
+    return absl::OkStatus();
   }
   if (result.ok()) {
     if (options_.verbose) {
@@ -223,9 +264,13 @@ absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t ste
     std::lock_guard<std::mutex> l(ckpt_mu_);
     spare = std::move(ckpt_spare_);
   }
+  const auto taken = std::chrono::steady_clock::now();
   auto snap = CheckpointSnapshot::Take(*model_.ptr(), *optimizer_, Position(), /*freeze=*/true,
                                        std::move(spare));
+  take_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - taken).count();
   if (!snap.ok()) return snap.status();
+  ckpt_busy_ = true;
   ckpt_thread_ = std::thread([this, step, path, s = std::move(*snap)]() mutable {
     absl::StatusOr<CheckpointFileInfo> written = s->WriteTo(path);
     {
@@ -233,8 +278,11 @@ absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t ste
       ckpt_spare_ = std::move(s);  // the next snapshot copies into its memory
     }
     absl::Status kept = Finished(/*rank0=*/true, step, path, written);
-    std::lock_guard<std::mutex> l(ckpt_mu_);
-    if (!kept.ok() && ckpt_error_.ok()) ckpt_error_ = kept;
+    {
+      std::lock_guard<std::mutex> l(ckpt_mu_);
+      if (!kept.ok() && ckpt_error_.ok()) ckpt_error_ = kept;
+    }
+    ckpt_busy_ = false;
   });
   return absl::OkStatus();
 }

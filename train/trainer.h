@@ -24,6 +24,7 @@
 #ifndef FRAMEWORM_TRAIN_TRAINER_H_
 #define FRAMEWORM_TRAIN_TRAINER_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -127,6 +128,18 @@ struct TrainerOptions {
   // the next snapshot copies into it, which costs a fraction of fresh pages.
   // false: every checkpoint as save_checkpoint (rank 0 writes, all wait).
   bool async_checkpoint = true;
+  // In-memory checkpoints (rank 0, with async_checkpoint): every
+  // `memory_checkpoint_every` steps (-1: automatic; 0: none) the snapshot
+  // is written to <memory_checkpoint_dir>/ckpt-<step>.pt (meant for a
+  // tmpfs: memory outside this process), unless a save is still in flight
+  // (then that one is skipped, never waited for). Automatic: the next one
+  // comes max(10, ceil(blocked / (0.02 x mean step time))) steps after the
+  // last, `blocked` being how long its snapshot held training, so
+  // snapshots cost at most about 2% of the step time. A failed write skips
+  // that checkpoint (a line on stderr), never ends training. Reported
+  // through on_checkpoint like disk checkpoints (the path tells them apart).
+  std::string memory_checkpoint_dir;
+  int64_t memory_checkpoint_every = 0;
   // Called on rank 0 after each checkpoint is complete (durable): on the
   // checkpoint thread when async_checkpoint (so it may run concurrently with
   // on_step and on_progress, and may take its time: training goes on), on
@@ -227,6 +240,11 @@ class Trainer {
   // is false) and reports it through on_checkpoint.
   absl::Status CheckpointAt(int64_t step);
   std::string CheckpointPath(int64_t step) const;
+  // True for a path in options_.memory_checkpoint_dir.
+  bool IsMemoryPath(const std::string& path) const;
+  // Rank 0: an in-memory checkpoint when one is due and no save is in
+  // flight (TrainerOptions::memory_checkpoint_every).
+  void MaybeMemoryCheckpoint(const StepInfo& info);
   // Reports a finished save (event line, on_checkpoint or
   // on_checkpoint_skipped); returns the failure to keep, if any. Calls no
   // virtual function (the checkpoint thread may run it while a derived
@@ -246,6 +264,11 @@ class Trainer {
   // by ckpt_mu_.
   std::unique_ptr<CheckpointSnapshot> ckpt_spare_;
   bool temps_cleaned_ = false;
+  bool memory_temps_cleaned_ = false;
+  std::atomic<bool> ckpt_busy_{false};  // a save is in flight (rank 0)
+  double take_seconds_ = 0;             // the last snapshot's blocking time
+  double mean_step_seconds_ = 0;        // moving average (memory cadence)
+  int64_t next_memory_step_ = 0;        // automatic cadence: the next one
 };
 
 struct DistributedOptions {

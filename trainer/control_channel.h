@@ -49,6 +49,7 @@ struct CheckpointReport {
   std::string path;
   int64_t bytes = 0;
   std::string checksum;  // hex digest as written in the checkpoint
+  bool memory = false;   // an in-memory checkpoint (not uploaded)
 };
 
 class ControlChannel {

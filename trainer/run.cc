@@ -104,6 +104,8 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   to.checkpoint_dir = f.checkpoint_dir;
   to.checkpoint_every = f.checkpoint_every;
   to.async_checkpoint = f.async_checkpoint;
+  to.memory_checkpoint_dir = f.memory_checkpoint_dir;
+  to.memory_checkpoint_every = f.memory_checkpoint_every;
 
   // Step timing (steady state: the first steps are excluded).
   double step_time_sum = 0;
@@ -213,12 +215,15 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     cr.path = path;
     cr.bytes = info.bytes;
     cr.checksum = info.checksum;
+    cr.memory = !f.memory_checkpoint_dir.empty() &&
+                path.rfind(f.memory_checkpoint_dir + "/", 0) == 0;
     // The coordinator keeps a copy first, so a rank on a host without this
     // file can resume from it; a checkpoint it has no copy of is not reported.
     // A coordinator that is away (restarting) gets 3 more tries, 1 s apart.
+    // In-memory checkpoints stay in memory: the workers copy them.
     auto away = [](const absl::Status& s) { return s.code() == absl::StatusCode::kUnavailable; };
     auto pause = [] { std::this_thread::sleep_for(std::chrono::seconds(1)); };
-    absl::Status up = channel->UploadCheckpoint(step, path);
+    absl::Status up = cr.memory ? absl::OkStatus() : channel->UploadCheckpoint(step, path);
     for (int i = 0; i < 3 && away(up); ++i) {
       pause();
       up = channel->UploadCheckpoint(step, path);
@@ -237,7 +242,10 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
       std::cerr << "frameworm-train: checkpoint report failed: " << expired.status() << std::endl;
       return;
     }
-    for (const std::string& old : *expired) RemoveExpiredCheckpoint(f.checkpoint_dir, old);
+    for (const std::string& old : *expired) {
+      RemoveExpiredCheckpoint(f.checkpoint_dir, old);
+      RemoveExpiredCheckpoint(f.memory_checkpoint_dir, old);
+    }
   };
 
   std::unique_ptr<Trainer> trainer;
@@ -293,9 +301,16 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     if (private_copy) load_from = absl::StrCat(resume, ".rank", rank, "-", ::getpid());
     absl::Status got = channel->DownloadCheckpoint(resume, load_from);
     if (!got.ok()) {
-      return Fail(absl::StrCat("checkpoint ", resume,
-                               " is not on this host and fetching it from the coordinator "
-                               "failed: ", got.message()));
+      const std::string why = absl::StrCat("checkpoint ", resume,
+                                           " is not on this host and fetching it from the "
+                                           "coordinator failed: ", got.message());
+      if (got.code() != absl::StatusCode::kNotFound) return Fail(why);
+      // No copy anywhere (an in-memory checkpoint whose holders are gone):
+      // the job resumes from the checkpoint before it.
+      absl::Status told = channel->ReportBadCheckpoint(resume, why);
+      return Fail(absl::StrCat(why, told.ok()
+                                        ? "; reported: the job resumes from the checkpoint before it"
+                                        : absl::StrCat("; reporting it failed: ", told.message())));
     }
   }
   if (!resume.empty()) {

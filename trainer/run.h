@@ -41,6 +41,10 @@ struct TrainConfig {
   // Rank 0 snapshots in memory and writes in the background (false: all
   // ranks wait for the write; TrainerOptions::async_checkpoint).
   bool async_checkpoint = true;
+  // In-memory checkpoints (TrainerOptions::memory_checkpoint_dir/every;
+  // -1: automatic).
+  std::string memory_checkpoint_dir;
+  int64_t memory_checkpoint_every = -1;
   std::string resume;  // a path, "latest" or empty
   uint64_t seed = 0;
   int64_t threads = 1;

@@ -66,6 +66,7 @@ class GrpcTrainerChannel final : public ControlChannel {
     req.set_path(r.path);
     req.set_bytes(r.bytes);
     req.set_checksum(r.checksum);
+    req.set_memory(r.memory);
     v1::ReportCheckpointResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx);

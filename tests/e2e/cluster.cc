@@ -79,7 +79,9 @@ absl::Status Cluster::StartCoordinator(const std::string& listen) {
     argv = {"/usr/bin/nsenter", "-t", std::to_string(state_holder_->pid()), "-m", "--"};
   for (std::string arg : {Bin("frameworm-coordinator"),
                                    absl::StrCat("--listen=", listen),
-                          absl::StrCat("--state-dir=", dir_, "/state")})
+                          absl::StrCat("--state-dir=", dir_, "/state"),
+                          // in-memory checkpoints in the test's directory (removed with it)
+                          absl::StrCat("--memory-checkpoint-root=", dir_, "/shm")})
     argv.push_back(arg);
   if (options_.tls) {
     auto tls = TlsDir("coordinator", "coordinator");

@@ -19,9 +19,11 @@ namespace {
 
 // A 2-node x 1-process job of the built-in trainer. `steps` sets the run's
 // length; checkpoints every `every` steps.
+// `memory_every`: checkpoint.memory_every_n_steps (0: none, so the tests
+// of disk checkpoints see only those; -1: the automatic default).
 std::string TrainJob(const std::string& name, int steps, int every,
                      const std::string& model = "cnn", int nodes = 2,
-                     int nproc = 1, double heartbeat_timeout = 4) {
+                     int nproc = 1, double heartbeat_timeout = 4, int memory_every = 0) {
   return absl::StrCat(R"(name: )", name, R"(
 nodes: )", nodes, R"(
 nproc_per_node: )", nproc, R"(
@@ -37,7 +39,7 @@ train:
 checkpoint:
   every_n_steps: )", every, R"(
   keep_last: 2
-)");
+)", memory_every >= 0 ? absl::StrCat("  memory_every_n_steps: ", memory_every, "\n") : "");
 }
 
 std::vector<v1::CheckpointRecord> Checkpoints(Cluster& c, const std::string& id) {
@@ -209,6 +211,50 @@ TEST(ClusterE2E, ACheckpointWithNoGoodCopyIsDroppedAndTheJobResumesFromTheOneBef
     EXPECT_FALSE(r.path() == bad.path() && r.checksum() == bad.checksum())
         << "the bad record is still listed";
   }
+}
+
+// In-memory checkpoints (checkpoint.memory_every_n_steps) between the disk
+// ones: a trainer killed between two disk checkpoints resumes from the
+// newest in-memory one, which its worker kept (not from the older disk one).
+TEST(ClusterE2E, AKilledTrainerResumesFromItsWorkersMemoryCheckpoint) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::string spec = TrainJob("memory", 300, 100, "cnn", 2, 1, 4, /*memory_every=*/5);
+  auto id = (*c)->Submit(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  v1::CheckpointRecord newest;
+  auto st = (*c)->WaitFor(
+      *id,
+      [&](const v1::JobStatus& s) {
+        for (const auto& ck : Checkpoints(**c, *id)) {
+          if (ck.memory() && ck.step() >= 25 && ck.holders_size() >= 1) newest = ck;
+        }
+        return newest.step() >= 25 || IsFinal(s.state());
+      },
+      absl::Seconds(90));
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_FALSE(IsFinal(st->state())) << st->ShortDebugString();
+  ASSERT_LT(newest.step(), 100) << "the job ran past its first disk checkpoint";
+  EXPECT_EQ(newest.path().rfind((*c)->dir() + "/shm/", 0), 0u) << newest.path();
+  std::vector<pid_t> pids = TrainerPidsWithJobId(*id);
+  ASSERT_EQ(pids.size(), 2u);
+  for (pid_t p : pids) kill(p, SIGKILL);
+  auto done = (*c)->WaitForFinal(*id, absl::Seconds(150));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), v1::SUCCEEDED) << done->ShortDebugString();
+  EXPECT_EQ(done->restarts(), 1);
+  RunResult logs = (*c)->Cli({"logs", *id, "--rank", "0"});
+  const size_t at = logs.output.find("\"event\":\"resumed\",\"path\":\"" + (*c)->dir() + "/shm/");
+  EXPECT_NE(at, std::string::npos) << "did not resume from an in-memory checkpoint:\n"
+                                   << logs.output.substr(0, 6000);
+  // The job ended: its in-memory checkpoints are released (within 10 s).
+  bool released = false;
+  for (int i = 0; i < 150 && !released; ++i) {
+    released = true;
+    for (const auto& ck : Checkpoints(**c, *id)) released = released && !ck.memory();
+    if (!released) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(released);
 }
 
 TEST(ClusterE2E, KilledWorkerIsDetectedAndJobRestartsElsewhere) {

@@ -36,6 +36,7 @@ struct Job {
   int steps = 60;
   int batch = 64;
   int checkpoint_every = 0;  // 0: no checkpoints
+  int memory_every = -1;     // checkpoint.memory_every_n_steps; -1: unset
   double heartbeat_timeout = 3;
   int max_restarts = 1;
   std::map<std::string, std::string> env;
@@ -57,6 +58,7 @@ struct Job {
       if (checkpoint_every > 0) {
         absl::StrAppend(&y, "checkpoint:\n  every_n_steps: ", checkpoint_every,
                         "\n  keep_last: 3\n");
+        if (memory_every >= 0) absl::StrAppend(&y, "  memory_every_n_steps: ", memory_every, "\n");
       }
     }
     if (!env.empty()) {
@@ -393,7 +395,8 @@ TEST_F(MultiHostE2E, KilledWorkerJobResumesOnHostWithoutTheCheckpoint) {
   Job job;
   job.name = "resume-elsewhere";
   job.steps = 200;
-  job.checkpoint_every = 10;
+  job.checkpoint_every = 20;
+  job.memory_every = 5;  // in memory between the disk checkpoints
   job.env = kGlooOnBridge;
   auto id = Submit(job);
   ASSERT_TRUE(id.ok()) << id.status();
@@ -478,6 +481,10 @@ TEST_F(MultiHostE2E, KilledWorkerJobResumesOnHostWithoutTheCheckpoint) {
   EXPECT_EQ(last, job.steps);
   RunResult logs = c.Cli({"logs", *id, "--rank", "0"});
   EXPECT_TRUE(absl::StrContains(logs.output, "\"event\":\"resumed\"")) << Tail(logs.output, 2000);
+  // From the surviving replica's memory (its /dev/shm), the newest step
+  // there was: the writer's host and its RAM are gone.
+  EXPECT_TRUE(absl::StrContains(logs.output, "\"event\":\"resumed\",\"path\":\"/dev/shm/frameworm/"))
+      << Tail(logs.output, 2000);
   // The spare host's worker fetched the checkpoint from a peer before it
   // started its rank (not from the coordinator).
   const std::string spare_log = c.worker(spare).Output();
@@ -729,6 +736,7 @@ TEST_F(MultiHostE2E, AFullCheckpointDiskIsAWarningInStatusNotARestart) {
   job.name = "full-disk";
   job.steps = 400;
   job.checkpoint_every = 25;
+  job.memory_every = 0;  // disk checkpoints only: the newest stays put while the disk is full
   job.max_restarts = 0;  // a restart would fail the job
   job.env = kGlooOnBridge;
   auto id = Submit(job);
