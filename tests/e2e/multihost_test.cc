@@ -409,7 +409,23 @@ TEST_F(MultiHostE2E, KilledWorkerJobResumesOnHostWithoutTheCheckpoint) {
       },
       absl::Seconds(60));
   ASSERT_TRUE(checkpointed.ok()) << checkpointed.status() << Diagnose(c, *id);
-  absl::SleepFor(absl::Seconds(1));  // time to copy it, wherever it goes
+  // Freeze the trainers at a moment when the newest checkpoint is an
+  // in-memory one that both job hosts hold (the writer's RAM and the
+  // replica's): the node loss below must be survived from a peer's RAM.
+  const std::vector<pid_t> trainers = TrainerPidsWithJobId(*id);
+  ASSERT_EQ(trainers.size(), 2u);
+  bool frozen = false;
+  for (int i = 0; i < 40 && !frozen; ++i) {
+    for (pid_t p : trainers) kill(p, SIGSTOP);
+    absl::SleepFor(absl::Milliseconds(500));  // reports and copies in flight land
+    auto cks = c.Checkpoints(*id);
+    frozen = cks.ok() && !cks->empty() && cks->back().memory() && cks->back().holders_size() == 2;
+    if (!frozen) {
+      for (pid_t p : trainers) kill(p, SIGCONT);
+      absl::SleepFor(absl::Milliseconds(150));
+    }
+  }
+  ASSERT_TRUE(frozen) << "never saw an in-memory checkpoint held twice" << Diagnose(c, *id);
   auto before = c.GetJob(*id);
   ASSERT_TRUE(before.ok()) << before.status();
   ASSERT_EQ(before->state(), v1::RUNNING) << Diagnose(c, *id);
