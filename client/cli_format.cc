@@ -154,11 +154,12 @@ std::string FormatJobStatus(const v1::JobStatus& j) {
 
 std::string FormatCheckpoints(const v1::ListCheckpointsResponse& r) {
   std::vector<std::vector<std::string>> rows = {
-      {"STEP", "PATH", "BYTES", "CHECKSUM", "CREATED", "HELD_BY"}};
+      {"STEP", "KIND", "PATH", "BYTES", "CHECKSUM", "CREATED", "HELD_BY"}};
   for (const auto& c : r.checkpoints()) {
     const std::string held =
         c.holders().empty() ? "-" : absl::StrJoin(c.holders(), ",");
-    rows.push_back({absl::StrCat(c.step()), c.path(), absl::StrCat(c.bytes()),
+    rows.push_back({absl::StrCat(c.step()), c.memory() ? "memory" : "disk", c.path(),
+                    absl::StrCat(c.bytes()),
                     c.checksum(), TimeText(c.created_unix_ms()), held});
   }
   return Pad(rows);

@@ -114,10 +114,11 @@ TEST(CliFormat, TablesAndCsv) {
   v1::CheckpointRecord* older = c.add_checkpoints();
   older->set_step(50);
   older->set_path("/c/step-50.pt");
+  older->set_memory(true);
   EXPECT_EQ(FormatCheckpoints(c),
-            "STEP  PATH            BYTES  CHECKSUM  CREATED  HELD_BY\n"
-            "100   /c/step-100.pt  4096   ab12      -        w1,w2\n"
-            "50    /c/step-50.pt   0                -        -\n");
+            "STEP  KIND    PATH            BYTES  CHECKSUM  CREATED  HELD_BY\n"
+            "100   disk    /c/step-100.pt  4096   ab12      -        w1,w2\n"
+            "50    memory  /c/step-50.pt   0                -        -\n");
   std::string status = FormatJobStatus(Job("job-1", v1::RUNNING, 10));
   EXPECT_THAT(status, HasSubstr("state: RUNNING\n"));
   EXPECT_THAT(status, HasSubstr("step: 10/300\n"));
