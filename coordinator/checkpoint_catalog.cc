@@ -116,6 +116,15 @@ absl::Status CheckpointCatalog::Remove(const std::string& job_id, const std::str
   return absl::OkStatus();
 }
 
+void CheckpointCatalog::AdoptSecret(const std::string& job_id, int64_t step,
+                                    const std::string& secret) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end() || secret.empty() || secret.size() > 128) return;
+  for (v1::CheckpointRecord& r : it->second) {
+    if (r.step() == step && r.secret().empty()) r.set_secret(secret);
+  }
+}
+
 std::vector<std::string> CheckpointCatalog::JobsWithMemoryRecords() const {
   std::vector<std::string> out;
   for (const auto& [id, list] : jobs_) {

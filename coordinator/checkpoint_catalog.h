@@ -54,6 +54,9 @@ class CheckpointCatalog {
   // Removes the job's record at `path` (store first; nothing changes when
   // that fails). NOT_FOUND when there is none.
   absl::Status Remove(const std::string& job_id, const std::string& path);
+  // A restarted coordinator knows no record's secret (not stored): the
+  // first holder that re-registers tells it (at most 128 bytes).
+  void AdoptSecret(const std::string& job_id, int64_t step, const std::string& secret);
   // The jobs that have memory records.
   std::vector<std::string> JobsWithMemoryRecords() const;
   // The job's newest record; nullptr when it has none.

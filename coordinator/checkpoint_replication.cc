@@ -17,6 +17,7 @@ v1::CoordinatorMessage Hold(const v1::CheckpointRecord& rec,
   h->set_path(rec.path());
   h->set_bytes(rec.bytes());
   h->set_checksum(rec.checksum());
+  h->set_secret(rec.secret());
   for (const std::string& s : sources) {
     if (h->sources_size() == kMaxSources) break;
     h->add_sources(s);

@@ -69,9 +69,28 @@ TEST_F(ReplicationTest, ReplicasFetchFromRankZerosWorkerOnceItHoldsTheFile) {
   auto w1 = Holds(Take("w1"));
   ASSERT_EQ(w1.size(), 1u);
   EXPECT_THAT(w1[0].sources(), ElementsAre("w0.host:7071"));
+  EXPECT_GE(w0[0].secret().size(), 32u) << "a random secret per record";
+  EXPECT_EQ(w1[0].secret(), w0[0].secret());
   EXPECT_TRUE(Holds(Take("w2")).empty());
   Held("w1", id, 10);
   EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w0", "w1"));
+  auto listed = coord_->ListCheckpoints(id);
+  ASSERT_TRUE(listed.ok());
+  for (const auto& c : *listed) EXPECT_TRUE(c.secret().empty());
+  // A trainer cannot choose the secret (or the holders) of its checkpoint.
+  v1::CheckpointRecord forged;
+  forged.mutable_ref()->set_job_id(id);
+  forged.mutable_ref()->set_generation(1);
+  forged.mutable_ref()->set_token(TokenOf(id, 1, 0));
+  forged.set_step(12);
+  forged.set_path(CkptPath(id, 12));
+  forged.set_secret("mine");
+  forged.add_holders("w2");
+  ASSERT_TRUE(coord_->ReportCheckpoint(forged).ok());
+  EXPECT_TRUE(HoldersOf(id, 12).empty());
+  auto hold12 = Holds(Take("w0"));
+  ASSERT_EQ(hold12.size(), 1u);
+  EXPECT_NE(hold12[0].secret(), "mine");
   // A failed copy is not a holder.
   ASSERT_TRUE(Checkpoint(id, 1, 20, CkptPath(id, 20)).ok());
   Held("w0", id, 20);

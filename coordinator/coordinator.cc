@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/printable.h"
+#include "common/token.h"
 #include "coordinator/checkpoint_paths.h"
 #include "coordinator/checkpoint_replication.h"
 #include "coordinator/generation_plan.h"
@@ -317,7 +318,9 @@ absl::StatusOr<std::vector<v1::CheckpointRecord>> Coordinator::ListCheckpoints(
   absl::MutexLock l(&mu_);
   absl::StatusOr<const Job*> job = FindLocked(job_id);
   if (!job.ok()) return job.status();
-  return checkpoints_.List(job_id);
+  std::vector<v1::CheckpointRecord> out = checkpoints_.List(job_id);
+  for (auto& r : out) r.clear_secret();  // workers' business only
+  return out;
 }
 
 absl::StatusOr<std::vector<v1::AggregatedStep>> Coordinator::GetMetrics(
@@ -387,7 +390,9 @@ absl::StatusOr<Coordinator::Registration> Coordinator::RegisterWorker(
     jobs_.Reconcile(req.name(), req.running(), req.ended(), same_process);
     // Copies it still holds (a restarted coordinator knew no holders).
     for (const v1::CheckpointHeld& h : req.held()) {
-      if (h.ok()) checkpoints_.AddHolder(h.job_id(), h.step(), req.name());
+      if (h.ok() && checkpoints_.AddHolder(h.job_id(), h.step(), req.name()) > 0) {
+        checkpoints_.AdoptSecret(h.job_id(), h.step(), h.secret());
+      }
     }
     jobs_.Schedule();
   }
@@ -572,7 +577,17 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
       return s;
     }
     v1::CheckpointRecord rec = in;
+    rec.clear_holders();  // read-only: learned from the workers' answers
+    rec.clear_secret();   // the coordinator's, never a trainer's
     rec.set_created_unix_ms(absl::ToUnixMillis(clock_.Now()));
+    for (const auto& c : checkpoints_.List(rec.ref().job_id())) {
+      // The same file reported again (a retried report): its holders stay.
+      if (c.path() == rec.path() && c.checksum() == rec.checksum() && c.bytes() == rec.bytes()) {
+        *rec.mutable_holders() = c.holders();
+        rec.set_secret(c.secret());
+      }
+    }
+    if (rec.secret().empty()) rec.set_secret(NewToken());  // what peers must show to fetch it
     for (const auto& c : checkpoints_.List(rec.ref().job_id())) {
       steps_before[c.step()].assign(c.holders().begin(), c.holders().end());
     }
@@ -717,6 +732,7 @@ void Coordinator::BoundGrowth() {
     const absl::Time now = clock_.Now();
     if (now - last_bound_ < absl::Seconds(10)) return;
     last_bound_ = now;
+    released = ReleaseMemoryCheckpointsLocked();  // before the records expire
     if (retain_finished_ > absl::ZeroDuration()) {
       expired = jobs_.ExpireFinished(absl::ToUnixMillis(now - retain_finished_));
       for (const std::string& id : expired) {
@@ -729,7 +745,6 @@ void Coordinator::BoundGrowth() {
       }
     }
     thinned = jobs_.ThinMetrics(metric_history_);
-    released = ReleaseMemoryCheckpointsLocked();
   }
   if (!expired.empty() || released) Flush();
   // In transactions of at most 500 rows: metric commits get the store in

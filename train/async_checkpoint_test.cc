@@ -365,6 +365,30 @@ TEST(AsyncCheckpointTest, AnUnknownOptimizerIsSerializedAtOnce) {
   testutil::RemoveTree(dir);
 }
 
+// A failed disk save still ends training when in-memory checkpoints come
+// between (a memory checkpoint waits for nothing, but does not swallow the
+// failure of the save before it).
+TEST(MemoryCheckpointTest, AFailedDiskSaveStillEndsTraining) {
+  const std::string base = testutil::MakeTempDir("memory-disk-fail");
+  const std::string not_a_dir = base + "/file";
+  std::ofstream(not_a_dir) << "x";
+  TrainerOptions o;
+  o.epochs = 10;
+  o.max_steps = 30;
+  o.checkpoint_every = 4;
+  o.checkpoint_dir = not_a_dir + "/ckpts";
+  o.memory_checkpoint_dir = base + "/mem";
+  o.memory_checkpoint_every = 1;
+  Rig s = MakeRig(1, o);
+  auto tl = TrainLoader();
+  auto vl = ValLoader();
+  absl::Status st = s.trainer->train(tl, vl);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(not_a_dir), std::string::npos) << st;
+  EXPECT_LT(s.trainer->state().step, 30) << "training did not stop";
+  testutil::RemoveTree(base);
+}
+
 }  // namespace
 }  // namespace frameworm
 

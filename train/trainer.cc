@@ -161,7 +161,8 @@ absl::StatusOr<bool> Trainer::AfterStep(const StepInfo& info) {
     absl::Status s = CheckpointAt(info.step);
     if (!s.ok()) return s;
   } else {
-    MaybeMemoryCheckpoint(info);
+    absl::Status s = MaybeMemoryCheckpoint(info);
+    if (!s.ok()) return s;  // the save before it failed
   }
   // A background save that failed (not for a full disk) ends training here.
   absl::Status failed = CheckpointFailure();
@@ -174,16 +175,19 @@ bool Trainer::IsMemoryPath(const std::string& path) const {
          path.rfind(options_.memory_checkpoint_dir + "/", 0) == 0;
 }
 
-void Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
+absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
   mean_step_seconds_ = mean_step_seconds_ == 0 ? info.seconds
                                                : 0.9 * mean_step_seconds_ + 0.1 * info.seconds;
   const int64_t every = options_.memory_checkpoint_every;
   if (rank() != 0 || every == 0 || options_.memory_checkpoint_dir.empty() ||
       !options_.async_checkpoint) {
-    return;
+    return absl::OkStatus();
   }
   const bool due = every > 0 ? info.step % every == 0 : info.step >= next_memory_step_;
-  if (!due || ckpt_busy_.load()) return;  // never waits for a save in flight
+  if (!due || ckpt_busy_.load()) return absl::OkStatus();  // never waits for a save in flight
+  // The save before this one ended: its failure (a disk checkpoint's) ends
+  // training, as it would at the next step.
+  if (absl::Status previous = wait_for_checkpoint(); !previous.ok()) return previous;
   if (!memory_temps_cleaned_) {
     RemoveStaleCheckpointTemps(options_.memory_checkpoint_dir);
     memory_temps_cleaned_ = true;
@@ -200,6 +204,7 @@ void Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
     next_memory_step_ =
         info.step + std::max<int64_t>(10, static_cast<int64_t>(std::ceil(take_seconds_ / budget)));
   }
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::CheckpointAt(int64_t step) {

@@ -243,8 +243,10 @@ class Trainer {
   // True for a path in options_.memory_checkpoint_dir.
   bool IsMemoryPath(const std::string& path) const;
   // Rank 0: an in-memory checkpoint when one is due and no save is in
-  // flight (TrainerOptions::memory_checkpoint_every).
-  void MaybeMemoryCheckpoint(const StepInfo& info);
+  // flight (TrainerOptions::memory_checkpoint_every). Returns the failure
+  // of the save before it, if any (which ends training); its own failure
+  // only skips it.
+  absl::Status MaybeMemoryCheckpoint(const StepInfo& info);
   // Reports a finished save (event line, on_checkpoint or
   // on_checkpoint_skipped); returns the failure to keep, if any. Calls no
   // virtual function (the checkpoint thread may run it while a derived

@@ -35,6 +35,9 @@ absl::Status CheckHold(const HeldCheckpoint& h) {
     return absl::InvalidArgumentError(
         absl::StrCat("hold: checksum '", h.checksum.substr(0, 40), "' is not crc32:xxxxxxxx"));
   }
+  if (h.secret.size() > 128) {
+    return absl::InvalidArgumentError("hold: secret longer than 128 bytes");
+  }
   if (h.sources.size() > 8) {
     return absl::InvalidArgumentError(
         absl::StrCat("hold: ", h.sources.size(), " sources; at most 8"));

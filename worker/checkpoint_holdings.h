@@ -39,6 +39,7 @@ struct HeldCheckpoint {
   // This worker wrote the file (fetched it): a job-wide drop deletes only
   // such copies, never what a rank wrote or a shared filesystem holds.
   bool copied = false;
+  std::string secret;  // required from a peer that fetches it
 };
 
 // OK when `h` may be held (the rules above).

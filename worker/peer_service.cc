@@ -1,12 +1,14 @@
 #include "worker/peer_service.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/received_file.h"
+#include "common/token.h"
 #include "rpc/file_stream.h"
 #include "rpc/rpc.h"
 #include "rpc/status_util.h"
@@ -20,7 +22,14 @@ using Writer = grpc::ServerWriteReactor<v1::CheckpointChunk>;
 // O_NOFOLLOW (a symlink put in its place is refused), and the descriptor,
 // which the caller closes once the reactor opened its own stream.
 absl::StatusOr<int> OpenHeld(const HeldCheckpoint& h) {
-  const int fd = ::open(h.path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const int fd = ::open(h.path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  struct stat st;
+  if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {  // a FIFO, a device...
+    ::close(fd);
+    return absl::NotFoundError(absl::StrCat("this worker's copy of ", h.job_id,
+                                            "'s checkpoint of step ", h.step,
+                                            " is not a regular file"));
+  }
   if (fd < 0) {
     return absl::NotFoundError(absl::StrCat("this worker's copy of ", h.job_id,
                                             "'s checkpoint of step ", h.step, " is gone"));
@@ -39,6 +48,11 @@ grpc::ServerWriteReactor<v1::CheckpointChunk>* PeerServiceImpl::FetchCheckpoint(
   }
   if (absl::Status s = CheckJobIdComponent(req->job_id()); !s.ok()) return new Refused<Writer>(s);
   std::optional<HeldCheckpoint> h = holdings_.Find(req->job_id(), req->step());
+  if (h && (h->secret.empty() || !TokensEqual(req->secret(), h->secret))) {
+    return new Refused<Writer>(absl::PermissionDeniedError(absl::StrCat(
+        "the secret of job ", req->job_id(), "'s checkpoint of step ", req->step(),
+        " does not match")));
+  }
   if (!h) {
     return new Refused<Writer>(absl::NotFoundError(absl::StrCat(
         "this worker holds no checkpoint of step ", req->step(), " of job ", req->job_id())));
@@ -61,6 +75,7 @@ absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const 
   v1::FetchCheckpointRequest req;
   req.set_job_id(h.job_id);
   req.set_step(h.step);
+  req.set_secret(h.secret);
   std::unique_ptr<grpc::ClientReader<v1::CheckpointChunk>> reader = stub->FetchCheckpoint(&ctx, req);
   v1::CheckpointChunk chunk;
   std::unique_ptr<ReceivedFile> file;
@@ -77,7 +92,11 @@ absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const 
         break;
       }
       absl::StatusOr<std::unique_ptr<ReceivedFile>> f = ReceivedFile::Create(h.path, h.bytes);
-      if (!f.ok()) return f.status();  // the local disk: no other source helps
+      if (!f.ok()) {  // the local disk: no other source helps
+        ctx.TryCancel();
+        reader->Finish();
+        return f.status();
+      }
       file = *std::move(f);
     }
     failed = file->Append(chunk.data());

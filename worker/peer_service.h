@@ -2,8 +2,11 @@
 // (CheckpointHoldings) to other workers, and fetches one from them.
 //
 // Access: under mutual TLS only a worker certificate of the cluster may
-// fetch (PERMISSION_DENIED otherwise); on a plaintext server (loopback, or
-// an operator's --insecure) any caller may. A request names a job and a
+// fetch (on a plaintext server, loopback or an operator's --insecure, any
+// caller), and only with the hold's secret (HoldCheckpoint.secret, which
+// the coordinator sends workers only: job code runs with its worker's
+// certificate); PERMISSION_DENIED otherwise. A held file that is not a
+// regular file is NOT_FOUND. A request names a job and a
 // step, never a path: what is served is the file the coordinator's hold
 // named (checked by CheckHold), opened without following a final symlink.
 //

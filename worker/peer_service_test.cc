@@ -30,6 +30,7 @@ HeldCheckpoint Held(const std::string& path, int64_t step = 7) {
   h.path = path;
   h.bytes = 0;
   h.checksum = "crc32:00000000";
+  h.secret = "s3cret";
   return h;
 }
 
@@ -176,6 +177,23 @@ TEST_F(PeerServiceTest, OnlyWorkersMayFetchAndOnlyFromAWorker) {
   want.sources = {Serve(fake, "main")};
   EXPECT_EQ(Fetch(want).code(), absl::StatusCode::kUnavailable);
   EXPECT_FALSE(fs::exists(want.path));
+}
+
+TEST_F(PeerServiceTest, AWorkerCertificateAloneIsNotEnoughTheHoldsSecretIsNeeded) {
+  CheckpointHoldings a;
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, 1000);
+  ASSERT_TRUE(a.Add(src).ok());
+  HeldCheckpoint want = src;
+  want.path = dir_ + "/b/ck/ckpt-7.pt";
+  want.sources = {Serve(a, "a")};
+  for (const std::string wrong : {"", "s3creT", "another job's secret"}) {
+    want.secret = wrong;
+    absl::Status s = Fetch(want);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << wrong << ": " << s;
+    EXPECT_FALSE(fs::exists(want.path));
+  }
+  want.secret = src.secret;
+  EXPECT_TRUE(Fetch(want).ok());
 }
 
 TEST_F(PeerServiceTest, NothingButAHeldCheckpointIsServed) {

@@ -55,6 +55,7 @@ HeldCheckpoint FromProto(const v1::HoldCheckpoint& h) {
   out.path = h.path();
   out.bytes = h.bytes();
   out.checksum = h.checksum();
+  out.secret = h.secret();
   out.sources.assign(h.sources().begin(), h.sources().end());
   return out;
 }
@@ -247,11 +248,18 @@ class WorkerAgentImpl final : public WorkerAgent {
         have && have->path == h.path && have->checksum == h.checksum) {
       return AnswerHold(h, absl::OkStatus());
     }
+    if (fetcher_.Pending(h.path)) return;  // that fetch answers
     fetcher_.Enqueue(h);
   }
 
   void FetchesDone() {
     for (auto& [h, s] : fetcher_.TakeDone()) {
+      // A copy this worker fetched stays its own to delete, even when a
+      // later hold found it already in place.
+      if (std::optional<HeldCheckpoint> have = holdings_.Find(h.job_id, h.step);
+          have && have->path == h.path && have->copied) {
+        h.copied = true;
+      }
       if (s.ok()) s = holdings_.Add(h);
       Event(s.ok() ? absl::StrCat("frameworm-worker ", options_.name, ": holds ", h.job_id,
                                   "'s checkpoint of step ", h.step, " (", h.bytes, " bytes, ",
@@ -468,6 +476,7 @@ class WorkerAgentImpl final : public WorkerAgent {
       held->set_job_id(h.job_id);
       held->set_step(h.step);
       held->set_ok(true);
+      held->set_secret(h.secret);
     }
     for (const TaskStatusInfo& s : supervisor_.Running()) {
       *req.add_running() = ToProto(s);

@@ -471,6 +471,7 @@ v1::CoordinatorMessage HoldCmd(const std::string& path, int64_t step, const std:
   h->set_path(path);
   h->set_bytes(static_cast<int64_t>(data.size()));
   h->set_checksum(Crc32Text(UpdateCrc32(crc32(0L, Z_NULL, 0), data)));
+  h->set_secret("s3cret");
   for (auto& s : sources) h->add_sources(s);
   return m;
 }
@@ -514,6 +515,7 @@ TEST_F(WorkerAgentTest, HoldsServeFetchAndDropCheckpointCopies) {
   EXPECT_EQ(regs[0].peer_endpoint(), agent_->peer_endpoint());
   ASSERT_EQ(regs[0].held_size(), 1);
   EXPECT_EQ(regs[0].held(0).step(), 10);
+  EXPECT_EQ(regs[0].held(0).secret(), "s3cret");
   EXPECT_TRUE(regs[0].held(0).ok());
 
   // The agent fetches step 10 from itself (its peer server) to another
