@@ -5,12 +5,14 @@
 // memory stays bounded over many saves.
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -363,6 +365,32 @@ TEST(AsyncCheckpointTest, AnUnknownOptimizerIsSerializedAtOnce) {
   for (size_t i = 0; i < b.size(); ++i) EXPECT_TRUE(torch::equal(params_then[i], b[i])) << i;
   EXPECT_TRUE(torch::equal(opt2->velocity(0), v0_then));
   testutil::RemoveTree(dir);
+}
+
+// A memory root other users could write to (a shared tmpfs someone
+// prepared) turns in-memory checkpoints off; training goes on.
+TEST(MemoryCheckpointTest, ARootOthersCanWriteToTurnsThemOff) {
+  const std::string base = testutil::MakeTempDir("memory-open-root");
+  std::filesystem::create_directories(base + "/root");
+  ::chmod((base + "/root").c_str(), 0777);
+  TrainerOptions o;
+  o.epochs = 10;
+  o.max_steps = 12;
+  o.memory_checkpoint_dir = base + "/root/job";
+  o.memory_checkpoint_every = 2;
+  int reported = 0;
+  std::mutex mu;
+  o.on_checkpoint = [&](int64_t, const std::string&, const CheckpointFileInfo&) {
+    std::lock_guard<std::mutex> l(mu);
+    ++reported;
+  };
+  Rig s = MakeRig(1, o);
+  auto tl = TrainLoader();
+  auto vl = ValLoader();
+  ASSERT_TRUE(s.trainer->train(tl, vl).ok());
+  EXPECT_EQ(reported, 0);
+  EXPECT_FALSE(std::filesystem::exists(base + "/root/job"));
+  testutil::RemoveTree(base);
 }
 
 // A failed disk save still ends training when in-memory checkpoints come

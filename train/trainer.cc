@@ -1,9 +1,12 @@
 #include "train/trainer.h"
 
+#include "common/private_dir.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>
 
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -189,6 +192,16 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
   // training, as it would at the next step.
   if (absl::Status previous = wait_for_checkpoint(); !previous.ok()) return previous;
   if (!memory_temps_cleaned_) {
+    // A shared tmpfs: the directories must be this user's alone.
+    const std::string root =
+        std::filesystem::path(options_.memory_checkpoint_dir).parent_path().string();
+    absl::Status mine = EnsurePrivateDirectory(root);
+    if (mine.ok()) mine = EnsurePrivateDirectory(options_.memory_checkpoint_dir);
+    if (!mine.ok()) {
+      std::cerr << "frameworm: in-memory checkpoints are off: " << mine.message() << "\n";
+      options_.memory_checkpoint_every = 0;
+      return absl::OkStatus();
+    }
     RemoveStaleCheckpointTemps(options_.memory_checkpoint_dir);
     memory_temps_cleaned_ = true;
   }

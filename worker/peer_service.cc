@@ -7,6 +7,9 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include <filesystem>
+
+#include "common/private_dir.h"
 #include "common/received_file.h"
 #include "common/token.h"
 #include "rpc/file_stream.h"
@@ -121,6 +124,14 @@ absl::Status FetchCheckpointFrom(const HeldCheckpoint& h, const TlsFiles* tls,
   if (h.sources.empty()) return absl::FailedPreconditionError("no source to fetch from");
   // Already here (a shared filesystem, or this node wrote it): no copy.
   if (FileMatches(h.path, h.bytes, h.checksum)) return absl::OkStatus();
+  // On the shared tmpfs (in-memory checkpoints), the directories must be
+  // this user's alone: another local user must not have made them first.
+  if (h.path.rfind("/dev/shm/", 0) == 0) {
+    const std::filesystem::path dir = std::filesystem::path(h.path).parent_path();
+    absl::Status mine = EnsurePrivateDirectory(dir.parent_path().string());
+    if (mine.ok()) mine = EnsurePrivateDirectory(dir.string());
+    if (!mine.ok()) return mine;
+  }
   absl::Status last;
   for (const std::string& source : h.sources) {
     last = FetchOne(source, h, tls, timeout, stop);

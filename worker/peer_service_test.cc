@@ -196,6 +196,25 @@ TEST_F(PeerServiceTest, AWorkerCertificateAloneIsNotEnoughTheHoldsSecretIsNeeded
   EXPECT_TRUE(Fetch(want).ok());
 }
 
+TEST_F(PeerServiceTest, OnTheSharedTmpfsTheDirectoriesMustBeThisUsersAlone) {
+  CheckpointHoldings a;
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, 1000);
+  ASSERT_TRUE(a.Add(src).ok());
+  const std::string root = "/dev/shm/fw-peer-test-" + std::to_string(::getpid());
+  fs::remove_all(root);
+  fs::create_directories(root);
+  ::chmod(root.c_str(), 0777);  // as another user could have left it
+  HeldCheckpoint want = src;
+  want.path = root + "/job/ckpt-7.pt";
+  want.sources = {Serve(a, "a")};
+  absl::Status s = Fetch(want);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_FALSE(fs::exists(want.path));
+  ::chmod(root.c_str(), 0700);
+  EXPECT_TRUE(Fetch(want).ok());
+  fs::remove_all(root);
+}
+
 TEST_F(PeerServiceTest, NothingButAHeldCheckpointIsServed) {
   CheckpointHoldings a;
   const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, 1000);
