@@ -134,15 +134,19 @@ absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional) {
         best.empty() ? "" : absl::StrCat(" (did you mean '", best, "'?)")));
   }
   out.args.assign(positional.begin() + 1, positional.end());
-  if (static_cast<int>(out.args.size()) != out.command->args)
+  const int max_args = out.command->max_args < 0 ? out.command->args : out.command->max_args;
+  if (static_cast<int>(out.args.size()) < out.command->args ||
+      static_cast<int>(out.args.size()) > max_args)
     return absl::InvalidArgumentError(absl::StrCat(
         name, " takes ", out.command->takes, ", got ", out.args.size()));
   if (f.csv && name != "metrics")
     return absl::InvalidArgumentError("--csv applies to metrics only");
   if (f.json && f.csv)
     return absl::InvalidArgumentError("--json and --csv exclude each other");
-  if ((f.rank >= 0 || f.follow) && name != "logs")
-    return absl::InvalidArgumentError("--rank and -f apply to logs only");
+  if (f.rank >= 0 && name != "logs")
+    return absl::InvalidArgumentError("--rank applies to logs only");
+  if (f.follow && name != "logs" && name != "events")
+    return absl::InvalidArgumentError("-f applies to logs and events only");
   const bool admin = name == "admin";
   if (admin && (out.args[0] != "ca" || (out.args[1] != "init" && out.args[1] != "issue")))
     return absl::InvalidArgumentError("admin takes 'ca init' or 'ca issue'");

@@ -12,7 +12,7 @@
 //   submit       the job id alone on one line
 //   list         table: ID NAME STATE GEN RESTARTS STEP WORKERS
 //   status       "key: value" lines (id, name, state, generation, restarts,
-//                step, workers, reason, log dir, ...)
+//                step, workers, reason, last cause, log dir, ...)
 //   watch        a progress line per update (FormatProgress); on a terminal
 //                it rewrites one line. Exit 0 only when the job SUCCEEDED.
 //   logs         the raw log bytes (with --rank) or lines prefixed "[rank N] "
@@ -22,6 +22,8 @@
 //   metrics      table: STEP EPOCH RANKS SAMPLES <value columns> STRAGGLERS;
 //                --csv: the same columns as CSV; --json: the response
 //   workers      table: NAME ADDRESS SLOTS FREE ALIVE LAST_HEARTBEAT TASKS
+//   events       a line per event: "<time>  <kind>  <message>" (-f follows;
+//                --json: one Event per line)
 // --json on every read command prints the response message as JSON.
 // --help, -h or the command "help": usage, commands and every flag with its
 // default, exit 0; --version: "frameworm-cli <version>", exit 0.

@@ -220,6 +220,36 @@ int Metrics(const Invocation& c) {
                               c.flags.csv ? FormatMetricsCsv : FormatMetricsTable);
 }
 
+// Every event after the last one printed, page after page until nothing
+// is new; with -f, then asks again every second (200 ms on a terminal)
+// until the job's job_finished event (for a job) or for ever (every event).
+int Events(const Invocation& c) {
+  v1::ListEventsRequest request;
+  if (!c.args.empty()) request.set_job_id(c.args[0]);
+  const absl::Duration poll =
+      c.options.live ? absl::Milliseconds(200) : absl::Seconds(1);
+  for (;;) {
+    v1::ListEventsResponse page;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + c.options.call_timeout));
+    grpc::Status s = c.stub.ListEvents(&ctx, request, &page);
+    if (!s.ok()) return Fail(c, s);
+    bool finished = false;
+    if (c.flags.json) {
+      for (const auto& e : page.events()) c.out << ToJson(e) << "\n";
+    } else {
+      c.out << FormatEvents(page);
+    }
+    for (const auto& e : page.events()) finished |= e.kind() == "job_finished";
+    c.out.flush();
+    const bool moved = page.next_after_seq() > request.after_seq();
+    request.set_after_seq(page.next_after_seq());
+    if (moved && !finished) continue;  // there may be more: ask until nothing is new
+    if (!c.flags.follow || (finished && !request.job_id().empty())) return 0;
+    absl::SleepFor(poll);
+  }
+}
+
 int Workers(const Invocation& c) {
   return CallAllPagesAndPrint(c, &Stub::ListWorkers, v1::ListWorkersRequest(), FormatWorkers);
 }
@@ -241,6 +271,8 @@ constexpr Command kCommands[] = {
     {"metrics", Metrics, 1, "one job id", "metrics ID [--json|--csv]",
      "per-step aggregated metrics"},
     {"workers", Workers, 0, "no arguments", "workers", "registered workers"},
+    {"events", Events, 0, "at most one job id", "events [ID] [-f]",
+     "lifecycle events of a job, or of the cluster\n(-f: follow; for a job, until it ends)", 1},
     {"admin", Admin, 2, "'ca init' or 'ca issue'", "admin ca init|issue",
      "the cluster CA: init --ca-dir D; issue --ca-dir D\n"
      "--role coordinator|worker|user|admin --name N [--out DIR]"},

@@ -22,7 +22,7 @@ namespace frameworm {
 struct CommandFlags {
   bool json = false;   // print responses as ToJson
   bool csv = false;    // metrics only
-  bool follow = false; // logs only
+  bool follow = false; // logs and events
   int rank = -1;       // logs only; -1: every rank
   int64_t since = 0;   // metrics: steps after this one
   // admin ca init|issue (client/cli_admin.cc).
@@ -48,6 +48,7 @@ struct Command {
   absl::string_view takes;        // those, in words, for "<name> takes ..."
   absl::string_view synopsis;     // "status ID", in --help
   absl::string_view summary;      // what it does, in --help; may hold '\n'
+  int max_args = -1;              // more (optional) arguments; -1: exactly `args`
 };
 
 // `admin ca init` / `admin ca issue` (client/cli_admin.cc): no coordinator.

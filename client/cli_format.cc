@@ -132,6 +132,9 @@ std::string FormatJobStatus(const v1::JobStatus& j) {
   kv("state", StateName(j.state()));
   if (!j.reason().empty()) kv("reason", j.reason());
   if (!j.warning().empty()) kv("warning", j.warning());
+  if (!j.last_cause().empty()) {
+    kv("last cause", absl::StrCat(j.last_cause(), " (", TimeText(j.last_cause_unix_ms()), ")"));
+  }
   kv("generation", absl::StrCat(j.generation()));
   kv("restarts", absl::StrCat(j.restarts(), "/", j.spec().max_restarts()));
   kv("step", j.total_steps() > 0
@@ -150,6 +153,15 @@ std::string FormatJobStatus(const v1::JobStatus& j) {
   kv("finished", TimeText(j.finished_unix_ms()));
   if (!j.log_dir().empty()) kv("logs", j.log_dir());
   return o;
+}
+
+std::string FormatEvents(const v1::ListEventsResponse& r) {
+  std::string out;
+  for (const auto& e : r.events()) {
+    absl::StrAppend(&out, absl::StrFormat("%s  %-18s  %s\n", TimeText(e.unix_ms()), e.kind(),
+                                          e.message()));
+  }
+  return out;
 }
 
 std::string FormatCheckpoints(const v1::ListCheckpointsResponse& r) {

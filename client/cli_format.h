@@ -22,6 +22,9 @@ std::string FormatProgress(const v1::JobStatus& job);
 std::string FormatJobTable(const v1::ListJobsResponse& r);
 std::string FormatJobStatus(const v1::JobStatus& job);  // "key: value" lines
 std::string FormatCheckpoints(const v1::ListCheckpointsResponse& r);
+// One line per event, no header (a followed stream): "<time>  <kind padded
+// to 18>  <message>".
+std::string FormatEvents(const v1::ListEventsResponse& r);
 std::string FormatMetricsTable(const v1::GetMetricsResponse& r);
 std::string FormatMetricsCsv(const v1::GetMetricsResponse& r);
 std::string FormatWorkers(const v1::ListWorkersResponse& r);

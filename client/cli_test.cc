@@ -59,6 +59,23 @@ TEST(CliFormat, ProgressLine) {
   EXPECT_THAT(FormatProgress(r), HasSubstr("ETA --"));
 }
 
+TEST(CliFormat, EventsAndTheLastCause) {
+  v1::ListEventsResponse r;
+  v1::Event* e = r.add_events();
+  e->set_seq(7);
+  e->set_unix_ms(0);  // unset time prints "-"
+  e->set_kind("rank_failed");
+  e->set_message("job job-1 generation 2: rank 1 killed by signal 9 on worker w2");
+  EXPECT_EQ(FormatEvents(r),
+            "-  rank_failed         job job-1 generation 2: rank 1 killed by signal 9 on worker "
+            "w2\n");
+  v1::JobStatus j = Job("job-1", v1::RUNNING, 10);
+  EXPECT_THAT(FormatJobStatus(j), Not(HasSubstr("last cause")));
+  j.set_last_cause("job job-1 generation 2: rank 1 killed by signal 9");
+  EXPECT_THAT(FormatJobStatus(j),
+              HasSubstr("last cause: job job-1 generation 2: rank 1 killed by signal 9 (-)\n"));
+}
+
 TEST(CliFormat, Durations) {
   EXPECT_EQ(HumanDuration(absl::Seconds(42)), "42s");
   EXPECT_EQ(HumanDuration(absl::Seconds(185)), "3m05s");
@@ -345,7 +362,11 @@ TEST_F(CliTest, BadFlagIsOneLineAndExit2) {
   EXPECT_EQ(Run({"list", "--coordinator="}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("--coordinator needs HOST:PORT"));
   EXPECT_EQ(Run({"status", "x", "-f"}), 2);
-  EXPECT_THAT(err_.str(), HasSubstr("--rank and -f apply to logs only"));
+  EXPECT_THAT(err_.str(), HasSubstr("-f applies to logs and events only"));
+  EXPECT_EQ(Run({"events", "x", "--rank=1"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--rank applies to logs only"));
+  EXPECT_EQ(Run({"events", "x", "y"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("events takes at most one job id, got 2"));
   EXPECT_TRUE(out_.str().empty());
 }
 

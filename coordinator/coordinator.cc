@@ -103,6 +103,8 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
       stall_after_(options.stall_after),
       metric_history_(static_cast<size_t>(std::max(0, options.metric_history))),
       heartbeat_interval_(absl::Seconds(options.heartbeat_interval_s)),
+      worker_timeout_(options.default_heartbeat_timeout),
+      max_events_per_job_(std::max<int64_t>(1, options.max_events_per_job)),
       clock_(clock),
       owned_store_(std::move(owned)),
       store_(store),
@@ -111,6 +113,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
              .max_bytes_per_rank = options.max_log_bytes}),
       copies_((fs::path(options.state_dir) / "checkpoint-copies").string(),
               options.max_checkpoint_bytes),
+      events_(clock),
       workers_({.heartbeat_interval_s = options.heartbeat_interval_s,
                 .heartbeat_timeout = options.default_heartbeat_timeout,
                 .kill_grace_s = options.kill_grace_s,
@@ -128,15 +131,43 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
                          .window = options.straggler_window,
                          .memory_steps = static_cast<size_t>(std::max(1, options.metric_memory_steps))},
              .checkpoint_lead_steps = options.checkpoint_lead_steps},
-            clock, store_, workers_, ports_, checkpoints_) {}
+            clock, store_, workers_, ports_, checkpoints_, events_) {}
 
 Coordinator::~Coordinator() = default;
+
+namespace {
+
+bool IsCause(const std::string& kind) {
+  return kind == "rank_failed" || kind == "hang_detected" || kind == "worker_lost";
+}
+
+}  // namespace
 
 absl::Status Coordinator::Reload() {
   absl::MutexLock l(&mu_);
   if (absl::Status s = jobs_.Reload(); !s.ok()) return s;
   for (const Job* job : jobs_.Jobs())
     if (absl::Status s = checkpoints_.Load(job->id); !s.ok()) return s;
+  absl::StatusOr<int64_t> max_seq = store_.MaxEventSeq();
+  if (!max_seq.ok()) return max_seq.status();
+  events_.Restore(*max_seq);
+  // The last cause of every job that has not ended (an ended job's reason
+  // says it), from its events.
+  for (const Job* job : jobs_.Jobs()) {
+    if (IsFinal(job->state) || job->generation <= 1) continue;
+    for (int64_t after = 0;;) {
+      absl::StatusOr<std::vector<EventRow>> rows = store_.LoadEvents(job->id, after, 1000);
+      if (!rows.ok()) return rows.status();
+      for (const EventRow& row : *rows) {
+        v1::Event e;
+        if (e.ParseFromString(row.event) && IsCause(e.kind())) {
+          jobs_.RestoreLastCause(job->id, e.message(), e.unix_ms());
+        }
+        after = row.seq;
+      }
+      if (rows->size() < 1000) break;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -152,12 +183,22 @@ void Coordinator::SetListener(Listener* listener) {
 
 void Coordinator::Flush() {
   std::set<std::string> sessions, jobs;
+  std::vector<v1::Event> events;
   Listener* listener;
   {
     absl::MutexLock l(&mu_);
     sessions = workers_.TakeSessionsToNotify();
     jobs = jobs_.TakeChangedJobs();
+    events = events_.TakePending();
     listener = listener_;
+  }
+  if (!events.empty()) {
+    std::vector<EventRow> rows;
+    for (const v1::Event& e : events) {
+      std::fprintf(stderr, "%s\n", EventLine(e).c_str());
+      rows.push_back(RowOfEvent(e));
+    }
+    LogStoreError(store_.AddEvents(rows), "store events (dropped)");
   }
   if (listener == nullptr) return;
   for (const std::string& s : sessions) listener->SessionHasCommands(s);
@@ -182,6 +223,8 @@ v1::JobStatus Coordinator::StatusOf(const Job& job) const {
   s.set_generation(job.generation);
   s.set_restarts(job.restarts);
   s.set_reason(job.reason);
+  s.set_last_cause(job.last_cause);
+  s.set_last_cause_unix_ms(job.last_cause_ms);
   s.set_warning(job.warning);
   if (const v1::AggregatedStep* last = job.metrics.Last()) {
     s.set_step(last->step());
@@ -375,6 +418,30 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {
 
 // ---------------------------------------------------------------- workers
 
+absl::StatusOr<std::vector<v1::Event>> Coordinator::ListEvents(
+    const std::optional<std::string>& job_id, int64_t after_seq, int limit) const {
+  absl::StatusOr<std::vector<EventRow>> rows = store_.LoadEvents(job_id, after_seq, limit);
+  if (!rows.ok()) return rows.status();
+  std::vector<v1::Event> out;
+  for (const EventRow& row : *rows) {
+    v1::Event e;
+    if (!e.ParseFromString(row.event)) {  // kept in order, with what the row says
+      e = EventLog::Make("unreadable", row.job_id, "this event's stored row does not parse");
+      e.set_unix_ms(row.unix_ms);
+    }
+    e.set_seq(row.seq);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::map<std::string, std::string> Coordinator::JobOwners() const {
+  absl::MutexLock l(&mu_);
+  std::map<std::string, std::string> out;
+  for (const Job* job : jobs_.Jobs()) out[job->id] = job->spec.owner();
+  return out;
+}
+
 absl::StatusOr<Coordinator::Registration> Coordinator::RegisterWorker(
     const v1::RegisterWorkerRequest& req) {
   Registration reg;
@@ -387,6 +454,17 @@ absl::StatusOr<Coordinator::Registration> Coordinator::RegisterWorker(
     if (!session.ok()) return session.status();
     reg.session_id = *std::move(session);
     reg.heartbeat_interval_s = workers_.heartbeat_interval_s();
+    if (live_workers_.insert(req.name()).second) {
+      v1::Event e = EventLog::Make(
+          "worker_joined", "",
+          absl::StrCat("worker ", req.name(), " joined from ", req.address(), " with ", req.slots(),
+                       " slot", req.slots() == 1 ? "" : "s",
+                       req.running_size() > 0
+                           ? absl::StrCat(", running ", req.running_size(), " task(s)")
+                           : ""));
+      e.set_worker(req.name());
+      events_.Emit(std::move(e));
+    }
     jobs_.Reconcile(req.name(), req.running(), req.ended(), same_process);
     // Copies it still holds (a restarted coordinator knew no holders).
     for (const v1::CheckpointHeld& h : req.held()) {
@@ -596,6 +674,24 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
     if (!expired.ok()) return expired;
     for (const auto& c : checkpoints_.List(rec.ref().job_id())) steps_before.erase(c.step());
     jobs_.CheckpointRecorded(rec.ref().job_id(), rec.step());
+    if (!rec.memory()) {
+      v1::Event e = EventLog::Make(
+          "checkpoint_saved", rec.ref().job_id(),
+          absl::StrCat("job ", rec.ref().job_id(), ": checkpoint of step ", rec.step(), " (",
+                       rec.bytes(), " bytes) saved at ", PrintableLine(rec.path(), 300)));
+      e.set_generation(rec.ref().generation());
+      e.set_step(rec.step());
+      events_.Emit(std::move(e));
+    }
+    for (const auto& [step, holders] : steps_before) {
+      if (step == rec.step()) continue;
+      v1::Event e = EventLog::Make(
+          "checkpoint_expired", rec.ref().job_id(),
+          absl::StrCat("job ", rec.ref().job_id(), ": checkpoint of step ", step,
+                       " expired (keep_last ", (*job)->spec.checkpoint().keep_last(), ")"));
+      e.set_step(step);
+      events_.Emit(std::move(e));
+    }
     // Copies on workers: rank 0's worker holds the file (replicas fetch it
     // once it says so, HeldLocked); holders of expired steps drop theirs.
     std::vector<WorkerCommand> commands;
@@ -632,12 +728,14 @@ absl::Status Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& bad) {
     if (absl::Status s = checkpoints_.Remove((*job)->id, bad.path()); !s.ok()) return s;
     for (auto& [w, m] : DropCommands((*job)->id, step, holders)) workers_.Send(w, std::move(m));
     const std::string next = checkpoints_.Newest((*job)->id);
-    std::fprintf(stderr,
-                 "coordinator: job %s: no copy of its checkpoint of step %lld loads (%s); the next "
-                 "generation resumes from %s\n",
-                 (*job)->id.c_str(), static_cast<long long>(step),
-                 PrintableLine(bad.reason(), 512).c_str(),
-                 next.empty() ? "the start (no checkpoint left)" : next.c_str());
+    v1::Event e = EventLog::Make(
+        "checkpoint_bad", (*job)->id,
+        absl::StrCat("job ", (*job)->id, ": no copy of the checkpoint of step ", step,
+                     " loads (", PrintableLine(bad.reason(), 512), "); the next generation resumes from ",
+                     next.empty() ? "the start (no checkpoint left)" : PrintableLine(next, 300)));
+    e.set_generation(bad.ref().generation());
+    e.set_step(step);
+    events_.Emit(std::move(e));
   }
   Flush();
   copies_.Remove(bad.ref().job_id(), step);
@@ -689,6 +787,7 @@ void Coordinator::Tick() {
                    absl::FormatDuration(gap).c_str());
     }
     last_tick_ = now;
+    NoteLostWorkersLocked();
     jobs_.Supervise();
     jobs_.Schedule();
     if (forget_dead_workers_after_ > absl::ZeroDuration()) {
@@ -701,6 +800,27 @@ void Coordinator::Tick() {
   BoundGrowth();
   // Outside mu_: the store's housekeeping never holds up the core.
   LogStoreError(store_.Maintain(), "store maintenance");
+}
+
+void Coordinator::NoteLostWorkersLocked() {
+  const absl::Time now = clock_.Now();
+  for (auto it = live_workers_.begin(); it != live_workers_.end();) {
+    const WorkerRegistry::Worker* w = workers_.Find(*it);
+    if (w != nullptr && now - w->last_seen <= worker_timeout_) {
+      ++it;
+      continue;
+    }
+    v1::Event e = EventLog::Make(
+        "worker_left", "",
+        absl::StrCat("worker ", *it, " left: ",
+                     w == nullptr ? "forgotten"
+                                  : absl::StrCat("silent for ",
+                                                 absl::FormatDuration(absl::Trunc(
+                                                     now - w->last_seen, absl::Milliseconds(100))))));
+    e.set_worker(*it);
+    events_.Emit(std::move(e));
+    it = live_workers_.erase(it);
+  }
 }
 
 bool Coordinator::ReleaseMemoryCheckpointsLocked() {
@@ -756,6 +876,7 @@ void Coordinator::BoundGrowth() {
       LogStoreError(store_.DeleteMetrics(id, part), "thin a job's metric history");
     }
   }
+  LogStoreError(store_.TrimEvents(max_events_per_job_), "trim events");
   for (const std::string& id : expired) {
     absl::Status s = store_.DeleteJob(id);
     LogStoreError(s, "delete an expired job");

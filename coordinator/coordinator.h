@@ -28,6 +28,15 @@
 // back within the job's heartbeat timeout plus `reconnect_grace` fails the
 // generation as usual.
 //
+// Events (event_log.h): the parts emit lifecycle events under the lock;
+// after each call they are stored and printed as one "event {json}" line
+// each on stderr, outside the lock. The facade itself emits worker_joined
+// and worker_left (a registered worker silent for the default heartbeat
+// timeout, seen on Tick), checkpoint_saved and checkpoint_expired (disk
+// checkpoints; memory ones are too frequent to list) and checkpoint_bad.
+// Every 10 s the store keeps the newest `max_events_per_job` of each job
+// and of the cluster; a job's events go with the job.
+//
 // Commands to workers are queued per worker session; the Listener is told
 // (outside the lock) that a session has commands, and the transport drains
 // them with TakeCommands(). The Listener also hears about every job change.
@@ -43,7 +52,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +67,7 @@
 #include "common/clock.h"
 #include "coordinator/checkpoint_catalog.h"
 #include "coordinator/checkpoint_copies.h"
+#include "coordinator/event_log.h"
 #include "coordinator/job_logs.h"
 #include "coordinator/job_scheduler.h"
 #include "coordinator/metric_writer.h"
@@ -116,6 +129,8 @@ struct CoordinatorOptions {
   // In-memory checkpoints of built-in trainers go under this directory on
   // every node (a tmpfs); empty: none.
   std::string memory_checkpoint_root = "/dev/shm/frameworm";
+  // Events kept per job, and of the cluster (worker events); >= 1.
+  int64_t max_events_per_job = 10000;
 };
 
 class Coordinator {
@@ -178,6 +193,13 @@ class Coordinator {
   absl::StatusOr<std::vector<v1::AggregatedStep>> GetMetrics(
       const std::string& job_id, int64_t since_step) const;
   std::vector<v1::WorkerInfo> ListWorkers() const;
+  // Events after `after_seq`, oldest first, at most `limit`: the job's, or
+  // every event with nullopt (the caller filters by access). Read from the
+  // store; the store's errors.
+  absl::StatusOr<std::vector<v1::Event>> ListEvents(const std::optional<std::string>& job_id,
+                                                    int64_t after_seq, int limit) const;
+  // The owners of every job now known (for filtering events by access).
+  std::map<std::string, std::string> JobOwners() const;
   bool JobExists(const std::string& job_id) const;
   // GetLogs' arguments: NOT_FOUND for an unknown job, INVALID_ARGUMENT for
   // a rank that is neither -1 (every rank) nor within the job's largest
@@ -278,8 +300,11 @@ class Coordinator {
   // the record's holders; a failure is logged.
   void HeldLocked(const std::string& worker, const v1::CheckpointHeld& held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Calls the listener for what the parts queued under the lock.
+  // Calls the listener for what the parts queued under the lock, and
+  // stores and prints the staged events.
   void Flush() ABSL_LOCKS_EXCLUDED(mu_);
+  // worker_left for every live worker silent for worker_timeout_.
+  void NoteLostWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ended jobs' memory checkpoints: records removed, holders told to drop
   // them. True when any was.
   bool ReleaseMemoryCheckpointsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -298,6 +323,8 @@ class Coordinator {
   const absl::Duration stall_after_;
   const size_t metric_history_;
   const absl::Duration heartbeat_interval_;
+  const absl::Duration worker_timeout_;  // default heartbeat timeout
+  const int64_t max_events_per_job_;
   Clock& clock_;
   const std::unique_ptr<Store> owned_store_;  // null: not owned
   Store& store_;
@@ -307,6 +334,8 @@ class Coordinator {
   const CheckpointCopies copies_;  // thread-safe (filesystem only)
 
   mutable absl::Mutex mu_;
+  EventLog events_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> live_workers_ ABSL_GUARDED_BY(mu_);  // joined, not left
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   PortAllocator ports_ ABSL_GUARDED_BY(mu_);
   CheckpointCatalog checkpoints_ ABSL_GUARDED_BY(mu_);

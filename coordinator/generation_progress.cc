@@ -84,11 +84,13 @@ void GenerationProgress::MaybeTimedCheckpoint(absl::Time now,
 }
 
 std::optional<std::string> GenerationProgress::Hung(
-    absl::Time now, absl::Duration timeout, std::optional<absl::Duration> startup) const {
+    absl::Time now, absl::Duration timeout, std::optional<absl::Duration> startup,
+    int* rank) const {
   if (startup) {
     for (size_t i = 0; i < ranks_.size(); ++i) {
       const Rank& r = ranks_[i];
       if (!r.done && !r.reported && now - started_ > *startup) {
+        if (rank != nullptr) *rank = static_cast<int>(i);
         return absl::StrCat("rank ", i, " hung: no report within ",
                             absl::FormatDuration(*startup), " of its start");
       }
@@ -99,10 +101,12 @@ std::optional<std::string> GenerationProgress::Hung(
     const Rank& r = ranks_[i];
     if (r.done) continue;
     const absl::Time last = r.reported ? r.last_report : first_report_;
-    if (now - last > timeout)
+    if (now - last > timeout) {
+      if (rank != nullptr) *rank = static_cast<int>(i);
       return absl::StrCat("rank ", i, " hung: no step report for ",
                           absl::FormatDuration(now - last), " (last step ",
                           r.last_step, ")");
+    }
   }
   return std::nullopt;
 }

@@ -73,9 +73,11 @@ class GenerationProgress {
   // `timeout`; nullopt when none is (or no rank reported yet). With
   // `startup` (trainers known to report, e.g. frameworm-train), a running
   // rank with no report at all that long after the generation's start (or
-  // reload) is hung too, even before anyone reported.
+  // reload) is hung too, even before anyone reported. `rank` (optional)
+  // gets the hung rank.
   std::optional<std::string> Hung(absl::Time now, absl::Duration timeout,
-                                  std::optional<absl::Duration> startup = std::nullopt) const;
+                                  std::optional<absl::Duration> startup = std::nullopt,
+                                  int* rank = nullptr) const;
 
   // Highest step reported in any generation (RestoreMaxStep after reload).
   int64_t max_step() const { return max_step_; }

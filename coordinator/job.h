@@ -44,6 +44,14 @@ struct Job {
   int restarts = 0;
   std::string reason;
   std::string warning;  // the newest rank warning (JobStatus.warning)
+  // The newest failure's event message and time (JobStatus.last_cause);
+  // after a coordinator restart, read back from the job's events.
+  std::string last_cause;
+  int64_t last_cause_ms = 0;
+  // The straggler ranks the last straggler event named, and when it was
+  // emitted (events are rate-limited per job).
+  std::vector<int> flagged;
+  absl::Time flagged_at = absl::InfinitePast();
   int64_t submitted_ms = 0, started_ms = 0, finished_ms = 0;
   absl::Duration heartbeat_timeout;
   // Current generation (ranks empty unless RUNNING).
@@ -56,6 +64,7 @@ struct Job {
   // generation ends to restart on more nodes; 0: none planned, -1: a
   // planned growth's checkpoint was missed, not retried this generation.
   int64_t grow_at = 0;
+  bool growing = false;  // RESTARTING to grow, not after a failure
   // Store writes that failed after memory moved on, retried on every
   // Supervise until they succeed: the end of a generation (the job row with
   // it), and ranks of the current generation that exited 0.

@@ -39,9 +39,13 @@ void JobScheduler::MaybeGrow(Job& job, int64_t step) {
                    " nodes after the checkpoint of step ", step);
   KillAll(job);
   job.state = v1::RESTARTING;
+  job.growing = true;  // not a restart (no restart event, no count)
   job.reason = reason;
   RecordGenerationEnd(job, reason);
-  std::fprintf(stderr, "coordinator: job %s: %s\n", job.id.c_str(), reason.c_str());
+  v1::Event e = EventLog::Make("growing", job.id, absl::StrCat("job ", job.id, ": ", reason));
+  e.set_generation(job.generation);
+  e.set_step(step);
+  events_.Emit(std::move(e));
   // When the start cannot happen now (no MASTER_PORT, the store), the job
   // stays RESTARTING and Schedule() starts it like any other.
   StartGeneration(job, next);

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/printable.h"
 #include "common/token.h"
 #include "coordinator/generation_plan.h"
@@ -19,17 +20,31 @@ namespace {
 
 int64_t ToMs(absl::Time t) { return absl::ToUnixMillis(t); }
 
+// The cause of a failed generation, for FailGeneration.
+v1::Event Cause(const std::string& kind, const std::string& message, int rank = -1) {
+  v1::Event e = EventLog::Make(kind, "", message);
+  if (rank >= 0) e.set_rank(rank);
+  return e;
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) absl::StrAppend(&out, out.empty() ? "" : ",", r);
+  return out;
+}
+
 }  // namespace
 
 JobScheduler::JobScheduler(const Options& options, Clock& clock, Store& store,
                            WorkerRegistry& workers, PortAllocator& ports,
-                           const CheckpointCatalog& checkpoints)
+                           const CheckpointCatalog& checkpoints, EventLog& events)
     : options_(options),
       clock_(clock),
       store_(store),
       workers_(workers),
       ports_(ports),
-      checkpoints_(checkpoints) {}
+      checkpoints_(checkpoints),
+      events_(events) {}
 
 std::unique_ptr<Job> JobScheduler::NewJob() const {
   return std::make_unique<Job>(options_.metrics);
@@ -157,6 +172,14 @@ absl::StatusOr<std::string> JobScheduler::Submit(v1::JobSpec spec) {
   if (absl::Status s = store_.PutJob(RowOf(*job)); !s.ok()) return s;
   next_seq_++;
   Changed(*job);
+  v1::Event e = EventLog::Make(
+      "job_submitted", job->id,
+      absl::StrCat("job ", job->id, " '", job->spec.name(), "' submitted by ", job->spec.owner(),
+                   ": ", job->spec.nodes_min() == job->spec.nodes_max()
+                             ? absl::StrCat(job->spec.nodes_min())
+                             : absl::StrCat(job->spec.nodes_min(), "-", job->spec.nodes_max()),
+                   " nodes x ", job->spec.nproc_per_node(), " ranks"));
+  events_.Emit(std::move(e));
   std::string id = job->id;
   jobs_[id] = std::move(job);
   return id;
@@ -185,6 +208,7 @@ absl::StatusOr<const Job*> JobScheduler::Cancel(const std::string& job_id) {
   job->finished_ms = row.finished_ms;
   job->reason = row.reason;
   Changed(*job);
+  EmitFinished(*job);
   return job;
 }
 
@@ -197,6 +221,14 @@ absl::StatusOr<int64_t> JobScheduler::RequestCheckpoint(
         absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job->state),
                      ", not RUNNING"));
   return job->progress.RequestCheckpoint(options_.checkpoint_lead_steps);
+}
+
+void JobScheduler::RestoreLastCause(const std::string& job_id, const std::string& message,
+                                    int64_t unix_ms) {
+  if (Job* job = FindMutable(job_id)) {
+    job->last_cause = message;
+    job->last_cause_ms = unix_ms;
+  }
 }
 
 // -------------------------------------------------------------- placement
@@ -270,6 +302,7 @@ bool JobScheduler::StartGeneration(Job& job,
   in.fence_after = job.heartbeat_timeout;
   in.new_token = NewToken;
   GenerationPlan plan = PlanGeneration(job.id, job.spec, in);
+  const bool restarting = job.state == v1::RESTARTING && job.generation > 0 && !job.growing;
   JobRow row = RowOf(job);
   row.state = v1::RUNNING;
   row.generation = in.generation;
@@ -284,6 +317,7 @@ bool JobScheduler::StartGeneration(Job& job,
   }
   job.state = v1::RUNNING;
   job.generation = in.generation;
+  job.growing = false;
   job.reason = row.reason;
   job.started_ms = row.started_ms;
   job.ranks = std::move(plan.ranks);
@@ -293,6 +327,39 @@ bool JobScheduler::StartGeneration(Job& job,
   job.resume_from = in.resume_from;
   job.progress.Start(static_cast<int>(job.ranks.size()), now);
   job.metrics.ResetWindows();
+  job.flagged.clear();
+  {
+    const v1::CheckpointRecord* from = checkpoints_.NewestRecord(job.id);
+    if (from != nullptr && from->path() != in.resume_from) from = nullptr;
+    const std::string resume =
+        from ? absl::StrCat("resumes from step ", from->step(), " (",
+                            from->memory() ? "in-memory" : "disk", " checkpoint)")
+             : "starts from scratch (no checkpoint)";
+    const std::string placement = absl::StrJoin(workers, ",");
+    if (job.generation == 1) {
+      events_.Emit(EventLog::Make(
+          "job_scheduled", job.id,
+          absl::StrCat("job ", job.id, " scheduled on ", placement, " after ",
+                       (in.started_ms > job.submitted_ms ? absl::FormatDuration(absl::Milliseconds(in.started_ms - job.submitted_ms)) : std::string("0s")),
+                       " in the queue")));
+    } else if (restarting) {
+      v1::Event r = EventLog::Make(
+          "restart", job.id,
+          absl::StrCat("job ", job.id, " restart ", job.restarts, " of ", job.spec.max_restarts(),
+                       ": generation ", job.generation, " on ", placement, " ", resume));
+      r.set_generation(job.generation);
+      if (from) r.set_step(from->step());
+      events_.Emit(std::move(r));
+    }
+    v1::Event g = EventLog::Make(
+        "generation_started", job.id,
+        absl::StrCat("job ", job.id, " generation ", job.generation, " started on ", placement,
+                     " (master ", job.master_addr, ":", job.master_port, "); ", resume));
+    g.set_generation(job.generation);
+    if (from) g.set_step(from->step());
+    for (const std::string& w : workers) g.add_workers(w);
+    events_.Emit(std::move(g));
+  }
   // Workers without the checkpoint fetch it first (their StartTask waits).
   if (const v1::CheckpointRecord* rec = checkpoints_.NewestRecord(job.id);
       rec != nullptr && rec->path() == in.resume_from) {
@@ -324,9 +391,16 @@ void JobScheduler::LeaveRunning(Job& job) {
   job.grow_at = 0;
 }
 
-void JobScheduler::FailGeneration(Job& job, const std::string& reason) {
+void JobScheduler::FailGeneration(Job& job, v1::Event cause) {
   if (job.state != v1::RUNNING) return;
   const absl::Time now = clock_.Now();
+  const std::string reason = cause.message();
+  cause.set_job_id(job.id);
+  cause.set_generation(job.generation);
+  cause.set_message(absl::StrCat("job ", job.id, " generation ", job.generation, ": ", reason));
+  job.last_cause = cause.message();
+  job.last_cause_ms = ToMs(now);
+  events_.Emit(std::move(cause));
   KillAll(job);
   if (job.restarts < job.spec.max_restarts()) {
     job.restarts++;
@@ -341,6 +415,38 @@ void JobScheduler::FailGeneration(Job& job, const std::string& reason) {
                      : reason;
   }
   RecordGenerationEnd(job, reason);
+  if (job.state == v1::FAILED) EmitFinished(job);
+}
+
+void JobScheduler::EmitFinished(const Job& job) {
+  const std::string state = v1::JobState_Name(job.state);
+  v1::Event e = EventLog::Make(
+      "job_finished", job.id,
+      absl::StrCat("job ", job.id, " ", state, " after ", job.generation, " generation",
+                   job.generation == 1 ? "" : "s", " and ", job.restarts, " restart",
+                   job.restarts == 1 ? "" : "s", job.reason.empty() ? "" : ": " + job.reason));
+  e.set_generation(job.generation);
+  e.set_state(state);
+  if (const v1::AggregatedStep* last = job.metrics.Last()) e.set_step(last->step());
+  events_.Emit(std::move(e));
+}
+
+void JobScheduler::NoteStragglers(Job& job, const std::vector<int>& flagged) {
+  const absl::Time now = clock_.Now();
+  if (flagged == job.flagged || now - job.flagged_at < absl::Seconds(10)) return;
+  job.flagged = flagged;
+  job.flagged_at = now;
+  v1::Event e = flagged.empty()
+                    ? EventLog::Make("stragglers_cleared", job.id,
+                                     absl::StrCat("job ", job.id, ": no straggler any more"))
+                    : EventLog::Make("straggler", job.id,
+                                     absl::StrCat("job ", job.id, ": rank", flagged.size() > 1 ? "s " : " ",
+                                                  RankList(flagged), " flagged as straggler",
+                                                  flagged.size() > 1 ? "s" : ""));
+  e.set_generation(job.generation);
+  if (flagged.size() == 1) e.set_rank(flagged[0]);
+  if (const v1::AggregatedStep* last = job.metrics.Last()) e.set_step(last->step());
+  events_.Emit(std::move(e));
 }
 
 void JobScheduler::Succeed(Job& job) {
@@ -348,6 +454,7 @@ void JobScheduler::Succeed(Job& job) {
   job.finished_ms = ToMs(clock_.Now());
   job.reason = "";
   RecordGenerationEnd(job, "succeeded");
+  EmitFinished(job);
 }
 
 void JobScheduler::RecordGenerationEnd(Job& job, const std::string& why) {
@@ -407,9 +514,13 @@ void JobScheduler::HandleTaskStatus(const std::string& worker,
       return;
     case v1::TASK_EXITED:
       if (t.exit_code() != 0) {
-        FailGeneration(*job,
-                       absl::StrCat("rank ", t.rank(), " exited with code ",
-                                    t.exit_code(), where));
+        v1::Event cause = Cause("rank_failed",
+                                absl::StrCat("rank ", t.rank(), " exited with code ",
+                                             t.exit_code(), where),
+                                t.rank());
+        cause.set_exit_code(t.exit_code());
+        cause.set_worker(worker);
+        FailGeneration(*job, std::move(cause));
         return;
       }
       if (!job->progress.MarkDone(t.rank())) return;
@@ -421,14 +532,23 @@ void JobScheduler::HandleTaskStatus(const std::string& worker,
       Changed(*job);
       if (job->progress.AllDone()) Succeed(*job);
       return;
-    case v1::TASK_KILLED:
-      FailGeneration(*job, absl::StrCat("rank ", t.rank(), " killed by signal ",
-                                        t.signal(), where));
+    case v1::TASK_KILLED: {
+      v1::Event cause = Cause(
+          "rank_failed", absl::StrCat("rank ", t.rank(), " killed by signal ", t.signal(), where),
+          t.rank());
+      cause.set_signal(t.signal());
+      cause.set_worker(worker);
+      FailGeneration(*job, std::move(cause));
       return;
-    case v1::TASK_START_FAILED:
-      FailGeneration(*job, absl::StrCat("rank ", t.rank(), " failed to start",
-                                        where, ": ", t.message()));
+    }
+    case v1::TASK_START_FAILED: {
+      v1::Event cause = Cause(
+          "rank_failed",
+          absl::StrCat("rank ", t.rank(), " failed to start", where, ": ", t.message()), t.rank());
+      cause.set_worker(worker);
+      FailGeneration(*job, std::move(cause));
       return;
+    }
     default:
       return;
   }
@@ -474,8 +594,12 @@ void JobScheduler::Reconcile(
         workers_.Send(worker, std::move(msg));
         continue;
       }
-      FailGeneration(*job, absl::StrCat("rank ", r, " lost: worker ", worker,
-                                        " re-registered without it"));
+      v1::Event cause = Cause("rank_failed",
+                              absl::StrCat("rank ", r, " lost: worker ", worker,
+                                           " re-registered without it"),
+                              static_cast<int>(r));
+      cause.set_worker(worker);
+      FailGeneration(*job, std::move(cause));
       break;
     }
   }
@@ -499,17 +623,24 @@ void JobScheduler::Supervise() {
                                  return now - workers_.LastSeen(w) > timeout;
                                });
     if (silent != job.workers.end()) {
-      FailGeneration(job,
-                     absl::StrCat("worker ", *silent, " missed heartbeats for ",
-                                  absl::FormatDuration(timeout)));
+      v1::Event cause = Cause("worker_lost", absl::StrCat("worker ", *silent,
+                                                          " missed heartbeats for ",
+                                                          absl::FormatDuration(timeout)));
+      cause.set_worker(*silent);
+      FailGeneration(job, std::move(cause));
       continue;
     }
     std::optional<absl::Duration> startup;
     if (UsesBuiltInTrainer(job.spec) && options_.startup_timeout > absl::ZeroDuration()) {
       startup = std::max(options_.startup_timeout, timeout);
     }
-    if (std::optional<std::string> hung = job.progress.Hung(now, timeout, startup)) {
-      FailGeneration(job, *hung);
+    int hung_rank = -1;
+    if (std::optional<std::string> hung = job.progress.Hung(now, timeout, startup, &hung_rank)) {
+      v1::Event cause = Cause("hang_detected", *hung, hung_rank);
+      if (hung_rank >= 0 && hung_rank < static_cast<int>(job.ranks.size())) {
+        cause.set_worker(job.ranks[hung_rank].worker);
+      }
+      FailGeneration(job, std::move(cause));
       continue;
     }
     // A growth checkpoint the ranks passed without taking: not retried.
@@ -604,6 +735,7 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
     out.row->job_id = job->id;
     out.row->step = agg->step();
     agg->SerializeToString(&out.row->aggregate);
+    NoteStragglers(*job, {agg->stragglers().begin(), agg->stragglers().end()});
   }
   out.checkpoint_at =
       job->progress.Step(m.rank(), m.step(), m.total_steps(), now);

@@ -38,8 +38,16 @@
 // Notifications: every job that changed is recorded; TakeChangedJobs hands
 // the owner that set (it notifies outside its lock).
 //
-// Ownership: owns the jobs. The Store, WorkerRegistry, PortAllocator and
-// CheckpointCatalog are not owned; they and the Clock must outlive it.
+// Events (event_log.h): job_submitted, job_scheduled (the first
+// generation), generation_started (every generation: placement, master,
+// the step it resumes from), restart (a generation after a failure, with
+// that step), growing, the cause of every failed generation (rank_failed
+// with its exit code or signal, hang_detected, worker_lost), straggler and
+// stragglers_cleared (a change of the flagged ranks, at most one per job
+// per 10 s) and job_finished.
+//
+// Ownership: owns the jobs. The Store, WorkerRegistry, PortAllocator,
+// CheckpointCatalog and EventLog are not owned; they and the Clock must outlive it.
 // Thread safety: not thread-safe; owned by the Coordinator under its mutex,
 // which also guards the collaborators it is given.
 // Errors: NOT_FOUND for an unknown job, FAILED_PRECONDITION for a job in the
@@ -62,6 +70,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "coordinator/checkpoint_catalog.h"
+#include "coordinator/event_log.h"
 #include "coordinator/job.h"
 #include "coordinator/port_allocator.h"
 #include "coordinator/store.h"
@@ -94,7 +103,7 @@ class JobScheduler {
 
   JobScheduler(const Options& options, Clock& clock, Store& store,
                WorkerRegistry& workers, PortAllocator& ports,
-               const CheckpointCatalog& checkpoints);
+               const CheckpointCatalog& checkpoints, EventLog& events);
 
   absl::Status Reload();
   // Queues a job with a normalized spec; returns its id.
@@ -160,6 +169,9 @@ class JobScheduler {
   // "<job_id>/<rank>" of every rank running on `worker`.
   std::vector<std::string> TasksOn(const std::string& worker) const;
   std::set<std::string> TakeChangedJobs();
+  // After Reload: the job's last cause, read from its events (unknown
+  // jobs are ignored).
+  void RestoreLastCause(const std::string& job_id, const std::string& message, int64_t unix_ms);
 
  private:
   Job* FindMutable(const std::string& job_id);
@@ -181,7 +193,14 @@ class JobScheduler {
   void PlanGrowth();
   void MaybeGrow(Job& job, int64_t step);
   void KillAll(Job& job);
-  void FailGeneration(Job& job, const std::string& reason);
+  // Ends the generation for `cause` (an event whose kind and details the
+  // caller set; its message is the reason): emitted, kept as the job's
+  // last cause; restarts or FAILED.
+  void FailGeneration(Job& job, v1::Event cause);
+  // job_finished for a job that just ended.
+  void EmitFinished(const Job& job);
+  // straggler / stragglers_cleared when `flagged` differs from the job's.
+  void NoteStragglers(Job& job, const std::vector<int>& flagged);
   void Succeed(Job& job);
   // The RUNNING generation of `job` ended: its port is given back and its
   // ranks are dropped. Only for a job that was RUNNING.
@@ -200,6 +219,7 @@ class JobScheduler {
   WorkerRegistry& workers_;
   PortAllocator& ports_;
   const CheckpointCatalog& checkpoints_;
+  EventLog& events_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   int64_t next_seq_ = 1;
   std::set<std::string> changed_;

@@ -32,8 +32,9 @@ class JobSchedulerTest : public ::testing::Test {
     o.state_dir = "/state";
     o.advertise = "coord:1";
     o.reconnect_grace = absl::Seconds(2);
+    events_ = std::make_unique<EventLog>(clock_);
     jobs_ = std::make_unique<JobScheduler>(o, clock_, store_, *workers_,
-                                           *ports_, *checkpoints_);
+                                           *ports_, *checkpoints_, *events_);
     ASSERT_TRUE(jobs_->Reload().ok());
   }
   void AddWorker(const std::string& name, int slots) {
@@ -104,6 +105,7 @@ class JobSchedulerTest : public ::testing::Test {
   std::unique_ptr<WorkerRegistry> workers_;
   std::unique_ptr<PortAllocator> ports_;
   std::unique_ptr<CheckpointCatalog> checkpoints_;
+  std::unique_ptr<EventLog> events_;
   std::unique_ptr<JobScheduler> jobs_;
   std::map<std::string, std::string> sessions_;
 };

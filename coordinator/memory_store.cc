@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -107,7 +108,46 @@ absl::Status MemoryStore::DeleteJob(const std::string& job_id) {
   std::erase_if(assignments_, [&](const auto& e) { return in_job(e.first); });
   std::erase_if(checkpoints_, [&](const auto& e) { return in_job(e.first); });
   std::erase_if(metrics_, [&](const auto& e) { return in_job(e.first); });
+  std::erase_if(events_, [&](const auto& e) { return e.second.job_id == job_id; });
   return absl::OkStatus();
+}
+
+absl::Status MemoryStore::AddEvents(const std::vector<EventRow>& rows) {
+  absl::MutexLock l(&mu_);
+  if (absl::Status s = WriteLocked("AddEvents"); !s.ok()) return s;
+  for (const EventRow& e : rows) {
+    events_[e.seq] = e;
+    max_event_seq_ = std::max(max_event_seq_, e.seq);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MemoryStore::TrimEvents(int64_t keep) {
+  absl::MutexLock l(&mu_);
+  if (absl::Status s = WriteLocked("TrimEvents"); !s.ok()) return s;
+  std::map<std::string, int64_t> seen;  // per job, newest first
+  std::vector<int64_t> old;
+  for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
+    if (++seen[it->second.job_id] > std::max<int64_t>(keep, 1)) old.push_back(it->first);
+  }
+  for (int64_t seq : old) events_.erase(seq);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<EventRow>> MemoryStore::LoadEvents(
+    const std::optional<std::string>& job_id, int64_t after_seq, int limit) {
+  absl::MutexLock l(&mu_);
+  std::vector<EventRow> out;
+  for (auto it = events_.upper_bound(after_seq);
+       it != events_.end() && static_cast<int>(out.size()) < limit; ++it) {
+    if (!job_id || it->second.job_id == *job_id) out.push_back(it->second);
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> MemoryStore::MaxEventSeq() {
+  absl::MutexLock l(&mu_);
+  return max_event_seq_;
 }
 
 absl::StatusOr<std::vector<JobRow>> MemoryStore::LoadJobs() {

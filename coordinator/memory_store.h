@@ -66,6 +66,12 @@ class MemoryStore final : public Store {
                              const std::vector<int64_t>& steps) override;
   absl::StatusOr<std::vector<MetricRow>> LoadMetrics(
       const std::string& job_id) override;
+  // events
+  absl::Status AddEvents(const std::vector<EventRow>& rows) override;
+  absl::Status TrimEvents(int64_t keep) override;
+  absl::StatusOr<std::vector<EventRow>> LoadEvents(const std::optional<std::string>& job_id,
+                                                   int64_t after_seq, int limit) override;
+  absl::StatusOr<int64_t> MaxEventSeq() override;
   // every table
   absl::Status DeleteJob(const std::string& job_id) override;
   // Nothing to maintain.
@@ -87,6 +93,8 @@ class MemoryStore final : public Store {
   std::map<std::pair<std::string, std::string>, CheckpointRow> checkpoints_
       ABSL_GUARDED_BY(mu_);
   std::map<Key, MetricRow> metrics_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, EventRow> events_ ABSL_GUARDED_BY(mu_);  // by seq
+  int64_t max_event_seq_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace frameworm::coordinator

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -451,6 +452,38 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
     if (!page.ok()) return Done(ctx, page.status());
     for (auto& w : page->items) *resp->add_workers() = std::move(w);
     resp->set_next_page_token(page->next_token);
+    return Done(ctx, absl::OkStatus());
+  }
+  grpc::ServerUnaryReactor* ListEvents(grpc::CallbackServerContext* ctx,
+                                       const v1::ListEventsRequest* req,
+                                       v1::ListEventsResponse* resp) override {
+    const Caller caller = CallerOf(*ctx);
+    if (absl::Status s = CheckJobClient(caller); !s.ok()) return Done(ctx, s);
+    if (req->after_seq() < 0 || req->limit() < 0 || req->limit() > 10000) {
+      return Done(ctx, absl::InvalidArgumentError(absl::StrCat(
+                           "ListEvents needs after_seq >= 0 and limit in 0..10000, got after_seq ",
+                           req->after_seq(), " and limit ", req->limit())));
+    }
+    const int limit = req->limit() == 0 ? 1000 : req->limit();
+    std::optional<std::string> job;
+    if (!req->job_id().empty()) {
+      if (absl::Status s = JobAllowed(impl_, caller, req->job_id()); !s.ok()) return Done(ctx, s);
+      job = req->job_id();
+    }
+    auto events = impl_->core->ListEvents(job, req->after_seq(), limit);
+    if (!events.ok()) return Done(ctx, events.status());
+    resp->set_next_after_seq(events->empty() ? req->after_seq() : events->back().seq());
+    // Every event, filtered: the cluster's, and those of jobs the caller
+    // sees (an expired job's leftovers only to those who see every job).
+    const std::map<std::string, std::string> owners =
+        job ? std::map<std::string, std::string>() : impl_->core->JobOwners();
+    for (v1::Event& e : *events) {
+      if (!job && !e.job_id().empty()) {
+        auto owner = owners.find(e.job_id());
+        if (!SeesJob(caller, owner == owners.end() ? std::string() : owner->second)) continue;
+      }
+      *resp->add_events() = std::move(e);
+    }
     return Done(ctx, absl::OkStatus());
   }
   grpc::ServerWriteReactor<v1::LogChunk>* GetLogs(

@@ -140,6 +140,22 @@ class ServiceTlsTest : public ::testing::Test {
     }
     return reader->Finish().error_code();
   }
+  // ListEvents as `who`: the events' "kind:job" (job empty for the
+  // cluster's), or the error code.
+  std::vector<std::string> Events(const std::string& who, const std::string& job,
+                                  grpc::StatusCode* code, int limit = 0, int64_t after = 0) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::ListEventsRequest req;
+    req.set_job_id(job);
+    req.set_limit(limit);
+    req.set_after_seq(after);
+    v1::ListEventsResponse resp;
+    *code = v1::JobService::NewStub(As(who))->ListEvents(&ctx, req, &resp).error_code();
+    std::vector<std::string> out;
+    for (const auto& e : resp.events()) out.push_back(e.kind() + ":" + e.job_id());
+    return out;
+  }
   grpc::StatusCode Register(const std::string& who, const std::string& name) {
     grpc::ClientContext ctx;
     Deadline(&ctx);
@@ -193,6 +209,31 @@ TEST_F(ServiceTlsTest, UsersSeeAndControlTheirOwnJobsAdminsEveryJob) {
   EXPECT_EQ(Cancel("alice", alices), grpc::StatusCode::OK);
   EXPECT_EQ(Cancel("root", roots), grpc::StatusCode::OK);
   EXPECT_EQ(Get("bob", "job-none"), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServiceTlsTest, EventsShowUsersTheirOwnJobsAndTheClusterAdminsEverything) {
+  std::string alices, bobs;
+  ASSERT_EQ(Submit("alice", &alices), grpc::StatusCode::OK);
+  ASSERT_EQ(Submit("bob", &bobs), grpc::StatusCode::OK);
+  ASSERT_EQ(Register("node-1", "node-1"), grpc::StatusCode::OK);
+  grpc::StatusCode code;
+  const std::vector<std::string> alice_sees = Events("alice", "", &code);
+  ASSERT_EQ(code, grpc::StatusCode::OK);
+  EXPECT_EQ(alice_sees, (std::vector<std::string>{"job_submitted:" + alices, "worker_joined:"}));
+  EXPECT_EQ(Events("alice", alices, &code), std::vector<std::string>{"job_submitted:" + alices});
+  EXPECT_EQ(Events("alice", bobs, &code), std::vector<std::string>{});
+  EXPECT_EQ(code, grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Events("root", "", &code).size(), 3u);
+  EXPECT_EQ(Events("root", "", &code, 1).size(), 1u);  // the limit
+  EXPECT_EQ(Events("root", "", &code, 0, 2).size(), 1u);  // after seq 2
+  Events("node-1", "", &code);
+  EXPECT_EQ(code, grpc::StatusCode::PERMISSION_DENIED);
+  for (auto [limit, after] : {std::pair<int, int64_t>{10001, 0}, {-1, 0}, {0, -5}}) {
+    Events("root", "", &code, limit, after);
+    EXPECT_EQ(code, grpc::StatusCode::INVALID_ARGUMENT) << limit << " " << after;
+  }
+  Events("root", "job-none", &code);
+  EXPECT_EQ(code, grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(ServiceTlsTest, AWorkerCertificateCannotUseTheJobApi) {

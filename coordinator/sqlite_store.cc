@@ -109,6 +109,10 @@ CREATE TABLE IF NOT EXISTS checkpoints(
   checksum TEXT, created_ms INTEGER, PRIMARY KEY(job_id, path));
 CREATE TABLE IF NOT EXISTS metrics(
   job_id TEXT, step INTEGER, aggregate BLOB, PRIMARY KEY(job_id, step));
+CREATE TABLE IF NOT EXISTS events(
+  seq INTEGER PRIMARY KEY, job_id TEXT, unix_ms INTEGER, event BLOB);
+CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, seq);
+CREATE TABLE IF NOT EXISTS event_seq(id INTEGER PRIMARY KEY, max_seq INTEGER);
 )sql";
 
 }  // namespace
@@ -352,6 +356,7 @@ absl::Status SqliteStore::DeleteJob(const std::string& job_id) {
   absl::MutexLock l(&mu_);
   return TransactionLocked([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const char* sql : {"DELETE FROM metrics WHERE job_id=?",
+                            "DELETE FROM events WHERE job_id=?",
                             "DELETE FROM checkpoints WHERE job_id=?",
                             "DELETE FROM assignments WHERE job_id=?",
                             "DELETE FROM generations WHERE job_id=?",
@@ -361,6 +366,64 @@ absl::Status SqliteStore::DeleteJob(const std::string& job_id) {
     }
     return absl::OkStatus();
   });
+}
+
+absl::Status SqliteStore::AddEvents(const std::vector<EventRow>& rows) {
+  if (rows.empty()) return absl::OkStatus();
+  absl::MutexLock l(&mu_);
+  return TransactionLocked([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Stmt st(db_, "INSERT OR REPLACE INTO events VALUES(?,?,?,?)");  // prepared once
+    int64_t max_seq = 0;
+    for (const EventRow& e : rows) {
+      absl::Status s = st.Reset().Bind(e.seq).Bind(e.job_id).Bind(e.unix_ms).Bind(e.event).Run();
+      if (!s.ok()) return s;
+      max_seq = std::max(max_seq, e.seq);
+    }
+    // The high-water mark outlives trimmed and deleted rows, so seqs are
+    // never reused after a restart.
+    return Stmt(db_,
+                "INSERT INTO event_seq VALUES(1, ?) ON CONFLICT(id) DO UPDATE "
+                "SET max_seq = MAX(max_seq, excluded.max_seq)")
+        .Bind(max_seq)
+        .Run();
+  });
+}
+
+absl::Status SqliteStore::TrimEvents(int64_t keep) {
+  absl::MutexLock l(&mu_);
+  // For each job (and the cluster, job_id ''), the seq of its keep-th
+  // newest event: everything of that job below it goes.
+  return Stmt(db_,
+              "DELETE FROM events WHERE seq < (SELECT e.seq FROM events e "
+              "WHERE e.job_id = events.job_id ORDER BY e.seq DESC LIMIT 1 OFFSET ?)")
+      .Bind(std::max<int64_t>(keep, 1) - 1)
+      .Run();
+}
+
+absl::StatusOr<std::vector<EventRow>> SqliteStore::LoadEvents(
+    const std::optional<std::string>& job_id, int64_t after_seq, int limit) {
+  absl::MutexLock l(&mu_);
+  auto read = [](Stmt& r) { return EventRow{r.Int(0), r.Str(1), r.Int(2), r.Str(3)}; };
+  if (job_id) {
+    Stmt st(db_,
+            "SELECT seq, job_id, unix_ms, event FROM events WHERE job_id=? AND seq>? "
+            "ORDER BY seq LIMIT ?");
+    st.Bind(*job_id).Bind(after_seq).Bind(int64_t{limit});
+    return Rows<EventRow>(st, read);
+  }
+  Stmt st(db_, "SELECT seq, job_id, unix_ms, event FROM events WHERE seq>? ORDER BY seq LIMIT ?");
+  st.Bind(after_seq).Bind(int64_t{limit});
+  return Rows<EventRow>(st, read);
+}
+
+absl::StatusOr<int64_t> SqliteStore::MaxEventSeq() {
+  absl::MutexLock l(&mu_);
+  Stmt st(db_, "SELECT COALESCE(MAX(max_seq), 0) FROM event_seq");
+  if (!st.Next()) {
+    if (absl::Status s = st.status(); !s.ok()) return s;
+    return 0;
+  }
+  return st.Int(0);
 }
 
 absl::StatusOr<std::vector<JobRow>> SqliteStore::LoadJobs() {

@@ -74,6 +74,11 @@ class SqliteStore final : public Store {
   // A WAL this large is checkpointed inside the commit that grew it.
   static constexpr int kHardWalPages = 20000;
 
+  absl::Status AddEvents(const std::vector<EventRow>& rows) override;
+  absl::Status TrimEvents(int64_t keep) override;
+  absl::StatusOr<std::vector<EventRow>> LoadEvents(const std::optional<std::string>& job_id,
+                                                   int64_t after_seq, int limit) override;
+  absl::StatusOr<int64_t> MaxEventSeq() override;
   absl::StatusOr<std::vector<JobRow>> LoadJobs() override;
   absl::StatusOr<GenerationRow> LoadGeneration(const std::string& job_id,
                                                int64_t generation) override;

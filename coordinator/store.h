@@ -14,10 +14,11 @@
 //  - Writes are "insert or replace" by primary key: jobs by job_id,
 //    generations by (job_id, generation), assignments by (job_id,
 //    generation, rank), checkpoints by (job_id, path), metrics by (job_id,
-//    step). An update of a missing row (EndGeneration's generation,
+//    step), events by seq. An update of a missing row (EndGeneration's generation,
 //    SetAssignmentState) creates nothing and is not an error.
 //  - Readers: jobs in submission order (seq), assignments by rank,
-//    checkpoints by step (then created_ms), metrics by step.
+//    checkpoints by step (then created_ms), metrics by step, events by
+//    seq.
 //    LoadGeneration: NOT_FOUND for a missing generation.
 //
 // Thread safety: implementations are thread-safe (the MetricWriter's thread
@@ -29,6 +30,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,6 +84,13 @@ struct CheckpointRow {
   int64_t created_ms = 0;
 };
 
+struct EventRow {
+  int64_t seq = 0;
+  std::string job_id;  // empty: a cluster event
+  int64_t unix_ms = 0;
+  std::string event;  // serialized v1::Event
+};
+
 struct MetricRow {
   std::string job_id;
   int64_t step = 0;
@@ -116,8 +125,13 @@ class Store {
   // rows are not an error).
   virtual absl::Status DeleteMetrics(const std::string& job_id,
                                      const std::vector<int64_t>& steps) = 0;
+  // Inserts or replaces every event row in one transaction.
+  virtual absl::Status AddEvents(const std::vector<EventRow>& rows) = 0;
+  // Keeps the newest `keep` events of every job and of the cluster (job_id
+  // empty); deletes the older ones. keep >= 1.
+  virtual absl::Status TrimEvents(int64_t keep) = 0;
   // Deletes every row of the job (job, generations, assignments,
-  // checkpoint records, metrics) in one transaction.
+  // checkpoint records, metrics, events) in one transaction.
   virtual absl::Status DeleteJob(const std::string& job_id) = 0;
 
   // Periodic housekeeping, called from the owner's timer without any of the
@@ -135,6 +149,12 @@ class Store {
       const std::string& job_id) = 0;
   virtual absl::StatusOr<std::vector<MetricRow>> LoadMetrics(
       const std::string& job_id) = 0;
+  // At most `limit` events with seq > after_seq, by seq: the job's, or
+  // every event when `job_id` is nullopt.
+  virtual absl::StatusOr<std::vector<EventRow>> LoadEvents(
+      const std::optional<std::string>& job_id, int64_t after_seq, int limit) = 0;
+  // The highest event seq ever stored (0: none).
+  virtual absl::StatusOr<int64_t> MaxEventSeq() = 0;
 };
 
 // For a best-effort write whose failure the caller does not return (the

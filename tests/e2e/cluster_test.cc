@@ -129,6 +129,28 @@ TEST(ClusterE2E, KilledTrainerRestartsFromNewestCheckpoint) {
   RunResult logs = (*c)->Cli({"logs", *id, "--rank", "0"});
   EXPECT_NE(logs.output.find("resum"), std::string::npos) << logs.output;
   EXPECT_EQ(Metrics(**c, *id).back().step(), 200);
+  // What happened, as an operator reads it: the events (-f ends with the
+  // job), the status's last cause, the coordinator's log.
+  RunResult events = (*c)->Cli({"events", *id, "-f"}, absl::Seconds(30));
+  EXPECT_EQ(events.exit_code, 0) << events.output;
+  for (const std::string& line :
+       {"job_submitted ", "job_scheduled ", "generation_started ", "checkpoint_saved ",
+        "rank_failed ", "restart ",
+        "restart 1 of 1: generation 2 on ", "job_finished ", "SUCCEEDED after 2 generations"}) {
+    EXPECT_NE(events.output.find(line), std::string::npos) << line << "\n" << events.output;
+  }
+  EXPECT_LT(events.output.find("rank_failed "), events.output.find("restart "));
+  RunResult status = (*c)->Cli({"status", *id});
+  // Rank 1 killed by signal 9, unless rank 0's exit on the broken
+  // collective reached the coordinator first.
+  EXPECT_NE(status.output.find("last cause: job " + *id + " generation 1: rank "),
+            std::string::npos)
+      << status.output;
+  const std::string coordinator_log = (*c)->coordinator().Output();
+  EXPECT_NE(coordinator_log.find("event {\"seq\""), std::string::npos);
+  EXPECT_NE(coordinator_log.find("\"kind\":\"rank_failed\",\"job_id\":\"" + *id + "\""),
+            std::string::npos)
+      << coordinator_log;
 }
 
 // The newest checkpoint's file on the host is damaged (a byte flipped)
