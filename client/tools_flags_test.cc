@@ -88,6 +88,9 @@ TEST_F(CoordinatorFlagsTest, BadFlagsAndValuesExitTwoWithOneLine) {
       {{"--metric-history=1"}, "--metric-history must be 0 or a count >= 2, got '1'"},
       {{"--max-log-bytes=4096"}, "--max-log-bytes must be 0 or at least 1048576, got '4096'"},
       {{"--listen=7070"}, "--listen must be HOST:PORT, got '7070'"},
+      {{"--metrics-listen=7071"}, "--metrics-listen must be HOST:PORT or none, got '7071'"},
+      {{"--metrics-listen=0.0.0.0:7071"},
+       "--metrics-listen=0.0.0.0:7071 is off loopback: the metrics endpoint is plaintext"},
       {{"serve"}, "unexpected argument 'serve'"},
   };
   for (const Case& c : cases) {

@@ -25,9 +25,13 @@
 #include "common/flags.h"
 #include "common/node_address.h"
 #include "coordinator/checkpoint_paths.h"
+#include "common/prometheus_text.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/metrics_text.h"
 #include "coordinator/service.h"
+#include "rpc/http_server.h"
 #include "rpc/rpc.h"
+#include "rpc/rpc_latency.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "address to serve on, HOST:PORT (port 0: a free one)");
@@ -70,6 +74,12 @@ ABSL_FLAG(int64_t, max_log_bytes, int64_t{64} << 20,
 ABSL_FLAG(int64_t, min_free_state, int64_t{64} << 20,
           "new jobs are refused while the state dir's filesystem has fewer free bytes than "
           "this (running jobs go on); 0: never");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:7071",
+          "serve Prometheus metrics at http://HOST:PORT/metrics (plaintext HTTP: loopback "
+          "unless --metrics-insecure); none: no metrics endpoint");
+ABSL_FLAG(bool, metrics_insecure, false,
+          "allow --metrics-listen off loopback (plaintext, no authentication: whoever reaches "
+          "it reads job names, steps and worker names)");
 ABSL_FLAG(double, straggler_factor, 1.5,
           "flag ranks slower than X times the median step time, X > 1");
 
@@ -135,6 +145,19 @@ absl::StatusOr<DaemonConfig> FromFlags() {
   o.min_free_state_bytes = absl::GetFlag(FLAGS_min_free_state);
   if (o.min_free_state_bytes < 0)
     return bad("min-free-state", "a byte count >= 0", absl::StrCat(o.min_free_state_bytes));
+  if (const std::string m = absl::GetFlag(FLAGS_metrics_listen); m != "none") {
+    std::string host;
+    int port = 0;
+    if (!frameworm::ParseListenAddress(m, &host, &port).ok())
+      return bad("metrics-listen", "HOST:PORT or none", m);
+    if (!frameworm::IsLoopbackHost(host) && !absl::GetFlag(FLAGS_metrics_insecure)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--metrics-listen=", m,
+          " is off loopback: the metrics endpoint is plaintext HTTP without authentication. "
+          "Scrape it from this host (127.0.0.1), or add --metrics-insecure on a network only "
+          "your monitoring reaches"));
+    }
+  }
   o.straggler_factor = absl::GetFlag(FLAGS_straggler_factor);
   if (!(o.straggler_factor > 1.0))
     return bad("straggler-factor", "a number > 1",
@@ -227,10 +250,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   frameworm::coordinator::CoordinatorService service(core->get());
+  frameworm::RpcLatency latency;
   frameworm::ServerOptions so;
   so.listen = listen;
   so.max_message_bytes = 16 << 20;
   so.tls = tls;
+  so.latency = &latency;
   auto server = frameworm::StartServer(so, service.services());
   if (!server.ok()) {
     std::fprintf(stderr, "frameworm-coordinator: %s\n",
@@ -244,6 +269,31 @@ int main(int argc, char** argv) {
   // hands its trainers the address it reaches the coordinator by.
   if (o.advertise.empty() && !frameworm::IsWildcardHost(listen_host)) {
     (*core)->SetAdvertise(bound);
+  }
+
+  // Prometheus: the same views the JobService serves, plus RPC latency.
+  std::unique_ptr<frameworm::HttpServer> metrics;
+  if (const std::string m = absl::GetFlag(FLAGS_metrics_listen); m != "none") {
+    auto started = frameworm::HttpServer::Start(
+        {.listen = m}, [&core, &latency](const std::string& path) {
+          if (path != "/metrics") {
+            return frameworm::HttpResponse{404, "text/plain", "only /metrics is served here\n"};
+          }
+          frameworm::PromWriter w;
+          frameworm::coordinator::WriteCoordinatorMetrics(
+              (*core)->ListJobs(), (*core)->ListWorkers(),
+              absl::ToUnixMillis(frameworm::RealClock::Real().Now()), w);
+          latency.Write(w);
+          return frameworm::HttpResponse{200, frameworm::kPromContentType, w.text()};
+        });
+    if (!started.ok()) {
+      std::fprintf(stderr, "frameworm-coordinator: --metrics-listen: %s (none turns it off)\n",
+                   std::string(started.status().message()).c_str());
+      return 1;
+    }
+    metrics = *std::move(started);
+    std::printf("frameworm-coordinator metrics on http://%s:%d/metrics\n",
+                m.substr(0, m.rfind(':')).c_str(), metrics->port());
   }
 
   absl::Notification stop;
@@ -260,6 +310,7 @@ int main(int argc, char** argv) {
                sig);
   stop.Notify();
   ticker.join();
+  metrics.reset();
   server->server->Shutdown(std::chrono::system_clock::now() +
                            std::chrono::seconds(1));
   server->server->Wait();

@@ -56,6 +56,11 @@ absl::StatusOr<StartedServer> StartServer(
   // open); a peer pinging faster than every second is still cut off.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   for (grpc::Service* s : services) builder.RegisterService(s);
+  if (options.latency != nullptr) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> timers;
+    timers.push_back(options.latency->Interceptors());
+    builder.experimental().SetInterceptorCreators(std::move(timers));
+  }
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {
     if (out.server) out.server->Shutdown();

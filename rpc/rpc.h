@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/rpc_latency.h"
 #include "rpc/tls.h"
 
 namespace frameworm {
@@ -32,6 +33,9 @@ struct ServerOptions {
   // Mutual TLS: every client must present a certificate of tls->ca_pem.
   // Unset: plaintext.
   std::optional<TlsFiles> tls;
+  // Times every unary call (rpc_latency.h); not owned, must outlive the
+  // server. Null: none.
+  RpcLatency* latency = nullptr;
 };
 
 struct StartedServer {

@@ -22,7 +22,10 @@
 #include "absl/synchronization/mutex.h"
 #include "common/flags.h"
 #include "common/node_address.h"
+#include "common/prometheus_text.h"
+#include "rpc/http_server.h"
 #include "worker/process_launcher.h"
+#include "worker/task_usage.h"
 #include "worker/trainer_env.h"
 #include "worker/worker_agent.h"
 
@@ -59,6 +62,12 @@ ABSL_FLAG(std::string, peer_listen, "",
           "HOST:PORT where other workers fetch this node's checkpoint copies (no shared "
           "filesystem needed); empty: the --advertise address, any free port; none: serve none. "
           "Mutual TLS with --tls-dir; plaintext off loopback only with --insecure");
+ABSL_FLAG(std::string, metrics_listen, "none",
+          "serve Prometheus metrics (slots, tasks, each task's CPU and memory) at "
+          "http://HOST:PORT/metrics, plaintext HTTP: loopback unless --metrics-insecure; "
+          "none: no endpoint");
+ABSL_FLAG(bool, metrics_insecure, false,
+          "allow --metrics-listen off loopback (plaintext, no authentication)");
 ABSL_FLAG(double, heartbeat_interval,
           absl::ToDoubleSeconds(frameworm::WorkerAgent::Options{}.heartbeat_interval),
           "seconds between heartbeats (the coordinator may ask for another)");
@@ -208,6 +217,21 @@ int main(int argc, char** argv) {
                                   "your cluster reaches, or --peer-listen=none");
     }
   }
+  const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (metrics_listen != "none") {
+    std::string host;
+    int port = 0;
+    if (!frameworm::ParseListenAddress(metrics_listen, &host, &port).ok()) {
+      FlagErrorExit(Config(), "--metrics-listen must be HOST:PORT or none, got '" +
+                                  metrics_listen + "'");
+    }
+    if (!frameworm::IsLoopbackHost(host) && !absl::GetFlag(FLAGS_metrics_insecure)) {
+      FlagErrorExit(Config(), "--metrics-listen=" + metrics_listen +
+                                  " is off loopback: the metrics endpoint is plaintext HTTP "
+                                  "without authentication; scrape it from this host, or add "
+                                  "--metrics-insecure on a network only your monitoring reaches");
+    }
+  }
   const double heartbeat = absl::GetFlag(FLAGS_heartbeat_interval);
   if (!(heartbeat > 0)) {
     FlagErrorExit(Config(), "--heartbeat-interval must be a positive number of seconds");
@@ -301,6 +325,30 @@ int main(int argc, char** argv) {
       }
     }
   }).detach();
+  std::unique_ptr<frameworm::HttpServer> metrics;
+  if (metrics_listen != "none") {
+    auto started = frameworm::HttpServer::Start(
+        {.listen = metrics_listen}, [&agent, name = o.name](const std::string& path) {
+          if (path != "/metrics") {
+            return frameworm::HttpResponse{404, "text/plain", "only /metrics is served here\n"};
+          }
+          const frameworm::WorkerAgent::Snapshot seen = agent->Observe();
+          std::map<frameworm::TaskKey, frameworm::TreeUsage> usage;
+          for (const auto& t : seen.running) usage[t.key] = frameworm::ProcessTreeUsage(t.pid);
+          frameworm::PromWriter w;
+          frameworm::WriteWorkerMetrics(name, seen.slots, seen.connected, seen.running, usage, w);
+          return frameworm::HttpResponse{200, frameworm::kPromContentType, w.text()};
+        });
+    if (!started.ok()) {
+      std::cerr << "frameworm-worker: --metrics-listen: " << started.status().message()
+                << " (none turns it off)\n";
+      return 1;
+    }
+    metrics = *std::move(started);
+    std::cout << "frameworm-worker " << o.name << " metrics on http://"
+              << metrics_listen.substr(0, metrics_listen.rfind(':')) << ":" << metrics->port()
+              << "/metrics" << std::endl;
+  }
   std::cout << "frameworm-worker " << o.name << " starting: coordinator "
             << o.coordinator << ", " << o.slots << " slot(s), work dir "
             << o.work_dir

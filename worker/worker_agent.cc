@@ -117,6 +117,10 @@ class WorkerAgentImpl final : public WorkerAgent {
     absl::MutexLock l(&mu_);
     woken_ = true;
   }
+  Snapshot Observe() const override {
+    absl::MutexLock l(&mu_);
+    return observed_;
+  }
 
   void Run() override {
     bool killing = false;
@@ -174,6 +178,11 @@ class WorkerAgentImpl final : public WorkerAgent {
         return;
       }
 
+      {
+        Snapshot seen{supervisor_.Running(), connected_, options_.slots};
+        absl::MutexLock l(&mu_);
+        observed_ = std::move(seen);
+      }
       absl::Time wake = now + options_.log_poll_interval;
       if (connected_) wake = std::min(wake, next_heartbeat_);
       if (!connected_ && !killing) wake = std::min(wake, next_attempt_);
@@ -616,7 +625,8 @@ class WorkerAgentImpl final : public WorkerAgent {
   std::unique_ptr<grpc::Server> peer_server_;
   std::string peer_endpoint_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
+  Snapshot observed_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
   bool session_broken_ ABSL_GUARDED_BY(mu_) = false;

@@ -99,6 +99,15 @@ class WorkerAgent {
   virtual void Shutdown() = 0;
   // Makes the loop look at its processes now (e.g. on SIGCHLD).
   virtual void Wake() = 0;
+  // What the worker's /metrics shows: the tasks running as of the loop's
+  // last pass, whether it is connected to the coordinator, its slots.
+  // Thread-safe.
+  struct Snapshot {
+    std::vector<TaskStatusInfo> running;
+    bool connected = false;
+    int slots = 0;
+  };
+  virtual Snapshot Observe() const = 0;
 };
 
 }  // namespace frameworm

@@ -81,7 +81,9 @@ absl::Status Cluster::StartCoordinator(const std::string& listen) {
                                    absl::StrCat("--listen=", listen),
                           absl::StrCat("--state-dir=", dir_, "/state"),
                           // in-memory checkpoints in the test's directory (removed with it)
-                          absl::StrCat("--memory-checkpoint-root=", dir_, "/shm")})
+                          absl::StrCat("--memory-checkpoint-root=", dir_, "/shm"),
+                          // a free port: tests may run beside a real cluster
+                          std::string("--metrics-listen=127.0.0.1:0")})
     argv.push_back(arg);
   if (options_.tls) {
     auto tls = TlsDir("coordinator", "coordinator");
@@ -95,6 +97,10 @@ absl::Status Cluster::StartCoordinator(const std::string& listen) {
   coordinator_ = std::move(*child);
   auto line = coordinator_->WaitForLine("listening on ", absl::Seconds(30));
   if (!line.ok()) return line.status();
+  if (auto m = coordinator_->WaitForLine("metrics on http://", absl::Seconds(5)); m.ok()) {
+    metrics_address_ = m->substr(m->find("http://") + 7);
+    metrics_address_ = metrics_address_.substr(0, metrics_address_.find('/'));
+  }
   std::string addr(line->substr(line->find("listening on ") + 13));
   while (!addr.empty() && (addr.back() == '\r' || addr.back() == ' ')) addr.pop_back();
   address_ = addr;

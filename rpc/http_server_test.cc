@@ -1,0 +1,120 @@
+// The HTTP server on 127.0.0.1: what it serves, and every request it turns
+// away.
+#include "rpc/http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace frameworm {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start({}); }
+  void Start(HttpServer::Options o) {
+    server_.reset();
+    auto s = HttpServer::Start(o, [](const std::string& path) {
+      if (path == "/metrics") return HttpResponse{200, "text/plain; version=0.0.4", "up 1\n"};
+      return HttpResponse{404, "text/plain", "no " + path + "\n"};
+    });
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    address_ = absl::StrCat("127.0.0.1:", server_->port());
+  }
+  std::string Raw(const std::string& request) {
+    auto r = HttpExchange(address_, request);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : "";
+  }
+  std::unique_ptr<HttpServer> server_;
+  std::string address_;
+};
+
+TEST_F(HttpServerTest, ServesAGetAndItsHead) {
+  auto r = HttpGet(address_, "/metrics?x=1");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "up 1\n");
+  const std::string head = Raw("HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(head, StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(head, HasSubstr("Content-Length: 5\r\n"));
+  EXPECT_THAT(head, HasSubstr("Content-Type: text/plain; version=0.0.4\r\n"));
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n");  // no body
+  auto missing = HttpGet(address_, "/nothing");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(missing->status, 404);
+}
+
+TEST_F(HttpServerTest, MalformedOversizedAndOtherMethodsAreRefused) {
+  EXPECT_THAT(Raw("POST /metrics HTTP/1.1\r\n\r\n"), StartsWith("HTTP/1.1 405 "));
+  EXPECT_THAT(Raw("GET metrics HTTP/1.1\r\n\r\n"), StartsWith("HTTP/1.1 400 "));
+  EXPECT_THAT(Raw("garbage\r\n\r\n"), StartsWith("HTTP/1.1 400 "));
+  EXPECT_THAT(Raw("GET /metrics SMTP\r\n\r\n"), StartsWith("HTTP/1.1 400 "));
+  EXPECT_THAT(Raw("GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'a') + "\r\n\r\n"),
+              StartsWith("HTTP/1.1 431 "));
+  // The server still answers.
+  auto r = HttpGet(address_, "/metrics");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 200);
+}
+
+TEST_F(HttpServerTest, SilentClientsAreDroppedAndExtraConnectionsGet503) {
+  HttpServer::Options o;
+  o.max_connections = 2;
+  o.io_timeout = absl::Milliseconds(400);
+  Start(o);
+  std::vector<int> idle;
+  for (int i = 0; i < 2; ++i) {  // connected, never sending a byte
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    idle.push_back(fd);
+  }
+  absl::SleepFor(absl::Milliseconds(100));
+  auto busy = HttpGet(address_, "/metrics");
+  ASSERT_TRUE(busy.ok()) << busy.status();
+  EXPECT_EQ(busy->status, 503);
+  // The idle ones time out and are closed; then the server serves again.
+  for (int fd : idle) {
+    char b;
+    EXPECT_EQ(::recv(fd, &b, 1, 0), 0) << "the silent connection was not closed";
+    ::close(fd);
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  auto again = HttpGet(address_, "/metrics");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->status, 200);
+}
+
+TEST(HttpServerStart, BadAndBusyAddressesAreClearErrors) {
+  auto handler = [](const std::string&) { return HttpResponse{}; };
+  auto bad = HttpServer::Start({.listen = "127.0.0.1"}, handler);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'127.0.0.1' is not HOST:PORT"));
+  EXPECT_FALSE(HttpServer::Start({.listen = "127.0.0.1:99999"}, handler).ok());
+  auto first = HttpServer::Start({.listen = "127.0.0.1:0"}, handler);
+  ASSERT_TRUE(first.ok());
+  auto second =
+      HttpServer::Start({.listen = absl::StrCat("127.0.0.1:", (*first)->port())}, handler);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("cannot listen on 127.0.0.1:"));
+}
+
+}  // namespace
+}  // namespace frameworm
