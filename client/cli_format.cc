@@ -152,6 +152,7 @@ std::string FormatJobStatus(const v1::JobStatus& j) {
   kv("started", TimeText(j.started_unix_ms()));
   kv("finished", TimeText(j.finished_unix_ms()));
   if (!j.log_dir().empty()) kv("logs", j.log_dir());
+  if (!j.tensorboard_dir().empty()) kv("tensorboard", j.tensorboard_dir());
   return o;
 }
 

@@ -108,7 +108,9 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
       clock_(clock),
       owned_store_(std::move(owned)),
       store_(store),
-      writer_(MetricWriter::Create(&store_)),
+      tensorboard_((fs::path(options.state_dir) / "tensorboard").string()),
+      writer_(MetricWriter::Create(
+          &store_, [this](const std::vector<MetricRow>& rows) { tensorboard_.Append(rows); })),
       logs_({.root = (fs::path(options.state_dir) / "logs").string(),
              .max_bytes_per_rank = options.max_log_bytes}),
       copies_((fs::path(options.state_dir) / "checkpoint-copies").string(),
@@ -238,6 +240,7 @@ v1::JobStatus Coordinator::StatusOf(const Job& job) const {
   s.set_started_unix_ms(job.started_ms);
   s.set_finished_unix_ms(job.finished_ms);
   s.set_log_dir(logs_.Dir(job.id));
+  s.set_tensorboard_dir(tensorboard_.Dir(job.id));
   s.set_total_steps(job.spec.total_steps() > 0
                         ? job.spec.total_steps()
                         : job.progress.reported_total_steps());
@@ -883,6 +886,7 @@ void Coordinator::BoundGrowth() {
     if (!s.ok()) continue;  // its rows come back after a restart: kept files
     logs_.RemoveJob(id);
     copies_.RemoveJob(id);
+    tensorboard_.RemoveJob(id);
     std::fprintf(stderr, "coordinator: job %s expired (ended over %s ago)\n", id.c_str(),
                  absl::FormatDuration(retain_finished_).c_str());
   }

@@ -6,6 +6,7 @@
 //   CheckpointCatalog  checkpoint records and retention (checkpoint_catalog.h)
 //   JobLogs            rank log files, written and read (job_logs.h)
 //   MetricWriter       group commit of aggregated steps (metric_writer.h)
+//   TensorBoardLog     per-job TensorBoard event files (tensorboard_log.h)
 //   Store              durable state (store.h: SqliteStore, MemoryStore)
 // No transport: the gRPC services (service.h) translate protos to these
 // calls. Proto messages appear here only as plain data (specs, task specs,
@@ -74,6 +75,7 @@
 #include "coordinator/port_allocator.h"
 #include "coordinator/state_dir_lock.h"
 #include "coordinator/store.h"
+#include "coordinator/tensorboard_log.h"
 #include "coordinator/worker_registry.h"
 #include "frameworm/v1/common.pb.h"
 #include "frameworm/v1/trainer_service.pb.h"
@@ -328,6 +330,9 @@ class Coordinator {
   Clock& clock_;
   const std::unique_ptr<Store> owned_store_;  // null: not owned
   Store& store_;
+  // TensorBoard files (<state_dir>/tensorboard), fed by the MetricWriter's
+  // commits; declared before it, so destroyed after it.
+  TensorBoardLog tensorboard_;
   // Declared after the store: destroyed (committing what is staged) first.
   const std::unique_ptr<MetricWriter> writer_;
   const JobLogs logs_;

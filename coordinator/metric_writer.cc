@@ -4,8 +4,8 @@
 
 namespace frameworm::coordinator {
 
-std::unique_ptr<MetricWriter> MetricWriter::Create(Store* store) {
-  std::unique_ptr<MetricWriter> w(new MetricWriter(store));
+std::unique_ptr<MetricWriter> MetricWriter::Create(Store* store, Committed committed) {
+  std::unique_ptr<MetricWriter> w(new MetricWriter(store, std::move(committed)));
   w->thread_ = std::thread([p = w.get()] { p->Run(); });
   return w;
 }
@@ -54,6 +54,7 @@ void MetricWriter::Run() {
     rows.reserve(batch.size());
     for (auto& [key, row] : batch) rows.push_back(std::move(row));
     absl::Status s = store_->PutMetrics(rows);
+    if (s.ok() && committed_ && !rows.empty()) committed_(rows);
     if (!s.ok()) {
       s = absl::UnavailableError(
           absl::StrCat("metric not committed, retry: ", s.message()));

@@ -21,6 +21,10 @@
 //    writer commits a lone row at once.
 //  - Callbacks run on the flusher thread without any lock of this class
 //    held; they must be short and must not block (they may call Stage).
+//  - `committed` (optional, Create's) sees every batch of rows after its
+//    commit succeeded, on the flusher thread, before the callbacks: for
+//    readers of the history that must not hold up reporters (TensorBoard
+//    files). It must not call Stage.
 //  - The destructor commits what is staged, runs the remaining callbacks,
 //    and joins the thread. Stage after destruction began is a bug.
 //
@@ -51,9 +55,10 @@ namespace frameworm::coordinator {
 class MetricWriter {
  public:
   using Done = std::function<void(absl::Status)>;
+  using Committed = std::function<void(const std::vector<MetricRow>&)>;
 
   // `store` is not owned and must outlive the writer. Starts the flusher.
-  static std::unique_ptr<MetricWriter> Create(Store* store);
+  static std::unique_ptr<MetricWriter> Create(Store* store, Committed committed = nullptr);
   ~MetricWriter();
   MetricWriter(const MetricWriter&) = delete;
   MetricWriter& operator=(const MetricWriter&) = delete;
@@ -64,10 +69,12 @@ class MetricWriter {
   int64_t commits() const;
 
  private:
-  explicit MetricWriter(Store* store) : store_(store) {}
+  MetricWriter(Store* store, Committed committed)
+      : store_(store), committed_(std::move(committed)) {}
   void Run();
 
   Store* const store_;
+  const Committed committed_;
 
   mutable absl::Mutex mu_;
   std::map<std::pair<std::string, int64_t>, MetricRow> staged_

@@ -2,8 +2,9 @@
 # The main job on a local cluster: starts a frameworm-coordinator and two
 # frameworm-workers (one CPU slot each) on 127.0.0.1, submits
 # examples/fashion_mnist.yaml (2 nodes x 1 process, CNN, Gloo), watches it
-# to completion, prints the final test accuracy and where checkpoints and
-# logs are, then stops the daemons. Called by `deploy/dev.sh demo`.
+# to completion, prints the final test accuracy, the job's events and where
+# checkpoints, logs, metrics and TensorBoard files are, then stops the
+# daemons. Called by `deploy/dev.sh demo`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${FRAMEWORM_BUILD_DIR:-$ROOT/build}/bin"
@@ -11,6 +12,7 @@ JOB="${1:-$ROOT/examples/fashion_mnist.yaml}"
 DEMO_DIR="${FRAMEWORM_DEMO_DIR:-$ROOT/demo-run}"
 PORT="${FRAMEWORM_DEMO_PORT:-7070}"
 ADDR="127.0.0.1:$PORT"
+METRICS="127.0.0.1:$((PORT + 1))"
 export FRAMEWORM_COORDINATOR="$ADDR"
 
 rm -rf "$DEMO_DIR"
@@ -33,7 +35,7 @@ wait_for() {  # file, text, what
 }
 
 "$BIN/frameworm-coordinator" --listen="$ADDR" --state-dir="$DEMO_DIR/state" \
-  > "$DEMO_DIR/coordinator.log" 2>&1 &
+  --metrics-listen="$METRICS" > "$DEMO_DIR/coordinator.log" 2>&1 &
 pids+=($!)
 wait_for "$DEMO_DIR/coordinator.log" "listening on" "frameworm-coordinator"
 for w in worker-0 worker-1; do
@@ -43,6 +45,7 @@ for w in worker-0 worker-1; do
   wait_for "$DEMO_DIR/$w.log" "registered" "frameworm-worker $w"
 done
 echo "demo: coordinator on $ADDR, workers worker-0 and worker-1 (1 CPU slot each)"
+echo "demo: Prometheus metrics at http://$METRICS/metrics while the cluster runs"
 
 job=$("$BIN/frameworm-cli" submit "$JOB")
 echo "demo: submitted $JOB as $job; watching (frameworm-cli watch $job)"
@@ -61,6 +64,9 @@ if [ -n "$done_line" ]; then
 fi
 echo "demo: checkpoints:"
 "$BIN/frameworm-cli" checkpoints "$job" || true
+echo "demo: events (frameworm-cli events $job):"
+"$BIN/frameworm-cli" events "$job" || true
 echo "demo: logs: $DEMO_DIR/state/logs/$job/ (also: frameworm-cli logs $job --rank 0)"
+echo "demo: TensorBoard: $ROOT/.venv/bin/tensorboard --logdir $DEMO_DIR/state/tensorboard"
 echo "demo: daemon logs and trainer outputs under $DEMO_DIR"
 exit "$rc"

@@ -35,12 +35,13 @@ install_debs() {
 
 install_venv() {
   local py="$ROOT/.venv/bin/python"
-  if [ -x "$py" ] && "$py" -c "import torch, numpy, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+  # tensorboard: its event reader checks the coordinator's TensorBoard files.
+  if [ -x "$py" ] && "$py" -c "import torch, numpy, tensorboard, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
     return
   fi
-  log "creating .venv with torch==$TORCH_VERSION (LibTorch comes from this wheel)"
+  log "creating .venv with torch==$TORCH_VERSION (LibTorch comes from this wheel) and tensorboard"
   [ -x "$py" ] || python3 -m venv "$ROOT/.venv"
-  "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+  "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy tensorboard
 }
 
 install() { install_debs; install_venv; }

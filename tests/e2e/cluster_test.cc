@@ -76,6 +76,25 @@ void WaitForCheckpoint(Cluster& c, const std::string& id, int64_t step) {
                                      << ": " << st->ShortDebugString();
 }
 
+// The [step, value] pairs of `tag` in read_tfevents.py's JSON output.
+std::vector<std::pair<int64_t, double>> ScalarsOf(const std::string& json, const std::string& tag) {
+  std::vector<std::pair<int64_t, double>> out;
+  size_t at = json.find("\"" + tag + "\": [");
+  if (at == std::string::npos) return out;
+  at = json.find('[', at) + 1;
+  const size_t end = json.find("]]", at);
+  while (at < end) {
+    const size_t open = json.find('[', at);
+    if (open == std::string::npos || open > end) break;
+    char* rest = nullptr;
+    const int64_t step = std::strtoll(json.c_str() + open + 1, &rest, 10);
+    const double value = std::strtod(rest + 1, nullptr);
+    out.emplace_back(step, value);
+    at = json.find(']', open) + 1;
+  }
+  return out;
+}
+
 TEST(ClusterE2E, SubmitRunsTwoRanksToSuccessWithAggregatedMetrics) {
   auto c = Cluster::Start({});
   ASSERT_TRUE(c.ok()) << c.status();
@@ -108,6 +127,23 @@ TEST(ClusterE2E, SubmitRunsTwoRanksToSuccessWithAggregatedMetrics) {
   RunResult metrics = (*c)->Cli({"metrics", *id, "--csv"});
   EXPECT_EQ(metrics.exit_code, 0);
   EXPECT_NE(metrics.output.find("step,"), std::string::npos) << metrics.output;
+  // The TensorBoard files, read by the tensorboard package's own reader:
+  // one loss point per step, equal (as float32) to what metrics serves.
+  const char* src = std::getenv("FRAMEWORM_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  RunResult tb = RunCommand({absl::StrCat(src, "/.venv/bin/python"),
+                             absl::StrCat(src, "/tests/e2e/read_tfevents.py"), st->tensorboard_dir()},
+                            {}, absl::Seconds(60));
+  ASSERT_EQ(tb.exit_code, 0) << tb.output;
+  std::map<int64_t, double> loss;
+  for (const auto& [step, value] : ScalarsOf(tb.output, "loss")) loss[step] = value;
+  ASSERT_EQ(loss.size(), steps.size()) << tb.output;
+  for (const auto& s : steps) {
+    ASSERT_TRUE(loss.count(s.step())) << "step " << s.step();
+    EXPECT_EQ(static_cast<float>(loss[s.step()]), static_cast<float>(s.mean().at("loss")))
+        << "step " << s.step();
+  }
+  EXPECT_EQ(ScalarsOf(tb.output, "samples_per_second").size(), steps.size());
 }
 
 TEST(ClusterE2E, KilledTrainerRestartsFromNewestCheckpoint) {
