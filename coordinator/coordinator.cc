@@ -669,8 +669,10 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
       }
     }
     if (rec.secret().empty()) rec.set_secret(NewToken());  // what peers must show to fetch it
+    std::set<int64_t> memory_steps;  // in-memory records expire too often to tell
     for (const auto& c : checkpoints_.List(rec.ref().job_id())) {
       steps_before[c.step()].assign(c.holders().begin(), c.holders().end());
+      if (c.memory()) memory_steps.insert(c.step());
     }
     steps_before[rec.step()];
     expired = checkpoints_.Record(rec, (*job)->spec.checkpoint().keep_last());
@@ -687,7 +689,7 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
       events_.Emit(std::move(e));
     }
     for (const auto& [step, holders] : steps_before) {
-      if (step == rec.step()) continue;
+      if (step == rec.step() || memory_steps.count(step)) continue;
       v1::Event e = EventLog::Make(
           "checkpoint_expired", rec.ref().job_id(),
           absl::StrCat("job ", rec.ref().job_id(), ": checkpoint of step ", step,

@@ -3,7 +3,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/coordinator_fixture.h"
+#include "coordinator/generation_plan.h"
 #include "gmock/gmock.h"
 
 namespace frameworm::coordinator {
@@ -131,6 +133,30 @@ TEST_F(CoordinatorEventsTest, AHangNamesTheSilentRankAndItsWorker) {
   EXPECT_THAT(hang->message(), HasSubstr("rank 1 hung"));
   EXPECT_EQ(events.back().kind(), "job_finished");
   EXPECT_EQ(events.back().state(), "FAILED");
+}
+
+TEST_F(CoordinatorEventsTest, InMemoryCheckpointsComeAndGoWithoutEvents) {
+  AddWorker("w1", 1);
+  const std::string job = Submit(Spec(1, 1));
+  const std::string dir =
+      MemoryCheckpointDir("/dev/shm/frameworm", job, Job(job).submitted_unix_ms());
+  for (int step = 1; step <= 5; ++step) {
+    ASSERT_TRUE(Step(job, 1, 0, step).ok());
+    v1::CheckpointRecord r;
+    r.mutable_ref()->set_job_id(job);
+    r.mutable_ref()->set_generation(1);
+    r.mutable_ref()->set_token(TokenOf(job, 1, 0));
+    r.set_step(step);
+    r.set_path(absl::StrCat(dir, "/ckpt-", step, ".pt"));
+    r.set_memory(true);
+    auto expired = coord_->ReportCheckpoint(r);
+    ASSERT_TRUE(expired.ok()) << expired.status();
+  }
+  ASSERT_TRUE(Checkpoint(job, 1, 5, CkptPath(job, 5)).ok());
+  std::vector<std::string> checkpoint_events;
+  for (const auto& e : Events(job))
+    if (e.kind().rfind("checkpoint", 0) == 0) checkpoint_events.push_back(e.kind());
+  EXPECT_EQ(checkpoint_events, std::vector<std::string>{"checkpoint_saved"});
 }
 
 TEST_F(CoordinatorEventsTest, EveryJobKeepsOnlyItsNewestEvents) {
