@@ -16,6 +16,7 @@
 #include "coordinator/heartbeat_pacer.h"
 #include "coordinator/job.h"
 #include "coordinator/write_pump.h"
+#include "jobspec/job_spec.h"
 #include "frameworm/v1/job_service.grpc.pb.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
@@ -366,7 +367,20 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                       v1::SubmitJobResponse* resp) override {
     const Caller caller = CallerOf(*ctx);
     if (absl::Status s = CheckJobClient(caller); !s.ok()) return Done(ctx, s);
-    absl::StatusOr<std::string> id = impl_->core->SubmitJob(req->spec(), caller.Owner());
+    v1::JobSpec spec = req->spec();
+    if (!req->spec_yaml().empty()) {
+      if (req->has_spec()) {
+        return Done(ctx, absl::InvalidArgumentError("SubmitJob takes spec or spec_yaml, not both"));
+      }
+      if (req->spec_yaml().size() > 64 * 1024) {
+        return Done(ctx, absl::InvalidArgumentError(absl::StrCat(
+                             "spec_yaml of ", req->spec_yaml().size(), " bytes; at most 65536")));
+      }
+      absl::StatusOr<v1::JobSpec> parsed = ParseJobSpecYaml(req->spec_yaml(), "spec_yaml");
+      if (!parsed.ok()) return Done(ctx, parsed.status());
+      spec = *std::move(parsed);
+    }
+    absl::StatusOr<std::string> id = impl_->core->SubmitJob(spec, caller.Owner());
     if (id.ok()) resp->set_job_id(*id);
     return Done(ctx, id.status());
   }

@@ -211,6 +211,40 @@ TEST_F(ServiceTest, InvalidSpecNamesFieldAndStoresNothing) {
   EXPECT_EQ(list.jobs_size(), 0);
 }
 
+TEST_F(ServiceTest, ASpecAsYamlIsParsedByTheCoordinatorAndBadYamlIsRefused) {
+  auto submit = [&](const v1::SubmitJobRequest& req, std::string* id) {
+    grpc::ClientContext ctx;
+    v1::SubmitJobResponse resp;
+    grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
+    *id = resp.job_id();
+    return s;
+  };
+  std::string id;
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml("name: from-yaml\nnodes: {min: 1, max: 2}\ntrain:\n  model: mlp\n");
+  ASSERT_TRUE(submit(req, &id).ok());
+  grpc::ClientContext gctx;
+  v1::GetJobRequest get;
+  get.set_job_id(id);
+  v1::JobStatus st;
+  ASSERT_TRUE(jobs_->GetJob(&gctx, get, &st).ok());
+  EXPECT_EQ(st.spec().name(), "from-yaml");
+  EXPECT_EQ(st.spec().nodes_max(), 2);
+  req.set_spec_yaml("name: x\nnodez: 2\n");
+  grpc::Status s = submit(req, &id);
+  EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("nodez"), std::string::npos) << s.error_message();
+  req.set_spec_yaml("name: x\n" + std::string(70000, '#'));
+  s = submit(req, &id);
+  EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("at most 65536"), std::string::npos) << s.error_message();
+  req.set_spec_yaml("name: x\n");
+  *req.mutable_spec() = Spec(1);
+  s = submit(req, &id);
+  EXPECT_EQ(s.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("not both"), std::string::npos);
+}
+
 TEST_F(ServiceTest, SessionGetsStartTaskThenKillTaskAfterCancel) {
   grpc::ClientContext sctx;
   std::unique_ptr<Stream> stream;

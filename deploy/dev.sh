@@ -35,13 +35,16 @@ install_debs() {
 
 install_venv() {
   local py="$ROOT/.venv/bin/python"
-  # tensorboard: its event reader checks the coordinator's TensorBoard files.
-  if [ -x "$py" ] && "$py" -c "import torch, numpy, tensorboard, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+  # tensorboard: its event reader checks the coordinator's TensorBoard files;
+  # grpcio(-tools), pyyaml: the Python client (python/) and its build.
+  if [ -x "$py" ] && "$py" -c "import torch, numpy, tensorboard, grpc, grpc_tools, yaml, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
     return
   fi
   log "creating .venv with torch==$TORCH_VERSION (LibTorch comes from this wheel) and tensorboard"
   [ -x "$py" ] || python3 -m venv "$ROOT/.venv"
-  "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy tensorboard
+  # setuptools<82: torch's own bound (grpcio-tools would take a newer one).
+  "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy \
+    tensorboard grpcio grpcio-tools pyyaml "setuptools<82"
 }
 
 install() { install_debs; install_venv; }

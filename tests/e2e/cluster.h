@@ -48,6 +48,9 @@ class Cluster {
   const std::string& coordinator_address() const { return address_; }
   v1::JobService::Stub& jobs() { return *stub_; }
   ChildProcess& coordinator() { return *coordinator_; }
+  // With options_.tls: the TLS directory of `role`:`name`, issued on first
+  // use (a worker restarted under its name reuses its certificate).
+  absl::StatusOr<std::string> TlsDir(const std::string& role, const std::string& name);
   // The coordinator's Prometheus endpoint, HOST:PORT (empty: none).
   const std::string& metrics_address() const { return metrics_address_; }
   ChildProcess& worker(int i) { return *workers_.at(i); }
@@ -96,9 +99,6 @@ class Cluster {
   int coordinator_starts_ = 0;
   int worker_starts_ = 0;  // log file names
   std::string metrics_address_;
-  // With options_.tls: the TLS directory of `role`:`name`, issued on first
-  // use (a worker restarted under its name reuses its certificate).
-  absl::StatusOr<std::string> TlsDir(const std::string& role, const std::string& name);
   TlsFiles admin_tls_;
 };
 

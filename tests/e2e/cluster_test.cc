@@ -581,6 +581,46 @@ TEST(ClusterE2E, TorchrunStyleProgramRunsUnchanged) {
   EXPECT_NE(logs.output.find("\"world_size\": 2"), std::string::npos) << logs.output;
 }
 
+// The Python client, installed with pip from the checkout as a user would,
+// submits a job as a dict over mutual TLS (a user certificate), watches it
+// to the end and reads its metrics and events.
+TEST(ClusterE2E, ThePythonClientSubmitsWatchesAndReadsMetrics) {
+  const char* src = std::getenv("FRAMEWORM_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  const std::string python = absl::StrCat(src, "/.venv/bin/python");
+  ASSERT_EQ(access(python.c_str(), X_OK), 0) << python << ": run deploy/dev.sh install";
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string site = (*c)->dir() + "/site";
+  RunResult pip = RunCommand({python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                              "--no-deps", "--no-build-isolation", "--target", site,
+                              absl::StrCat(src, "/python")},
+                             {}, absl::Seconds(120));
+  ASSERT_EQ(pip.exit_code, 0) << pip.output;
+  auto tls = (*c)->TlsDir("user", "alice");
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  RunResult run = RunCommand({python, absl::StrCat(src, "/tests/e2e/python_client_check.py"),
+                              (*c)->coordinator_address(), *tls},
+                             {{"PYTHONPATH", site}}, absl::Seconds(240));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string& o = run.output;
+  EXPECT_NE(o.find("\"state\": \"SUCCEEDED\""), std::string::npos) << o;
+  std::string steps;
+  for (int i = 1; i <= 30; ++i) absl::StrAppend(&steps, i == 1 ? "" : ", ", i);
+  EXPECT_NE(o.find("\"steps\": [" + steps + "]"), std::string::npos) << o;
+  EXPECT_NE(o.find("\"ranks\": [2]"), std::string::npos) << o;
+  EXPECT_NE(o.find("\"listed\": true"), std::string::npos) << o;
+  EXPECT_NE(o.find("\"bad_spec\": \"INVALID_ARGUMENT: "), std::string::npos) << o;
+  EXPECT_NE(o.find("nodez"), std::string::npos) << o;
+  EXPECT_NE(o.find("\"cancel_ended\": \"FAILED_PRECONDITION\""), std::string::npos) << o;
+  EXPECT_NE(o.find("\"plaintext_remote\": \"INVALID_ARGUMENT\""), std::string::npos) << o;
+  EXPECT_NE(o.find("\"job_finished\""), std::string::npos) << o;
+  // The job is the user's: its owner is the certificate's.
+  auto st = (*c)->GetJob(o.substr(o.find("job-"), 10));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->spec().owner(), "user:alice");
+}
+
 TEST(ClusterE2E, BadSpecsAreRefusedAndNothingIsStored) {
   ClusterOptions o;
   o.workers = 0;

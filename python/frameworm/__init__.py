@@ -1,0 +1,16 @@
+"""Frameworm's Python client: submit a job (a YAML file or a dict), watch
+it, read its metrics as rows and its events, cancel it.
+
+    import frameworm
+    c = frameworm.Client("127.0.0.1:7070")            # or $FRAMEWORM_COORDINATOR
+    job = c.submit({"name": "mnist", "nodes": 2, "train": {"model": "cnn"}})
+    final = c.watch(job, on_update=lambda s: print(s["state"], s.get("step")))
+    rows = c.metrics(job)                              # [{"step": 1, "loss": ...}, ...]
+
+Off loopback the connection is mutual TLS with a certificate directory
+(ca.crt, tls.crt, tls.key; `frameworm-cli admin ca issue --role user`), as
+for frameworm-cli; plaintext there only with insecure=True.
+"""
+from frameworm.client import Client, FramewormError, FINAL_STATES
+
+__all__ = ["Client", "FramewormError", "FINAL_STATES"]

@@ -1,0 +1,176 @@
+"""The Client class (see the package docstring)."""
+import ipaddress
+import os
+import time
+
+import grpc
+import yaml
+from google.protobuf import json_format
+
+from frameworm.v1 import common_pb2, job_service_pb2, job_service_pb2_grpc
+
+FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
+_COORDINATOR_TLS_NAME = "frameworm-coordinator"  # rpc/tls.h kCoordinatorTlsName
+
+
+class FramewormError(Exception):
+    """A call the coordinator refused or could not answer: `code` is the
+    gRPC status code name (NOT_FOUND, INVALID_ARGUMENT, ...)."""
+
+    def __init__(self, code, message):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def _is_loopback(host):
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _as_dict(message):
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+class Client:
+    """A connection to a coordinator's JobService."""
+
+    def __init__(self, coordinator=None, tls_dir=None, insecure=False, timeout=10.0):
+        self.coordinator = coordinator or os.environ.get("FRAMEWORM_COORDINATOR", "127.0.0.1:7070")
+        tls_dir = tls_dir or os.environ.get("FRAMEWORM_TLS_DIR") or None
+        self.timeout = timeout
+        host = self.coordinator.rsplit(":", 1)[0]
+        if tls_dir:
+            def read(name):
+                with open(os.path.join(tls_dir, name), "rb") as f:
+                    return f.read()
+            creds = grpc.ssl_channel_credentials(read("ca.crt"), read("tls.key"), read("tls.crt"))
+            self._channel = grpc.secure_channel(
+                self.coordinator, creds,
+                options=[("grpc.ssl_target_name_override", _COORDINATOR_TLS_NAME)])
+        elif _is_loopback(host) or insecure:
+            self._channel = grpc.insecure_channel(self.coordinator)
+        else:
+            raise FramewormError(
+                "INVALID_ARGUMENT",
+                f"{self.coordinator} is off loopback: pass tls_dir (a user certificate from "
+                "`frameworm-cli admin ca issue --role user`), or insecure=True on a network "
+                "only your cluster reaches")
+        self._stub = job_service_pb2_grpc.JobServiceStub(self._channel)
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, request):
+        try:
+            return method(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise FramewormError(e.code().name, e.details()) from None
+
+    def submit(self, spec):
+        """Submits a job: `spec` is a path to a job YAML file, YAML text, or a
+        dict with the YAML's keys. Returns the job id. The coordinator parses
+        the YAML with the CLI's own rules; a bad spec raises FramewormError
+        INVALID_ARGUMENT naming the field."""
+        if isinstance(spec, dict):
+            text = yaml.safe_dump(spec, sort_keys=False)
+        elif isinstance(spec, (str, os.PathLike)) and os.path.isfile(spec):
+            with open(spec, encoding="utf-8") as f:
+                text = f.read()
+        elif isinstance(spec, str):
+            text = spec
+        else:
+            raise TypeError("spec must be a dict, YAML text or a path to a YAML file")
+        resp = self._call(self._stub.SubmitJob, job_service_pb2.SubmitJobRequest(spec_yaml=text))
+        return resp.job_id
+
+    def status(self, job_id):
+        """The job's status as a dict (JobStatus with proto field names)."""
+        return _as_dict(self._call(self._stub.GetJob, job_service_pb2.GetJobRequest(job_id=job_id)))
+
+    def jobs(self):
+        """Every job the caller may see, as dicts."""
+        out, token = [], ""
+        while True:
+            resp = self._call(self._stub.ListJobs, job_service_pb2.ListJobsRequest(page_token=token))
+            out += [_as_dict(j) for j in resp.jobs]
+            if not resp.next_page_token or resp.next_page_token == token:
+                return out
+            token = resp.next_page_token
+
+    def watch(self, job_id, on_update=None, timeout=None):
+        """Follows the job until it ends; calls on_update(status dict) for
+        each update. Returns the final status dict. FramewormError
+        DEADLINE_EXCEEDED after `timeout` seconds (None: no limit)."""
+        call = self._stub.WatchJob(job_service_pb2.WatchJobRequest(job_id=job_id), timeout=timeout)
+        try:
+            for st in call:
+                d = _as_dict(st)
+                if on_update:
+                    on_update(d)
+                if d.get("state") in FINAL_STATES:
+                    call.cancel()
+                    return d
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:
+                raise FramewormError(e.code().name, e.details()) from None
+        raise FramewormError("UNAVAILABLE", f"the watch of {job_id} ended before the job did")
+
+    def metrics(self, job_id, since_step=0):
+        """Aggregated steps after since_step as rows: step, epoch, ranks,
+        samples, then each mean value by name (loss, accuracy, ...) and
+        stragglers (a list of ranks)."""
+        rows, token = [], ""
+        while True:
+            resp = self._call(self._stub.GetMetrics, job_service_pb2.GetMetricsRequest(
+                job_id=job_id, since_step=since_step, page_token=token))
+            for s in resp.steps:
+                row = {"step": s.step, "epoch": s.epoch, "ranks": s.ranks_reported,
+                       "samples": s.samples}
+                row.update(dict(s.mean))
+                row["stragglers"] = list(s.stragglers)
+                rows.append(row)
+            if not resp.next_page_token or resp.next_page_token == token:
+                return rows
+            token = resp.next_page_token
+
+    def events(self, job_id="", after_seq=0):
+        """Lifecycle events (of the job, or every one the caller may see)
+        after after_seq, as dicts, oldest first."""
+        out = []
+        while True:
+            resp = self._call(self._stub.ListEvents, job_service_pb2.ListEventsRequest(
+                job_id=job_id, after_seq=after_seq))
+            out += [_as_dict(e) for e in resp.events]
+            if resp.next_after_seq <= after_seq:
+                return out
+            after_seq = resp.next_after_seq
+
+    def cancel(self, job_id):
+        """Cancels the job; returns its status dict."""
+        resp = self._call(self._stub.CancelJob, job_service_pb2.CancelJobRequest(job_id=job_id))
+        return _as_dict(resp.job)
+
+    def wait(self, job_id, timeout=600.0, poll=0.5):
+        """Polls until the job ends (for callers that prefer no stream)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.status(job_id)
+            if st.get("state") in FINAL_STATES:
+                return st
+            if time.monotonic() > deadline:
+                raise FramewormError("DEADLINE_EXCEEDED", f"{job_id} still {st.get('state')}")
+            time.sleep(poll)
+
+
+del common_pb2  # imported so its descriptors load before job_service_pb2's

@@ -1,0 +1,55 @@
+"""Drives a real cluster through the frameworm Python package as a user
+would from a notebook; prints one JSON object with what it saw (the C++
+test in cluster_test.cc checks it).
+
+usage: python_client_check.py COORDINATOR TLS_DIR
+"""
+import json
+import sys
+
+import frameworm
+
+
+def main():
+    coordinator, tls_dir = sys.argv[1], sys.argv[2]
+    out = {}
+    with frameworm.Client(coordinator, tls_dir=tls_dir) as c:
+        job = c.submit({
+            "name": "from-python",
+            "nodes": 2,
+            "backend": "gloo",
+            "train": {"model": "mlp", "dataset": "fashion-mnist", "max_steps": 30,
+                      "batch_size": 32},
+            "checkpoint": {"every_n_steps": 10},
+        })
+        out["job"] = job
+        updates = []
+        final = c.watch(job, on_update=lambda s: updates.append(s.get("state")), timeout=180)
+        out["state"] = final["state"]
+        out["updates"] = len(updates)
+        rows = c.metrics(job)
+        out["steps"] = [r["step"] for r in rows]
+        out["loss_first"], out["loss_last"] = rows[0]["loss"], rows[-1]["loss"]
+        out["ranks"] = sorted({r["ranks"] for r in rows})
+        out["events"] = [e["kind"] for e in c.events(job)]
+        out["listed"] = job in [j["job_id"] for j in c.jobs()]
+        try:
+            c.submit({"name": "bad", "nodez": 2})
+            out["bad_spec"] = "accepted"
+        except frameworm.FramewormError as e:
+            out["bad_spec"] = f"{e.code}: {e.message}"
+        try:
+            c.cancel(job)
+            out["cancel_ended"] = "accepted"
+        except frameworm.FramewormError as e:
+            out["cancel_ended"] = e.code
+    try:
+        frameworm.Client("192.0.2.1:7070")
+        out["plaintext_remote"] = "allowed"
+    except frameworm.FramewormError as e:
+        out["plaintext_remote"] = e.code
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
