@@ -16,7 +16,7 @@ APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libyaml-cpp-dev libsqlite3-dev
   libgloo-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev dataset-fashion-mnist
-  iproute2 util-linux nftables prometheus)
+  iproute2 util-linux nftables prometheus systemd)
 
 log() { echo "[dev.sh] $*" >&2; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -36,15 +36,16 @@ install_debs() {
 install_venv() {
   local py="$ROOT/.venv/bin/python"
   # tensorboard: its event reader checks the coordinator's TensorBoard files;
-  # grpcio(-tools), pyyaml: the Python client (python/) and its build.
-  if [ -x "$py" ] && "$py" -c "import torch, numpy, tensorboard, grpc, grpc_tools, yaml, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+  # grpcio(-tools), pyyaml: the Python client (python/) and its build;
+  # kubernetes-validate: deploy/check.sh's schema check of the manifests.
+  if [ -x "$py" ] && "$py" -c "import torch, numpy, tensorboard, grpc, grpc_tools, yaml, kubernetes_validate, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
     return
   fi
   log "creating .venv with torch==$TORCH_VERSION (LibTorch comes from this wheel) and tensorboard"
   [ -x "$py" ] || python3 -m venv "$ROOT/.venv"
   # setuptools<82: torch's own bound (grpcio-tools would take a newer one).
   "$ROOT/.venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy \
-    tensorboard grpcio grpcio-tools pyyaml "setuptools<82"
+    tensorboard grpcio grpcio-tools pyyaml kubernetes-validate "setuptools<82"
 }
 
 install() { install_debs; install_venv; }

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Checks the deployment files the way their tools read them (a ctest,
+# deploy_files_test): the systemd units with systemd-analyze verify (any
+# complaint fails), the Kubernetes manifests against the Kubernetes schemas
+# (kubernetes-validate --strict, from .venv), the container's staged root
+# (deploy/docker/stage.sh: every library a daemon loads is in it or is
+# glibc's, and each daemon runs from it). Each checker is first shown a
+# broken copy, so a checker that accepts anything fails this script.
+#   deploy/check.sh BIN_DIR
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="${1:?usage: deploy/check.sh BIN_DIR}"
+PY="$ROOT/.venv/bin/python"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "deploy/check.sh: $*" >&2; exit 1; }
+
+# systemd: ExecStart must exist to verify, so the units point at BIN here.
+verify_unit() {  # unit file -> output of systemd-analyze verify ("" when clean)
+  systemd-analyze verify "$1" 2>&1 || true
+}
+sed "s|/usr/local/bin/|$BIN/|; s/^Restart=on-failure/Restart=sometimes/" \
+  "$ROOT/deploy/systemd/frameworm-coordinator.service" > "$TMP/broken.service"
+[ -n "$(verify_unit "$TMP/broken.service")" ] || fail "systemd-analyze verify accepts a bad Restart="
+for unit in "$ROOT"/deploy/systemd/*.service; do
+  sed "s|/usr/local/bin/|$BIN/|" "$unit" > "$TMP/$(basename "$unit")"
+  out="$(verify_unit "$TMP/$(basename "$unit")")"
+  [ -z "$out" ] || fail "$(basename "$unit"): $out"
+  echo "ok: $(basename "$unit") (systemd-analyze verify)"
+done
+
+# Kubernetes: every manifest against the schemas, unknown fields refused.
+sed 's/^  replicas: 1/  replicass: 1/' "$ROOT/deploy/kubernetes/coordinator.yaml" > "$TMP/broken.yaml"
+if "$PY" -m kubernetes_validate --strict --quiet "$TMP/broken.yaml" > /dev/null 2>&1; then
+  fail "kubernetes-validate accepts an unknown field"
+fi
+"$PY" -m kubernetes_validate --strict --quiet "$ROOT"/deploy/kubernetes/*.yaml \
+  || fail "a Kubernetes manifest does not validate"
+echo "ok: deploy/kubernetes/*.yaml (kubernetes-validate --strict)"
+
+# The container's root: the daemons with their libraries (frameworm-train's
+# LibTorch libraries only resolved, not copied: gigabytes).
+FRAMEWORM_STAGE_BINARIES="frameworm-coordinator frameworm-worker frameworm-cli frameworm-task-shim" \
+  "$ROOT/deploy/docker/stage.sh" "$TMP/stage" "$(dirname "$BIN")" > /dev/null
+LIB="$TMP/stage/usr/local/lib/frameworm"
+GLIBC='^(linux-vdso|ld-linux|libc|libm|libpthread|libdl|librt|libresolv|libutil)\.so'
+for b in frameworm-coordinator frameworm-worker frameworm-cli; do
+  LD_LIBRARY_PATH="$LIB" ldd "$TMP/stage/usr/local/bin/$b" | awk '/=>/ {print $1, $3}' |
+    while read -r name path; do
+      [[ "$name" =~ $GLIBC ]] && continue
+      [[ "$path" == "$LIB/"* ]] || fail "$b loads $name from $path, outside the image's root"
+    done
+  LD_LIBRARY_PATH="$LIB" "$TMP/stage/usr/local/bin/$b" --version > /dev/null || fail "$b does not run from the image's root"
+done
+if ldd "$BIN/frameworm-train" | grep -q "not found"; then fail "frameworm-train has unresolved libraries"; fi
+echo "ok: deploy/docker/stage.sh (3 daemons self-contained, frameworm-train resolves)"
