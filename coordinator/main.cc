@@ -27,6 +27,7 @@
 #include "coordinator/checkpoint_paths.h"
 #include "common/prometheus_text.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/dashboard.h"
 #include "coordinator/metrics_text.h"
 #include "coordinator/service.h"
 #include "rpc/http_server.h"
@@ -80,6 +81,10 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:7071",
 ABSL_FLAG(bool, metrics_insecure, false,
           "allow --metrics-listen off loopback (plaintext, no authentication: whoever reaches "
           "it reads job names, steps and worker names)");
+ABSL_FLAG(std::string, dashboard_listen, "127.0.0.1:7080",
+          "serve the web dashboard at HOST:PORT: HTTPS with client certificates when --tls-dir "
+          "is given (the API's authentication), else plaintext HTTP (off loopback only with "
+          "--insecure); none: no dashboard");
 ABSL_FLAG(double, straggler_factor, 1.5,
           "flag ranks slower than X times the median step time, X > 1");
 
@@ -217,6 +222,21 @@ int main(int argc, char** argv) {
     }
     tls = *std::move(loaded);
   }
+  if (const std::string d = absl::GetFlag(FLAGS_dashboard_listen);
+      d != "none" && !tls && !absl::GetFlag(FLAGS_insecure)) {
+    std::string host;
+    int port = 0;
+    if (!frameworm::ParseListenAddress(d, &host, &port).ok()) {
+      frameworm::FlagErrorExit(Config(), "--dashboard-listen must be HOST:PORT or none, got '" + d + "'");
+    }
+    if (!frameworm::IsLoopbackHost(host)) {
+      frameworm::FlagErrorExit(
+          Config(), "--dashboard-listen=" + d +
+                        " is off loopback without TLS: anyone who reaches it could read every "
+                        "job; give --tls-dir (the dashboard then needs a client certificate, like "
+                        "the API), listen on 127.0.0.1, or add --insecure");
+    }
+  }
   if (!tls && !frameworm::IsLoopbackHost(listen_host)) {
     if (!absl::GetFlag(FLAGS_insecure)) {
       frameworm::FlagErrorExit(
@@ -275,8 +295,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<frameworm::HttpServer> metrics;
   if (const std::string m = absl::GetFlag(FLAGS_metrics_listen); m != "none") {
     auto started = frameworm::HttpServer::Start(
-        {.listen = m}, [&core, &latency](const std::string& path) {
-          if (path != "/metrics") {
+        {.listen = m}, [&core, &latency](const frameworm::HttpRequest& request) {
+          if (request.path != "/metrics") {
             return frameworm::HttpResponse{404, "text/plain", "only /metrics is served here\n"};
           }
           frameworm::PromWriter w;
@@ -296,6 +316,25 @@ int main(int argc, char** argv) {
                 m.substr(0, m.rfind(':')).c_str(), metrics->port());
   }
 
+  // The dashboard: the API's own authentication (client certificates with
+  // --tls-dir; plaintext only where the API is plaintext too).
+  frameworm::coordinator::Dashboard dashboard(core->get());
+  std::unique_ptr<frameworm::HttpServer> web;
+  if (const std::string d = absl::GetFlag(FLAGS_dashboard_listen); d != "none") {
+    frameworm::HttpServer::Options wo{.listen = d};
+    wo.tls = tls;
+    auto started = frameworm::HttpServer::Start(
+        wo, [&dashboard](const frameworm::HttpRequest& r) { return dashboard.Handle(r); });
+    if (!started.ok()) {
+      std::fprintf(stderr, "frameworm-coordinator: --dashboard-listen: %s (none turns it off)\n",
+                   std::string(started.status().message()).c_str());
+      return 1;
+    }
+    web = *std::move(started);
+    std::printf("frameworm-coordinator dashboard on %s://%s:%d/\n", tls ? "https" : "http",
+                d.substr(0, d.rfind(':')).c_str(), web->port());
+  }
+
   absl::Notification stop;
   std::thread ticker([&] {
     while (!stop.WaitForNotificationWithTimeout(absl::Milliseconds(100)))
@@ -311,6 +350,7 @@ int main(int argc, char** argv) {
   stop.Notify();
   ticker.join();
   metrics.reset();
+  web.reset();
   server->server->Shutdown(std::chrono::system_clock::now() +
                            std::chrono::seconds(1));
   server->server->Wait();

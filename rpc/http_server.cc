@@ -4,6 +4,10 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,12 +15,53 @@
 #include <cerrno>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
 namespace frameworm {
+
+// One connection's byte stream: the socket, or TLS over it.
+class HttpServer::Conn {
+ public:
+  Conn(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
+  ~Conn() {
+    if (ssl_ != nullptr) {
+      SSL_shutdown(ssl_);
+      SSL_free(ssl_);
+    }
+  }
+  // > 0 bytes read, 0 at the end, < 0 on an error or a timeout.
+  ssize_t Read(char* buf, size_t n) {
+    if (ssl_ != nullptr) return SSL_read(ssl_, buf, static_cast<int>(n));
+    for (;;) {
+      ssize_t r = ::recv(fd_, buf, n, 0);
+      if (r < 0 && errno == EINTR) continue;
+      return r;
+    }
+  }
+  void WriteAll(const std::string& data) {
+    size_t done = 0;
+    while (done < data.size()) {
+      ssize_t n;
+      if (ssl_ != nullptr) {
+        n = SSL_write(ssl_, data.data() + done, static_cast<int>(data.size() - done));
+      } else {
+        n = ::send(fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+      }
+      if (n <= 0) return;  // the peer left or the write timed out
+      done += static_cast<size_t>(n);
+    }
+  }
+
+ private:
+  const int fd_;
+  SSL* const ssl_;
+};
+
 namespace {
 
 constexpr size_t kMaxHead = 8192;
@@ -25,6 +70,7 @@ const char* Reason(int status) {
   switch (status) {
     case 200: return "OK";
     case 400: return "Bad Request";
+    case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 431: return "Request Header Fields Too Large";
@@ -33,27 +79,75 @@ const char* Reason(int status) {
   }
 }
 
-void WriteAll(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the peer left or the write timed out
-    done += static_cast<size_t>(n);
-  }
-}
-
-void Respond(int fd, const HttpResponse& r, bool head) {
+std::string ResponseBytes(const HttpResponse& r, bool head) {
   std::string out = absl::StrCat("HTTP/1.1 ", r.status, " ", Reason(r.status),
                                  "\r\nContent-Type: ", r.content_type,
                                  "\r\nContent-Length: ", r.body.size(),
-                                 "\r\nConnection: close\r\n\r\n");
+                                 "\r\nCache-Control: no-store"
+                                 "\r\nX-Content-Type-Options: nosniff"
+                                 "\r\nConnection: close\r\n");
+  for (const auto& [name, value] : r.headers) absl::StrAppend(&out, name, ": ", value, "\r\n");
+  out += "\r\n";
   if (!head) out += r.body;
-  WriteAll(fd, out);
+  return out;
 }
 
 HttpResponse Plain(int status, std::string body) {
   return HttpResponse{status, "text/plain; charset=utf-8", std::move(body) + "\n"};
+}
+
+std::string OpenSslError() {
+  char buf[256] = "unknown error";
+  if (unsigned long e = ERR_get_error(); e != 0) ERR_error_string_n(e, buf, sizeof(buf));
+  ERR_clear_error();
+  return buf;
+}
+
+// An SSL_CTX presenting tls's certificate and trusting only its CA.
+absl::StatusOr<SSL_CTX*> MakeContext(const TlsFiles& tls, bool server) {
+  SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+  if (ctx == nullptr) return absl::InternalError("SSL_CTX_new: " + OpenSslError());
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  auto fail = [&](const std::string& what) {
+    SSL_CTX_free(ctx);
+    return absl::InvalidArgumentError(absl::StrCat(what, " in ", tls.dir, ": ", OpenSslError()));
+  };
+  BIO* cert_bio = BIO_new_mem_buf(tls.cert_pem.data(), static_cast<int>(tls.cert_pem.size()));
+  X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+  BIO_free(cert_bio);
+  const bool cert_ok = cert != nullptr && SSL_CTX_use_certificate(ctx, cert) == 1;
+  X509_free(cert);
+  if (!cert_ok) return fail("tls.crt is not usable");
+  BIO* key_bio = BIO_new_mem_buf(tls.key_pem.data(), static_cast<int>(tls.key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+  BIO_free(key_bio);
+  const bool key_ok = key != nullptr && SSL_CTX_use_PrivateKey(ctx, key) == 1;
+  EVP_PKEY_free(key);
+  if (!key_ok || SSL_CTX_check_private_key(ctx) != 1) return fail("tls.key does not match tls.crt");
+  BIO* ca_bio = BIO_new_mem_buf(tls.ca_pem.data(), static_cast<int>(tls.ca_pem.size()));
+  X509* ca = PEM_read_bio_X509(ca_bio, nullptr, nullptr, nullptr);
+  BIO_free(ca_bio);
+  const bool ca_ok = ca != nullptr && X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), ca) == 1;
+  X509_free(ca);
+  if (!ca_ok) return fail("ca.crt is not usable");
+  SSL_CTX_set_verify(ctx, server ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT : SSL_VERIFY_PEER,
+                     nullptr);
+  return ctx;
+}
+
+// The role and name of the verified peer certificate's common name.
+Caller PeerCaller(SSL* ssl) {
+  X509* peer = SSL_get1_peer_certificate(ssl);
+  if (peer == nullptr || SSL_get_verify_result(ssl) != X509_V_OK) {
+    X509_free(peer);
+    return Caller{};
+  }
+  char cn[256] = {0};
+  const int n = X509_NAME_get_text_by_NID(X509_get_subject_name(peer), NID_commonName, cn,
+                                          sizeof(cn));
+  X509_free(peer);
+  if (n <= 0) return Caller{};
+  return Caller::FromCommonName(std::string(cn, static_cast<size_t>(n)));
 }
 
 }  // namespace
@@ -81,6 +175,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
   std::string host;
   int port = 0;
   if (absl::Status s = ParseListenAddress(options.listen, &host, &port); !s.ok()) return s;
+  SSL_CTX* ctx = nullptr;
+  if (options.tls) {
+    absl::StatusOr<SSL_CTX*> made = MakeContext(*options.tls, true);
+    if (!made.ok()) return made.status();
+    ctx = *made;
+  }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -88,6 +188,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
   addrinfo* found = nullptr;
   const std::string service = std::to_string(port);
   if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    SSL_CTX_free(ctx);
     return absl::InvalidArgumentError(
         absl::StrCat("cannot resolve '", host, "' to listen on: ", gai_strerror(rc)));
   }
@@ -106,6 +207,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
   }
   ::freeaddrinfo(found);
   if (fd < 0) {
+    SSL_CTX_free(ctx);
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", options.listen, " for HTTP: ", error));
   }
@@ -116,6 +218,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
                                    ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                    : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   std::unique_ptr<HttpServer> server(new HttpServer(fd, bound_port, options, std::move(handler)));
+  server->ssl_ctx_ = ctx;
   if (::pipe2(server->wake_, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
@@ -140,6 +243,7 @@ HttpServer::~HttpServer() {
   ::close(listen_fd_);
   for (int fd : wake_)
     if (fd >= 0) ::close(fd);
+  SSL_CTX_free(static_cast<SSL_CTX*>(ssl_ctx_));
 }
 
 void HttpServer::AcceptLoop() {
@@ -164,7 +268,10 @@ void HttpServer::AcceptLoop() {
       }
     }
     if (!take) {
-      Respond(fd, Plain(503, "too many connections"), false);
+      if (ssl_ctx_ == nullptr) {
+        const std::string busy = ResponseBytes(Plain(503, "too many connections"), false);
+        ::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
+      }
       ::close(fd);
       continue;
     }
@@ -178,14 +285,35 @@ void HttpServer::AcceptLoop() {
 }
 
 void HttpServer::Serve(int fd) {
+  if (ssl_ctx_ == nullptr) {
+    Conn conn(fd, nullptr);
+    Caller local;
+    local.role = Caller::Role::kLocal;
+    return Serve(conn, local);
+  }
+  SSL* ssl = SSL_new(static_cast<SSL_CTX*>(ssl_ctx_));
+  if (ssl == nullptr) return;
+  SSL_set_fd(ssl, fd);
+  if (SSL_accept(ssl) != 1) {  // no or a foreign certificate, or a timeout
+    ERR_clear_error();
+    SSL_free(ssl);
+    return;
+  }
+  Conn conn(fd, ssl);
+  Serve(conn, PeerCaller(ssl));
+}
+
+void HttpServer::Serve(Conn& conn, const Caller& caller) {
   std::string head;
   char buf[2048];
   const absl::Time deadline = absl::Now() + options_.io_timeout;
+  auto respond = [&](const HttpResponse& r, bool head_only) {
+    conn.WriteAll(ResponseBytes(r, head_only));
+  };
   while (head.find("\r\n\r\n") == std::string::npos) {
-    if (head.size() > kMaxHead) return Respond(fd, Plain(431, "request head over 8 KiB"), false);
+    if (head.size() > kMaxHead) return respond(Plain(431, "request head over 8 KiB"), false);
     if (absl::Now() > deadline) return;  // a slow sender gets nothing
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = conn.Read(buf, sizeof(buf));
     if (n <= 0) return;
     head.append(buf, static_cast<size_t>(n));
   }
@@ -193,18 +321,21 @@ void HttpServer::Serve(int fd) {
   std::vector<std::string> parts = absl::StrSplit(line, ' ');
   if (parts.size() != 3 || parts[2].rfind("HTTP/1.", 0) != 0 || parts[1].empty() ||
       parts[1][0] != '/') {
-    return Respond(fd, Plain(400, "malformed request line"), false);
+    return respond(Plain(400, "malformed request line"), false);
   }
   const bool head_only = parts[0] == "HEAD";
-  if (parts[0] != "GET" && !head_only) {
-    return Respond(fd, Plain(405, "only GET and HEAD"), false);
-  }
-  std::string path = parts[1].substr(0, parts[1].find('?'));
-  Respond(fd, handler_(path), head_only);
+  if (parts[0] != "GET" && !head_only) return respond(Plain(405, "only GET and HEAD"), false);
+  HttpRequest request;
+  const size_t q = parts[1].find('?');
+  request.path = parts[1].substr(0, q);
+  if (q != std::string::npos) request.query = parts[1].substr(q + 1);
+  request.caller = caller;
+  respond(handler_(request), head_only);
 }
 
 absl::StatusOr<std::string> HttpExchange(const std::string& host_port, const std::string& request,
-                                         absl::Duration timeout) {
+                                         absl::Duration timeout, const TlsFiles* tls,
+                                         const char* server_name) {
   std::string host;
   int port = 0;
   if (absl::Status s = ParseListenAddress(host_port, &host, &port); !s.ok()) return s;
@@ -229,31 +360,63 @@ absl::StatusOr<std::string> HttpExchange(const std::string& host_port, const std
     if (fd >= 0) ::close(fd);
     return absl::UnavailableError(absl::StrCat("cannot connect to ", host_port, ": ", why));
   }
-  WriteAll(fd, request);
+  SSL_CTX* ctx = nullptr;
+  SSL* ssl = nullptr;
+  auto done = [&] {
+    if (ssl != nullptr) SSL_free(ssl);
+    SSL_CTX_free(ctx);
+    ::close(fd);
+  };
+  if (tls != nullptr) {
+    absl::StatusOr<SSL_CTX*> made = MakeContext(*tls, false);
+    if (!made.ok()) {
+      done();
+      return made.status();
+    }
+    ctx = *made;
+    ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    SSL_set1_host(ssl, server_name);
+    if (SSL_connect(ssl) != 1) {
+      const std::string why = OpenSslError();
+      done();
+      return absl::UnavailableError(absl::StrCat("TLS with ", host_port, " failed: ", why));
+    }
+  }
   std::string out;
+  auto write_all = [&](const std::string& data) {
+    size_t sent = 0;
+    while (sent < data.size()) {
+      ssize_t n = ssl ? SSL_write(ssl, data.data() + sent, static_cast<int>(data.size() - sent))
+                      : ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      sent += static_cast<size_t>(n);
+    }
+  };
+  write_all(request);
   char buf[16384];
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = ssl ? SSL_read(ssl, buf, sizeof(buf)) : ::recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && !ssl && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || absl::Now() > deadline)) {
-      ::close(fd);
+      done();
       return absl::DeadlineExceededError(absl::StrCat("no whole answer from ", host_port));
     }
     if (n <= 0) break;
     out.append(buf, static_cast<size_t>(n));
     if (out.size() > (size_t{64} << 20)) break;
   }
-  ::close(fd);
+  done();
   return out;
 }
 
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
-                                     absl::Duration timeout) {
+                                     absl::Duration timeout, const TlsFiles* tls) {
   absl::StatusOr<std::string> raw = HttpExchange(
       host_port, absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: ", host_port,
                               "\r\nConnection: close\r\n\r\n"),
-      timeout);
+      timeout, tls);
   if (!raw.ok()) return raw.status();
   HttpResponse r;
   const size_t end = raw->find("\r\n\r\n");
@@ -263,6 +426,10 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::st
                                             raw->substr(0, 80), "'"));
   }
   r.body = raw->substr(end + 4);
+  const size_t ct = raw->find("Content-Type: ");
+  if (ct != std::string::npos && ct < end) {
+    r.content_type = raw->substr(ct + 14, raw->find("\r\n", ct) - ct - 14);
+  }
   return r;
 }
 

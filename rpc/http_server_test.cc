@@ -7,11 +7,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rpc/cluster_ca.h"
 
 namespace frameworm {
 namespace {
@@ -24,9 +26,12 @@ class HttpServerTest : public ::testing::Test {
   void SetUp() override { Start({}); }
   void Start(HttpServer::Options o) {
     server_.reset();
-    auto s = HttpServer::Start(o, [](const std::string& path) {
-      if (path == "/metrics") return HttpResponse{200, "text/plain; version=0.0.4", "up 1\n"};
-      return HttpResponse{404, "text/plain", "no " + path + "\n"};
+    auto s = HttpServer::Start(o, [](const HttpRequest& r) {
+      if (r.path == "/metrics") return HttpResponse{200, "text/plain; version=0.0.4", "up 1\n"};
+      if (r.path == "/who") {
+        return HttpResponse{200, "text/plain", r.caller.Describe() + " " + r.query};
+      }
+      return HttpResponse{404, "text/plain", "no " + r.path + "\n"};
     });
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = *std::move(s);
@@ -54,6 +59,37 @@ TEST_F(HttpServerTest, ServesAGetAndItsHead) {
   auto missing = HttpGet(address_, "/nothing");
   ASSERT_TRUE(missing.ok());
   EXPECT_EQ(missing->status, 404);
+}
+
+TEST_F(HttpServerTest, APlaintextCallerIsLocal) {
+  auto r = HttpGet(address_, "/who?a=1");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body, Caller{Caller::Role::kLocal}.Describe() + " a=1");
+}
+
+// HTTPS with the cluster's certificates: the caller is the client
+// certificate's; no certificate, or one of another CA, gets nothing.
+TEST_F(HttpServerTest, TlsNeedsAClusterCertificateAndNamesItsHolder) {
+  const std::string dir = ::testing::TempDir() + "/http-tls-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(InitClusterCa(dir + "/ca").ok());
+  ASSERT_TRUE(IssueCertificate(dir + "/ca", "coordinator", "main", dir + "/main").ok());
+  ASSERT_TRUE(IssueCertificate(dir + "/ca", "user", "alice", dir + "/alice").ok());
+  ASSERT_TRUE(InitClusterCa(dir + "/other").ok());
+  ASSERT_TRUE(IssueCertificate(dir + "/other", "admin", "root", dir + "/stranger").ok());
+  HttpServer::Options o;
+  o.tls = *LoadTlsDir(dir + "/main");
+  Start(o);
+  const TlsFiles alice = *LoadTlsDir(dir + "/alice");
+  auto r = HttpGet(address_, "/who", absl::Seconds(10), &alice);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_THAT(r->body, HasSubstr("alice"));
+  EXPECT_THAT(r->body, HasSubstr("user"));
+  EXPECT_FALSE(HttpGet(address_, "/who", absl::Seconds(5)).ok());  // plaintext to HTTPS
+  const TlsFiles stranger = *LoadTlsDir(dir + "/stranger");
+  EXPECT_FALSE(HttpGet(address_, "/who", absl::Seconds(5), &stranger).ok());
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(HttpServerTest, MalformedOversizedAndOtherMethodsAreRefused) {
@@ -101,7 +137,7 @@ TEST_F(HttpServerTest, SilentClientsAreDroppedAndExtraConnectionsGet503) {
 }
 
 TEST(HttpServerStart, BadAndBusyAddressesAreClearErrors) {
-  auto handler = [](const std::string&) { return HttpResponse{}; };
+  auto handler = [](const HttpRequest&) { return HttpResponse{}; };
   auto bad = HttpServer::Start({.listen = "127.0.0.1"}, handler);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);

@@ -328,8 +328,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<frameworm::HttpServer> metrics;
   if (metrics_listen != "none") {
     auto started = frameworm::HttpServer::Start(
-        {.listen = metrics_listen}, [&agent, name = o.name](const std::string& path) {
-          if (path != "/metrics") {
+        {.listen = metrics_listen}, [&agent, name = o.name](const frameworm::HttpRequest& request) {
+          if (request.path != "/metrics") {
             return frameworm::HttpResponse{404, "text/plain", "only /metrics is served here\n"};
           }
           const frameworm::WorkerAgent::Snapshot seen = agent->Observe();

@@ -83,7 +83,8 @@ absl::Status Cluster::StartCoordinator(const std::string& listen) {
                           // in-memory checkpoints in the test's directory (removed with it)
                           absl::StrCat("--memory-checkpoint-root=", dir_, "/shm"),
                           // a free port: tests may run beside a real cluster
-                          std::string("--metrics-listen=127.0.0.1:0")})
+                          std::string("--metrics-listen=127.0.0.1:0"),
+                          std::string("--dashboard-listen=127.0.0.1:0")})
     argv.push_back(arg);
   if (options_.tls) {
     auto tls = TlsDir("coordinator", "coordinator");
@@ -100,6 +101,12 @@ absl::Status Cluster::StartCoordinator(const std::string& listen) {
   if (auto m = coordinator_->WaitForLine("metrics on http://", absl::Seconds(5)); m.ok()) {
     metrics_address_ = m->substr(m->find("http://") + 7);
     metrics_address_ = metrics_address_.substr(0, metrics_address_.find('/'));
+  }
+  if (auto d = coordinator_->WaitForLine("dashboard on ", absl::Seconds(5)); d.ok()) {
+    dashboard_url_ = d->substr(d->find("dashboard on ") + 13);
+    while (!dashboard_url_.empty() && isspace(static_cast<unsigned char>(dashboard_url_.back()))) {
+      dashboard_url_.pop_back();
+    }
   }
   std::string addr(line->substr(line->find("listening on ") + 13));
   while (!addr.empty() && (addr.back() == '\r' || addr.back() == ' ')) addr.pop_back();

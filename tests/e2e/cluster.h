@@ -51,6 +51,8 @@ class Cluster {
   // With options_.tls: the TLS directory of `role`:`name`, issued on first
   // use (a worker restarted under its name reuses its certificate).
   absl::StatusOr<std::string> TlsDir(const std::string& role, const std::string& name);
+  // The dashboard's URL, "http(s)://HOST:PORT/" (empty: none).
+  const std::string& dashboard_url() const { return dashboard_url_; }
   // The coordinator's Prometheus endpoint, HOST:PORT (empty: none).
   const std::string& metrics_address() const { return metrics_address_; }
   ChildProcess& worker(int i) { return *workers_.at(i); }
@@ -99,6 +101,7 @@ class Cluster {
   int coordinator_starts_ = 0;
   int worker_starts_ = 0;  // log file names
   std::string metrics_address_;
+  std::string dashboard_url_;
   TlsFiles admin_tls_;
 };
 

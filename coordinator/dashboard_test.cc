@@ -1,0 +1,99 @@
+// The dashboard's answers for each kind of caller, on a real Coordinator
+// (its gRPC-free views); the page in a real browser is in
+// tests/e2e/dashboard_test.cc.
+#include "coordinator/dashboard.h"
+
+#include <filesystem>
+#include <string>
+
+#include "common/clock.h"
+#include "coordinator/test_dir.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace frameworm::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class DashboardTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = FreshTestDir("dash");
+    CoordinatorOptions o;
+    o.state_dir = dir_;
+    o.advertise = "127.0.0.1:1";
+    auto c = Coordinator::Create(o, RealClock::Real());
+    ASSERT_TRUE(c.ok()) << c.status();
+    core_ = *std::move(c);
+    v1::JobSpec spec;
+    spec.set_name("alices <b>job");
+    alices_ = *core_->SubmitJob(spec, "user:alice");
+    spec.set_name("bobs");
+    bobs_ = *core_->SubmitJob(spec, "user:bob");
+  }
+  void TearDown() override {
+    core_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  HttpResponse Get(const std::string& path, Caller who, const std::string& query = "") {
+    return Dashboard(core_.get()).Handle(HttpRequest{path, query, who});
+  }
+  static Caller User(const std::string& name) { return Caller{Caller::Role::kUser, name}; }
+
+  std::string dir_, alices_, bobs_;
+  std::unique_ptr<Coordinator> core_;
+};
+
+TEST_F(DashboardTest, ThePageAndItsScriptComeWithAStrictPolicy) {
+  HttpResponse page = Get("/", Caller{});
+  EXPECT_EQ(page.status, 200);
+  EXPECT_THAT(page.content_type, HasSubstr("text/html"));
+  EXPECT_THAT(page.body, HasSubstr("<script src=\"/app.js\">"));
+  ASSERT_FALSE(page.headers.empty());
+  EXPECT_EQ(page.headers[0].first, "Content-Security-Policy");
+  EXPECT_THAT(page.headers[0].second, HasSubstr("default-src 'self'"));
+  EXPECT_THAT(Get("/app.js", Caller{}).body, HasSubstr("textContent"));
+  EXPECT_THAT(Get("/app.js", Caller{}).body, Not(HasSubstr("innerHTML")));
+}
+
+TEST_F(DashboardTest, UsersSeeTheirOwnJobsLocalCallersEveryJob) {
+  HttpResponse alice = Get("/api/jobs", User("alice"));
+  EXPECT_EQ(alice.status, 200);
+  EXPECT_EQ(alice.content_type, "application/json");
+  EXPECT_THAT(alice.body, HasSubstr(alices_));
+  EXPECT_THAT(alice.body, Not(HasSubstr(bobs_)));
+  Caller local{Caller::Role::kLocal, ""};
+  HttpResponse all = Get("/api/jobs", local);
+  EXPECT_THAT(all.body, HasSubstr(alices_));
+  EXPECT_THAT(all.body, HasSubstr(bobs_));
+  EXPECT_EQ(Get("/api/jobs/" + bobs_, User("alice")).status, 403);
+  EXPECT_EQ(Get("/api/jobs/" + bobs_ + "/metrics", User("alice")).status, 403);
+  EXPECT_EQ(Get("/api/jobs/" + bobs_ + "/logs", User("alice")).status, 403);
+  EXPECT_EQ(Get("/api/jobs/" + alices_, User("alice")).status, 200);
+  EXPECT_EQ(Get("/api/jobs/" + alices_ + "/events", User("alice")).status, 200);
+  EXPECT_THAT(Get("/api/jobs/" + alices_ + "/events", User("alice")).body, HasSubstr("job_submitted"));
+  // A worker's certificate, or one of no role, reads nothing.
+  EXPECT_EQ(Get("/api/jobs", Caller{Caller::Role::kWorker, "node-1"}).status, 403);
+  EXPECT_EQ(Get("/api/workers", Caller{}).status, 403);
+  EXPECT_EQ(Get("/api/workers", User("bob")).status, 200);
+}
+
+TEST_F(DashboardTest, MalformedAndUnknownRequestsAreRefusedByName) {
+  Caller local{Caller::Role::kLocal, ""};
+  EXPECT_EQ(Get("/api/jobs/job-999999", local).status, 404);
+  EXPECT_EQ(Get("/api/jobs/..%2F..%2Fetc", local).status, 400);
+  EXPECT_EQ(Get("/api/jobs/a/b/c", local).status, 404);
+  EXPECT_EQ(Get("/api/jobs/" + alices_ + "/nothing", local).status, 404);
+  EXPECT_EQ(Get("/nothing", local).status, 404);
+  EXPECT_EQ(Get("/api/jobs/" + alices_ + "/logs", local, "rank=x").status, 400);
+  EXPECT_EQ(Get("/api/jobs/" + alices_ + "/logs", local, "rank=-3").status, 400);
+  EXPECT_EQ(Get("/api/jobs/" + alices_ + "/logs", local, "rank=99999").status, 400);
+  HttpResponse empty = Get("/api/jobs/" + alices_ + "/logs", local, "rank=0");
+  EXPECT_EQ(empty.status, 200);  // nothing logged yet
+  EXPECT_EQ(empty.body, "");
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator
