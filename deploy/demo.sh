@@ -13,6 +13,7 @@ DEMO_DIR="${FRAMEWORM_DEMO_DIR:-$ROOT/demo-run}"
 PORT="${FRAMEWORM_DEMO_PORT:-7070}"
 ADDR="127.0.0.1:$PORT"
 METRICS="127.0.0.1:$((PORT + 1))"
+DASHBOARD="127.0.0.1:$((PORT + 10))"
 export FRAMEWORM_COORDINATOR="$ADDR"
 
 rm -rf "$DEMO_DIR"
@@ -35,7 +36,7 @@ wait_for() {  # file, text, what
 }
 
 "$BIN/frameworm-coordinator" --listen="$ADDR" --state-dir="$DEMO_DIR/state" \
-  --metrics-listen="$METRICS" > "$DEMO_DIR/coordinator.log" 2>&1 &
+  --metrics-listen="$METRICS" --dashboard-listen="$DASHBOARD" > "$DEMO_DIR/coordinator.log" 2>&1 &
 pids+=($!)
 wait_for "$DEMO_DIR/coordinator.log" "listening on" "frameworm-coordinator"
 for w in worker-0 worker-1; do
@@ -45,10 +46,10 @@ for w in worker-0 worker-1; do
   wait_for "$DEMO_DIR/$w.log" "registered" "frameworm-worker $w"
 done
 echo "demo: coordinator on $ADDR, workers worker-0 and worker-1 (1 CPU slot each)"
-echo "demo: Prometheus metrics at http://$METRICS/metrics while the cluster runs"
+echo "demo: dashboard at http://$DASHBOARD/ and Prometheus metrics at http://$METRICS/metrics while the cluster runs"
 
 job=$("$BIN/frameworm-cli" submit "$JOB")
-echo "demo: submitted $JOB as $job; watching (frameworm-cli watch $job)"
+echo "demo: submitted $JOB as $job; watching (frameworm-cli watch $job; its page: http://$DASHBOARD/#job/$job)"
 start=$(date +%s)
 rc=0
 "$BIN/frameworm-cli" watch "$job" || rc=$?
