@@ -84,6 +84,7 @@ TEST_F(CoordinatorFlagsTest, BadFlagsAndValuesExitTwoWithOneLine) {
        "--heartbeat-timeout must be a positive duration like 10s, got '0'"},
       {{"--heartbeat-timeout=soon"}, "--heartbeat-timeout: bad value 'soon'"},
       {{"--straggler-factor=1"}, "--straggler-factor must be a number > 1"},
+      {{"--straggler-window=0"}, "--straggler-window must be a number of steps >= 1, got '0'"},
       {{"--retain-finished=-1h"}, "--retain-finished must be a duration >= 0 like 168h, got '-1h'"},
       {{"--metric-history=1"}, "--metric-history must be 0 or a count >= 2, got '1'"},
       {{"--max-log-bytes=4096"}, "--max-log-bytes must be 0 or at least 1048576, got '4096'"},

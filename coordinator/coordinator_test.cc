@@ -852,6 +852,18 @@ TEST_F(CoordinatorTest, StepReportsWithNonFiniteOrNegativeNumbersAreRefused) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_step(-1); }).code(),
             absl::StatusCode::kInvalidArgument);
+  // The time split: finite, >= 0, the wait within the step.
+  EXPECT_EQ(report([&](v1::StepMetrics& m) { m.set_wait_seconds(nan); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([&](v1::StepMetrics& m) { m.set_data_seconds(-0.5); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([&](v1::StepMetrics& m) { m.set_data_seconds(inf); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([&](v1::StepMetrics& m) {
+              m.set_step_seconds(0.1);
+              m.set_wait_seconds(0.2);
+            }).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_samples(-8); }).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_rank(99999); }).code(),

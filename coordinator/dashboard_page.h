@@ -1,7 +1,8 @@
 // The dashboard's page and script (served by coordinator/dashboard.h): a
 // list of jobs and workers, and a job page with the live loss curve (one
 // SVG point per aggregated step that has a loss), each rank's step time at
-// the newest step (stragglers marked), the job's events and the tail of a
+// the newest step with the part spent waiting for the others and loading
+// data (stragglers marked), the job's events and the tail of a
 // rank's log. Everything it shows comes from the dashboard's JSON API and
 // is put in the page as text (textContent), never as markup.
 #ifndef FRAMEWORM_COORDINATOR_DASHBOARD_PAGE_H_
@@ -40,7 +41,7 @@ pre { background: #f7f7f7; padding: 8px; max-height: 260px; overflow: auto; font
   <svg id="curve" width="720" height="260" viewBox="0 0 720 260"><polyline id="loss" fill="none" stroke="#2450a6" stroke-width="1.5" points=""></polyline></svg>
   <div id="range" class="muted"></div>
   <h2>Step time per rank (newest step)</h2>
-  <table id="ranks"><thead><tr><th>Rank</th><th>Step seconds</th><th></th></tr></thead><tbody></tbody></table>
+  <table id="ranks"><thead><tr><th>Rank</th><th>Step seconds</th><th>Waiting for others</th><th>Data</th><th></th></tr></thead><tbody></tbody></table>
   <h2>Events</h2>
   <table id="events"><thead><tr><th>Time</th><th>Kind</th><th>What</th></tr></thead><tbody></tbody></table>
   <h2>Log of rank <select id="rank"></select></h2>
@@ -129,8 +130,10 @@ async function jobPage(id) {
   clear("ranks");
   const last = steps.length ? steps[steps.length - 1] : {};
   const slow = new Set((last.stragglers || []).map(Number));
+  const wait = last.rank_wait_seconds || [], data = last.rank_data_seconds || [];
   (last.rank_step_seconds || []).forEach((t, r) => {
-    row("ranks", [r, Number(t).toFixed(4), slow.has(r) ? "straggler" : ""], [null, null, slow.has(r) ? "straggler" : null]);
+    row("ranks", [r, Number(t).toFixed(4), Number(wait[r] || 0).toFixed(4), Number(data[r] || 0).toFixed(4),
+                  slow.has(r) ? "straggler" : ""], [null, null, null, null, slow.has(r) ? "straggler" : null]);
   });
   clear("events");
   for (const e of (events.events || []).slice(-100).reverse()) row("events", [time(e.unix_ms), e.kind, e.message]);

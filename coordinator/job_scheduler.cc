@@ -680,6 +680,14 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
     return absl::InvalidArgumentError(
         absl::StrCat("step_seconds must be finite and >= 0, got ", m.step_seconds()));
   }
+  if (!std::isfinite(m.wait_seconds()) || m.wait_seconds() < 0 ||
+      !std::isfinite(m.data_seconds()) || m.data_seconds() < 0 ||
+      m.wait_seconds() > m.step_seconds() * (1 + 1e-9) + 1e-9) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "wait_seconds and data_seconds must be finite and >= 0, wait_seconds at most "
+        "step_seconds (",
+        m.step_seconds(), "); got ", m.wait_seconds(), " and ", m.data_seconds()));
+  }
   if (m.warning().size() > 512) {
     return absl::InvalidArgumentError(
         absl::StrCat("step report warning of ", m.warning().size(), " bytes; at most 512"));

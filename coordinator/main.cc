@@ -85,6 +85,9 @@ ABSL_FLAG(std::string, dashboard_listen, "127.0.0.1:7080",
           "serve the web dashboard at HOST:PORT: HTTPS with client certificates when --tls-dir "
           "is given (the API's authentication), else plaintext HTTP (off loopback only with "
           "--insecure); none: no dashboard");
+ABSL_FLAG(int, straggler_window, 5,
+          "steps over which each rank's busy time (step - wait + data) is averaged for the "
+          "straggler rule, >= 1");
 ABSL_FLAG(double, straggler_factor, 1.5,
           "flag ranks slower than X times the median step time, X > 1");
 
@@ -163,6 +166,9 @@ absl::StatusOr<DaemonConfig> FromFlags() {
           "your monitoring reaches"));
     }
   }
+  o.straggler_window = absl::GetFlag(FLAGS_straggler_window);
+  if (o.straggler_window < 1)
+    return bad("straggler-window", "a number of steps >= 1", absl::StrCat(o.straggler_window));
   o.straggler_factor = absl::GetFlag(FLAGS_straggler_factor);
   if (!(o.straggler_factor > 1.0))
     return bad("straggler-factor", "a number > 1",

@@ -22,6 +22,8 @@ const v1::AggregatedStep* MetricAggregator::Add(int64_t generation,
     s.set_generation(generation);
   }
   while (s.rank_step_seconds_size() < world_size) s.add_rank_step_seconds(0);
+  while (s.rank_wait_seconds_size() < world_size) s.add_rank_wait_seconds(0);
+  while (s.rank_data_seconds_size() < world_size) s.add_rank_data_seconds(0);
   const int r = m.rank();
   if (s.rank_step_seconds(r) > 0) {
     return nullptr;  // duplicate report of this rank for this step
@@ -38,11 +40,16 @@ const v1::AggregatedStep* MetricAggregator::Add(int64_t generation,
   s.set_samples(s.samples() + m.samples());
   // A rank that reports a zero step time still counts as reported.
   s.set_rank_step_seconds(r, m.step_seconds() > 0 ? m.step_seconds() : 1e-9);
+  s.set_rank_wait_seconds(r, m.wait_seconds());
+  s.set_rank_data_seconds(r, m.data_seconds());
   s.set_unix_ms(unix_ms);
 
   if (static_cast<int>(windows_.size()) < world_size) windows_.resize(world_size);
   auto& win = windows_[r];
-  win.push_back(m.step_seconds());
+  // Busy time: in a synchronous step every rank's step_seconds is about the
+  // same (the fast ones wait for the slow one inside the collective); what
+  // differs is the time a rank spent on its own work.
+  win.push_back(std::max(0.0, m.step_seconds() - m.wait_seconds()) + m.data_seconds());
   while (static_cast<int>(win.size()) > options_.window) win.pop_front();
   // Straggler flags change only when a step completes (every rank's window
   // has its newest entry): computed once then, O(K log K) per step. An

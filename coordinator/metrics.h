@@ -1,7 +1,12 @@
 // Cross-rank metric aggregation for one job: per step, the sample-weighted
-// mean of every value across ranks, each rank's step time, and straggler
-// flags (a rank whose mean step time over the last `window` steps exceeds
-// the median of the other ranks' means by `straggler_factor`). The flags
+// mean of every value across ranks, each rank's step, wait and data time,
+// and straggler flags: a rank whose mean busy time (step_seconds -
+// wait_seconds + data_seconds: its own compute and data loading, without
+// the time it waited for the others in the gradient collectives) over the
+// last `window` steps exceeds the median of the other ranks' means by
+// `straggler_factor`. With synchronous collectives every rank's step time
+// is the slowest rank's, so only the busy time tells which one is slow; a
+// trainer that reports no wait or data time is judged by its step time. The flags
 // are computed once per step, when its last rank reports (O(K log K) per
 // step); until then a step carries the flags of the last completed step.
 //

@@ -61,6 +61,49 @@ TEST(MetricAggregatorTest, FlagsSlowRankOnlyAfterAFullWindow) {
   EXPECT_EQ(s->stragglers_size(), 0);
 }
 
+// Synchronous DDP: every rank's step takes the slowest rank's time; the
+// fast ranks spend the difference waiting in the gradient allreduce. Only
+// the busy time (step - wait + data) names the slow one.
+TEST(MetricAggregatorTest, TheRankTheOthersWaitForIsTheStraggler) {
+  MetricAggregator agg({1.5, 3});
+  const v1::AggregatedStep* s = nullptr;
+  for (int step = 1; step <= 4; ++step) {
+    for (int r = 0; r < 3; ++r) {
+      v1::StepMetrics m = Report(r, step, 8, 0.077, 1);  // the same for all
+      m.set_wait_seconds(r == 1 ? 0.002 : 0.042);        // rank 1 is waited for
+      m.set_data_seconds(0.001);
+      s = agg.Add(1, 3, m, step);
+    }
+  }
+  ASSERT_EQ(s->stragglers_size(), 1);
+  EXPECT_EQ(s->stragglers(0), 1);
+  ASSERT_EQ(s->rank_wait_seconds_size(), 3);
+  EXPECT_DOUBLE_EQ(s->rank_wait_seconds(0), 0.042);
+  EXPECT_DOUBLE_EQ(s->rank_data_seconds(2), 0.001);
+  // A slow data loader counts as the rank's own time too.
+  MetricAggregator data({1.5, 2});
+  for (int step = 1; step <= 3; ++step) {
+    for (int r = 0; r < 2; ++r) {
+      v1::StepMetrics m = Report(r, step, 8, 0.05, 1);
+      m.set_wait_seconds(r == 0 ? 0.04 : 0.0);
+      m.set_data_seconds(r == 0 ? 0.0 : 0.04);
+      s = data.Add(1, 2, m, step);
+    }
+  }
+  ASSERT_EQ(s->stragglers_size(), 1);
+  EXPECT_EQ(s->stragglers(0), 1);
+  // Equal work, equal waits: nobody.
+  MetricAggregator even({1.5, 2});
+  for (int step = 1; step <= 3; ++step) {
+    for (int r = 0; r < 2; ++r) {
+      v1::StepMetrics m = Report(r, step, 8, 0.05, 1);
+      m.set_wait_seconds(0.004 + 0.001 * r);
+      s = even.Add(1, 2, m, step);
+    }
+  }
+  EXPECT_EQ(s->stragglers_size(), 0);
+}
+
 TEST(MetricAggregatorTest, StragglersComputedOncePerCompletedStep) {
   MetricAggregator agg({1.5, 2});
   const v1::AggregatedStep* s = nullptr;

@@ -72,6 +72,7 @@ absl::StatusOr<StepInfo> Trainer::train_step(const std::vector<Batch>& mbs) {
     int64_t total = 0;
     for (const auto& b : mbs) total += b.size();
     double loss_sum = 0;
+    double wait = 0;
     int64_t correct = 0;
     for (size_t i = 0; i < mbs.size(); ++i) {
       const bool last = i + 1 == mbs.size();
@@ -85,7 +86,9 @@ absl::StatusOr<StepInfo> Trainer::train_step(const std::vector<Batch>& mbs) {
       } else {
         (loss * (static_cast<double>(mbs[i].size()) / total)).backward();
       }
+      const auto w0 = Clock::now();
       absl::Status s = FinishBackward(last);
+      wait += std::chrono::duration<double>(Clock::now() - w0).count();
       if (!s.ok()) return s;
       loss_sum += loss.item<double>() * mbs[i].size();
       correct += out.argmax(1).eq(y).sum().item<int64_t>();
@@ -100,6 +103,7 @@ absl::StatusOr<StepInfo> Trainer::train_step(const std::vector<Batch>& mbs) {
     info.accuracy = static_cast<double>(correct) / total;
     info.lr = lr_at(state_.step - 1);
     info.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    info.wait_seconds = std::min(wait, info.seconds);
     return info;
   } catch (const std::exception& e) {
     return FromTorch(e, "training step failed");
@@ -357,9 +361,12 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
       }
       std::vector<Batch> mbs;
       const int64_t k = std::min<int64_t>(accum, nb - state_.batch_in_epoch);
+      const auto d0 = Clock::now();
       for (int64_t i = 0; i < k; ++i) mbs.push_back(train_loader.batch(state_.batch_in_epoch + i));
+      const double data_seconds = std::chrono::duration<double>(Clock::now() - d0).count();
       auto info = train_step(mbs);
       if (!info.ok()) return info.status();
+      info->data_seconds = data_seconds;
       evaluated = false;
       state_.batch_in_epoch += k;
       sums[0] += info->loss * info->samples;

@@ -86,8 +86,13 @@ struct StepInfo {
   int64_t samples = 0;  // this rank's samples in the step
   double loss = 0;      // this rank's mean loss
   double accuracy = 0;  // this rank's accuracy
-  double seconds = 0;   // wall time of the step
+  double seconds = 0;   // wall time of the step (train_step)
   double lr = 0;
+  // Of `seconds`, the time blocked waiting for the gradient collectives
+  // (DDP: the reducer's Finalize, where a fast rank waits for a slow one).
+  double wait_seconds = 0;
+  // Before the step: fetching its batches (fit's loop; 0 from train_step).
+  double data_seconds = 0;
 };
 
 struct StepAction {

@@ -29,6 +29,10 @@ struct StepReport {
   int epoch = 0;
   int64_t samples = 0;     // samples this rank processed in this step
   double step_seconds = 0;
+  // Of step_seconds, blocked in gradient collectives; before it, fetching
+  // data (StepInfo's). The coordinator's straggler rule compares the rest.
+  double wait_seconds = 0;
+  double data_seconds = 0;
   int64_t total_steps = 0;  // steps the run will make in all, 0 if unknown
   // A sign of life during work that makes no steps (evaluation,
   // checkpointing): `step` is the last completed step, no metrics.

@@ -158,6 +158,8 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     r.epoch = static_cast<int>(s.epoch);
     r.samples = s.samples;
     r.step_seconds = s.seconds;
+    r.wait_seconds = s.wait_seconds;
+    r.data_seconds = s.data_seconds;
     // Planned steps (for progress and ETA): epochs x optimizer steps per
     // epoch (the loader is split across ranks by now), capped by max-steps.
     const int64_t per_epoch =

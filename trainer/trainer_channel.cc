@@ -38,6 +38,8 @@ class GrpcTrainerChannel final : public ControlChannel {
     req.set_epoch(r.epoch);
     req.set_samples(r.samples);
     req.set_step_seconds(r.step_seconds);
+    req.set_wait_seconds(r.wait_seconds);
+    req.set_data_seconds(r.data_seconds);
     req.set_total_steps(r.total_steps);
     req.set_progress_only(r.progress_only);
     req.set_warning(r.warning);

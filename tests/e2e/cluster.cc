@@ -1,5 +1,6 @@
 #include "tests/e2e/cluster.h"
 
+#include <cstdio>
 #include <signal.h>
 #include <unistd.h>
 
@@ -260,6 +261,16 @@ Cluster::~Cluster() {
     std::string cmd = absl::StrCat("rm -rf '", dir_, "'");
     (void)std::system(cmd.c_str());
   }
+}
+
+std::vector<v1::AggregatedStep> JobMetrics(Cluster& c, const std::string& job_id) {
+  grpc::ClientContext ctx;
+  v1::GetMetricsRequest req;
+  req.set_job_id(job_id);
+  v1::GetMetricsResponse resp;
+  grpc::Status s = c.jobs().GetMetrics(&ctx, req, &resp);
+  if (!s.ok()) std::fprintf(stderr, "GetMetrics(%s): %s\n", job_id.c_str(), s.error_message().c_str());
+  return {resp.steps().begin(), resp.steps().end()};
 }
 
 double FinalAccuracy(Cluster& c, const std::string& job_id) {

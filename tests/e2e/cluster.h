@@ -110,6 +110,9 @@ bool IsFinal(v1::JobState s);
 // The last "val_accuracy" rank 0 of the job printed (its log through the
 // CLI); -1 when none.
 double FinalAccuracy(Cluster& c, const std::string& job_id);
+// Every aggregated step of the job (GetMetrics' first page; empty, with
+// the error on stderr, when the call fails).
+std::vector<v1::AggregatedStep> JobMetrics(Cluster& c, const std::string& job_id);
 
 // GetJob on `stub` with a 5 s deadline; the gRPC error as an absl::Status.
 absl::StatusOr<v1::JobStatus> GetJobStatus(v1::JobService::Stub& stub,

@@ -52,12 +52,7 @@ std::vector<v1::CheckpointRecord> Checkpoints(Cluster& c, const std::string& id)
 }
 
 std::vector<v1::AggregatedStep> Metrics(Cluster& c, const std::string& id) {
-  grpc::ClientContext ctx;
-  v1::GetMetricsRequest req;
-  req.set_job_id(id);
-  v1::GetMetricsResponse resp;
-  EXPECT_TRUE(c.jobs().GetMetrics(&ctx, req, &resp).ok());
-  return {resp.steps().begin(), resp.steps().end()};
+  return JobMetrics(c, id);
 }
 
 // Waits until the job has a checkpoint at or after `step`.
