@@ -1,8 +1,11 @@
 #include "coordinator/generation_progress.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_format.h"
 
 namespace frameworm::coordinator {
 
@@ -55,6 +58,11 @@ int64_t GenerationProgress::Progress(int rank, absl::Time now) {
   return checkpoint_at_;
 }
 
+void GenerationProgress::Ping(int rank, absl::Time now, double waiting_seconds) {
+  ranks_[rank].pinged = now;
+  ranks_[rank].waiting = waiting_seconds;
+}
+
 bool GenerationProgress::MarkDone(int rank) {
   if (ranks_[rank].done) return false;
   ranks_[rank].done = true;
@@ -97,18 +105,41 @@ std::optional<std::string> GenerationProgress::Hung(
     }
   }
   if (!any_report_) return std::nullopt;
+  // Silent ranks; a rank whose recent ping says it waits in the collectives
+  // is waiting for another one.
+  constexpr absl::Duration kPingFresh = absl::Seconds(5);
+  auto waiting = [&](const Rank& r) { return now - r.pinged <= kPingFresh && r.waiting > 0; };
+  int first = -1, culprit = -1;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const Rank& r = ranks_[i];
     if (r.done) continue;
     const absl::Time last = r.reported ? r.last_report : first_report_;
-    if (now - last > timeout) {
-      if (rank != nullptr) *rank = static_cast<int>(i);
-      return absl::StrCat("rank ", i, " hung: no step report for ",
-                          absl::FormatDuration(now - last), " (last step ",
-                          r.last_step, ")");
-    }
+    if (now - last <= timeout) continue;
+    if (first < 0) first = static_cast<int>(i);
+    if (culprit < 0 && !waiting(r)) culprit = static_cast<int>(i);
   }
-  return std::nullopt;
+  if (first < 0) return std::nullopt;
+  const int h = culprit >= 0 ? culprit : first;
+  const Rank& r = ranks_[h];
+  const absl::Time last = r.reported ? r.last_report : first_report_;
+  if (rank != nullptr) *rank = h;
+  std::string out = absl::StrCat("rank ", h, " hung: no step report for ",
+                                 absl::FormatDuration(absl::Trunc(now - last, absl::Milliseconds(100))),
+                                 " (last step ", r.last_step, ")");
+  std::vector<std::string> waiters;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (static_cast<int>(i) == h || ranks_[i].done || !waiting(ranks_[i])) continue;
+    waiters.push_back(absl::StrCat(i, " (", absl::StrFormat("%.1f", ranks_[i].waiting), " s)"));
+  }
+  if (culprit >= 0 && !waiters.empty()) {
+    absl::StrAppend(&out, "; rank", waiters.size() > 1 ? "s " : " ", absl::StrJoin(waiters, ", "),
+                    waiters.size() > 1 ? " wait" : " waits",
+                    " for it in the gradient collectives; its process ",
+                    now - r.pinged <= kPingFresh ? "still pings (busy outside the collectives)"
+                                                 : "sends no sign of life (stopped or gone)");
+  }
+  return out;
 }
+
 
 }  // namespace frameworm::coordinator

@@ -2,7 +2,10 @@
 // progress reports, clean exits, and the checkpoint they are asked to take.
 // From that it answers the time-driven questions: is a rank hung (no step
 // report for longer than the timeout, counted from the generation's first
-// report), and is an every_n_minutes checkpoint due.
+// report), and is an every_n_minutes checkpoint due. When ranks hang,
+// liveness pings (Ping) tell which of them wait in the gradient
+// collectives: the hung rank named is one that does not (stopped, dead,
+// or busy elsewhere), the one the others wait for.
 //
 // Checkpoint steps are always ahead of every rank's progress: a request
 // asks for max reported step + lead. A pending request that every running
@@ -50,6 +53,10 @@ class GenerationProgress {
   // A progress-only report (evaluating, checkpointing): refreshes the
   // rank's hang timer only. Returns the checkpoint step.
   int64_t Progress(int rank, absl::Time now);
+  // A liveness ping from the rank's process (not progress: the hang timer
+  // stays): its training thread has been blocked in the gradient
+  // collectives for `waiting_seconds` (0: it is not there).
+  void Ping(int rank, absl::Time now, double waiting_seconds);
   // The rank exited 0; false when it already had.
   bool MarkDone(int rank);
   bool AllDone() const;
@@ -69,8 +76,13 @@ class GenerationProgress {
   // reports, ExpectReportsSince).
   bool any_report() const { return any_report_; }
 
-  // "rank <r> hung: ..." for the first running rank silent for longer than
-  // `timeout`; nullopt when none is (or no rank reported yet). With
+  // "rank <r> hung: ..." for a running rank silent for longer than
+  // `timeout` (nullopt when none is, or no rank reported yet): among those,
+  // the first one that is not known to wait in the collectives (its last
+  // ping, within the last 5 s, said it waited), and then the message names
+  // the ranks that wait for it and for how long, and says whether the
+  // culprit's process still pings (busy outside the collectives) or not
+  // (stopped or gone). Without pings: the first silent rank. With
   // `startup` (trainers known to report, e.g. frameworm-train), a running
   // rank with no report at all that long after the generation's start (or
   // reload) is hung too, even before anyone reported. `rank` (optional)
@@ -91,6 +103,8 @@ class GenerationProgress {
     bool reported = false;  // sent a step report this generation
     absl::Time last_report;
     int64_t last_step = 0;
+    absl::Time pinged = absl::InfinitePast();  // last liveness ping
+    double waiting = 0;  // its waiting_seconds
   };
   std::vector<Rank> ranks_;
   bool any_report_ = false;

@@ -157,4 +157,44 @@ TEST(GenerationProgressTest, StartupDeadlineCatchesRanksThatNeverReport) {
   EXPECT_FALSE(quiet.Hung(clock.Now(), timeout));
 }
 
+// Synchronous collectives: when rank 1 stops, rank 0 blocks in the
+// gradient allreduce and stops reporting too. Its liveness pings say it
+// waits, so rank 1 is named, with who waits for it.
+TEST(GenerationProgressTest, AHangNamesTheRankTheOthersWaitFor) {
+  SimulatedClock clock;
+  const absl::Duration timeout = absl::Seconds(10);
+  GenerationProgress p;
+  p.Start(3, clock.Now());
+  for (int r = 0; r < 3; ++r) p.Step(r, 7, 0, clock.Now());
+  for (int s = 1; s <= 11; ++s) {  // ranks 0 and 2 wait and ping; rank 1 is silent
+    clock.Advance(absl::Seconds(1));
+    p.Ping(0, clock.Now(), s);
+    p.Ping(2, clock.Now(), s - 0.5);
+  }
+  int rank = -1;
+  std::optional<std::string> hung = p.Hung(clock.Now(), timeout, std::nullopt, &rank);
+  ASSERT_TRUE(hung.has_value());
+  EXPECT_EQ(rank, 1);
+  EXPECT_EQ(hung->rfind("rank 1 hung: no step report for 11s (last step 7)", 0), 0u) << *hung;
+  EXPECT_NE(hung->find("ranks 0 (11.0 s), 2 (10.5 s) wait for it in the gradient collectives"),
+            std::string::npos)
+      << *hung;
+  EXPECT_NE(hung->find("sends no sign of life (stopped or gone)"), std::string::npos) << *hung;
+  // The culprit's process still pings, not waiting: busy elsewhere.
+  p.Ping(1, clock.Now(), 0);
+  hung = p.Hung(clock.Now(), timeout, std::nullopt, &rank);
+  ASSERT_TRUE(hung.has_value());
+  EXPECT_EQ(rank, 1);
+  EXPECT_NE(hung->find("still pings (busy outside the collectives)"), std::string::npos) << *hung;
+  // Pings are not progress: they never keep a rank from being hung.
+  GenerationProgress q;
+  q.Start(1, clock.Now());
+  q.Step(0, 1, 0, clock.Now());
+  for (int s = 0; s < 12; ++s) {
+    clock.Advance(absl::Seconds(1));
+    q.Ping(0, clock.Now(), 0);
+  }
+  EXPECT_TRUE(q.Hung(clock.Now(), timeout).has_value());
+}
+
 }  // namespace frameworm::coordinator

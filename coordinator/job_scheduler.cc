@@ -682,11 +682,13 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
   }
   if (!std::isfinite(m.wait_seconds()) || m.wait_seconds() < 0 ||
       !std::isfinite(m.data_seconds()) || m.data_seconds() < 0 ||
-      m.wait_seconds() > m.step_seconds() * (1 + 1e-9) + 1e-9) {
+      m.wait_seconds() > m.step_seconds() * (1 + 1e-9) + 1e-9 ||
+      !std::isfinite(m.waiting_seconds()) || m.waiting_seconds() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "wait_seconds and data_seconds must be finite and >= 0, wait_seconds at most "
-        "step_seconds (",
-        m.step_seconds(), "); got ", m.wait_seconds(), " and ", m.data_seconds()));
+        "wait_seconds, data_seconds and waiting_seconds must be finite and >= 0, "
+        "wait_seconds at most step_seconds (",
+        m.step_seconds(), "); got ", m.wait_seconds(), ", ", m.data_seconds(), " and ",
+        m.waiting_seconds()));
   }
   if (m.warning().size() > 512) {
     return absl::InvalidArgumentError(
@@ -731,6 +733,10 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
     job->warning = absl::StrCat("rank ", m.rank(), " at step ", m.step(), ": ",
                                 PrintableLine(m.warning(), 512));
     Changed(*job);
+  }
+  if (m.ping()) {  // liveness only: says whether the rank waits, never progress
+    job->progress.Ping(m.rank(), now, m.waiting_seconds());
+    return out;
   }
   if (m.progress_only()) {
     out.checkpoint_at = job->progress.Progress(m.rank(), now);

@@ -59,6 +59,13 @@ double Trainer::lr_at(int64_t step) const {
   return (base_lr_.empty() ? 0.0 : base_lr_[0]) * WarmupFactor(step, options_.warmup_steps);
 }
 
+double Trainer::collective_wait_seconds() const {
+  const int64_t since = waiting_since_ns_.load(std::memory_order_relaxed);
+  if (since == 0) return 0;
+  return std::chrono::duration<double>(Clock::now().time_since_epoch() -
+                                       Clock::duration(since)).count();
+}
+
 absl::StatusOr<StepInfo> Trainer::train_step(const std::vector<Batch>& mbs) {
   if (mbs.empty()) return absl::InvalidArgumentError("train_step: no batches");
   const auto t0 = Clock::now();
@@ -87,7 +94,9 @@ absl::StatusOr<StepInfo> Trainer::train_step(const std::vector<Batch>& mbs) {
         (loss * (static_cast<double>(mbs[i].size()) / total)).backward();
       }
       const auto w0 = Clock::now();
+      waiting_since_ns_.store(w0.time_since_epoch().count(), std::memory_order_relaxed);
       absl::Status s = FinishBackward(last);
+      waiting_since_ns_.store(0, std::memory_order_relaxed);
       wait += std::chrono::duration<double>(Clock::now() - w0).count();
       if (!s.ok()) return s;
       loss_sum += loss.item<double>() * mbs[i].size();

@@ -211,6 +211,11 @@ class Trainer {
   Model& model() { return model_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   torch::Device device() const { return device_; }
+  // How long the training thread has been blocked in the gradient
+  // collectives of the current step (0: not blocked there now). Safe from
+  // any thread: a liveness thread reports it, so a hang names the rank the
+  // others wait for.
+  double collective_wait_seconds() const;
   virtual int rank() const { return 0; }
   virtual int world_size() const { return 1; }
   // Learning rate at step s (0-based) after scaling and warmup.
@@ -274,6 +279,7 @@ class Trainer {
   bool memory_temps_cleaned_ = false;
   std::atomic<bool> ckpt_busy_{false};  // a save is in flight (rank 0)
   double take_seconds_ = 0;             // the last snapshot's blocking time
+  std::atomic<int64_t> waiting_since_ns_{0};  // steady clock; 0: not waiting
   double mean_step_seconds_ = 0;        // moving average (memory cadence)
   int64_t next_memory_step_ = 0;        // automatic cadence: the next one
 };

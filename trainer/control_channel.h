@@ -37,6 +37,12 @@ struct StepReport {
   // A sign of life during work that makes no steps (evaluation,
   // checkpointing): `step` is the last completed step, no metrics.
   bool progress_only = false;
+  // A ping from the trainer's liveness thread (with progress_only): says
+  // the process lives and how long its training thread has been blocked
+  // in the gradient collectives (0: it is not); never refreshes the hang
+  // timer (the training thread may be stuck).
+  bool ping = false;
+  double waiting_seconds = 0;
   std::map<std::string, double> values;  // "loss", "accuracy", ...
   // Shown in the job's status (StepMetrics.warning); empty: none.
   std::string warning;

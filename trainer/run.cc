@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -21,6 +22,7 @@
 #include "train/data.h"
 #include "train/models.h"
 #include "train/trainer.h"
+#include "trainer/liveness_pinger.h"
 #include "trainer/trainer_channel.h"
 
 namespace frameworm {
@@ -114,6 +116,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   // exports FRAMEWORM_COORDINATOR for the CLI runs a local trainer.
   std::unique_ptr<ControlChannel> channel;
   std::unique_ptr<ControlChannel> ckpt_channel;
+  std::unique_ptr<ControlChannel> ping_channel;  // the liveness thread's own
   if (!env.coordinator.empty() && !env.job_id.empty()) {
     TrainerChannelOptions co;
     co.coordinator = env.coordinator;
@@ -133,10 +136,14 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
       if (!ch.ok()) return Fail(std::string(ch.status().message()));
       ckpt_channel = std::move(*ch);
     }
+    ch = NewTrainerChannel(co);
+    if (!ch.ok()) return Fail(std::string(ch.status().message()));
+    ping_channel = std::move(*ch);
     to.sync_step_actions = true;
   }
   int64_t last_requested = 0;
   int64_t last_step = 0;
+  std::atomic<int64_t> pinged_step{0};  // last_step, for the liveness thread
   std::mutex warning_mu;  // on_checkpoint_skipped may run on the checkpoint thread
   std::string warning;   // rides on the next step report; guarded by warning_mu
   to.on_checkpoint_skipped = [&](int64_t step, const std::string& why) {
@@ -179,6 +186,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
       if (warning == sent) warning.clear();
     }
     last_step = s.step;
+    pinged_step.store(s.step);
     last_contact = std::chrono::steady_clock::now();
     if (!d.ok()) {
       if (d.status().code() == absl::StatusCode::kAborted) {
@@ -364,7 +372,14 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
               << ",\"gradient_allreduce\":\"" << gradient_path << "\"}"
               << std::endl;
   }
+  // Liveness pings (StepReport.ping) about once a second while training:
+  // how long the training thread has been blocked in the gradient
+  // collectives, so a hang names the rank the others wait for.
+  LivenessPinger pinger(ping_channel.get(), rank, [&] {
+    return std::make_pair(pinged_step.load(), trainer->collective_wait_seconds());
+  });
   absl::Status s = trainer->train(train_loader, val_loader);
+  pinger.Stop();
   if (!s.ok()) return Fail(std::string(s.message()));
   const TrainerState& st = trainer->state();
   if (rank == 0) {

@@ -42,6 +42,8 @@ class GrpcTrainerChannel final : public ControlChannel {
     req.set_data_seconds(r.data_seconds);
     req.set_total_steps(r.total_steps);
     req.set_progress_only(r.progress_only);
+    req.set_ping(r.ping);
+    req.set_waiting_seconds(r.waiting_seconds);
     req.set_warning(r.warning);
     // The coordinator refuses non-finite values (a diverged loss): they are
     // left out here, so the step still counts; the rank's log shows them.

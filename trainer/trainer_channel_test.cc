@@ -1,7 +1,11 @@
 #include "trainer/trainer_channel.h"
 
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <thread>
 
+#include "trainer/liveness_pinger.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "rpc/rpc.h"
@@ -47,6 +51,8 @@ TEST_F(TrainerChannelTest, ReportStepSendsEveryFieldAndReturnsDirective) {
   r.epoch = 2;
   r.samples = 64;
   r.step_seconds = 0.25;
+  r.wait_seconds = 0.125;
+  r.data_seconds = 0.0625;
   r.total_steps = 900;
   r.progress_only = true;
   r.values = {{"loss", 0.5}, {"accuracy", 0.875}};
@@ -65,6 +71,9 @@ TEST_F(TrainerChannelTest, ReportStepSendsEveryFieldAndReturnsDirective) {
   EXPECT_EQ(m.epoch(), 2);
   EXPECT_EQ(m.samples(), 64);
   EXPECT_DOUBLE_EQ(m.step_seconds(), 0.25);
+  EXPECT_DOUBLE_EQ(m.wait_seconds(), 0.125);
+  EXPECT_DOUBLE_EQ(m.data_seconds(), 0.0625);
+  EXPECT_FALSE(m.ping());
   EXPECT_EQ(m.total_steps(), 900);
   EXPECT_TRUE(m.progress_only());
   ASSERT_EQ(m.values().size(), 2u);
@@ -75,6 +84,34 @@ TEST_F(TrainerChannelTest, ReportStepSendsEveryFieldAndReturnsDirective) {
   d = ch->ReportStep(r);
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->stop);
+}
+
+// The liveness thread pings through a real channel to a real server: the
+// last step and how long the training thread has waited, until stopped.
+TEST_F(TrainerChannelTest, TheLivenessPingerPingsUntilStopped) {
+  auto ch = Channel("job-7", 3);
+  std::atomic<int> probes{0};
+  {
+    LivenessPinger pinger(ch.get(), 1, [&] {
+      probes++;
+      return std::make_pair(int64_t{17}, 2.5);
+    }, std::chrono::milliseconds(20));
+    for (int i = 0; i < 200 && service_.steps().size() < 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    pinger.Stop();
+  }
+  const size_t sent = service_.steps().size();
+  ASSERT_GE(sent, 3u);
+  const v1::StepMetrics m = service_.steps()[0];
+  EXPECT_TRUE(m.ping());
+  EXPECT_TRUE(m.progress_only());
+  EXPECT_EQ(m.rank(), 1);
+  EXPECT_EQ(m.step(), 17);
+  EXPECT_DOUBLE_EQ(m.waiting_seconds(), 2.5);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(service_.steps().size(), sent) << "pinged after Stop";
+  LivenessPinger none(nullptr, 0, [&] { return std::make_pair(int64_t{0}, 0.0); });
 }
 
 TEST_F(TrainerChannelTest, ReportCheckpointSendsRecord) {

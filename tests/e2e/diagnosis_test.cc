@@ -1,0 +1,133 @@
+// End-to-end diagnosis on real trainers.
+//
+// A real straggler. One trainer of a 2-rank CNN job is slowed
+// from outside (stopped and continued every 40 ms, so its own work takes
+// about twice as long); with synchronous DDP both ranks then report the
+// same step time, and only the busy time (step - wait + data) tells which
+// one the other waits for. It must be flagged, and only it; the job's
+// undisturbed steps before flag nobody.
+#include <signal.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/cluster.h"
+
+namespace frameworm::e2e {
+namespace {
+
+std::vector<v1::AggregatedStep> Steps(Cluster& c, const std::string& id) {
+  return JobMetrics(c, id);
+}
+
+// A 2-rank CNN job (Gloo, long enough to outlast the test) that has
+// trained `warm` steps; the test fails when it cannot get there.
+std::string StartCnn(Cluster& c, const std::string& name, double heartbeat_timeout,
+                     int64_t warm) {
+  auto id = c.Submit(absl::StrCat("name: ", name, R"(
+nodes: 2
+nproc_per_node: 1
+backend: gloo
+max_restarts: 1
+heartbeat_timeout: )", heartbeat_timeout, R"(
+train:
+  model: cnn
+  dataset: fashion-mnist
+  max_steps: 5000
+  batch_size: 32
+)"));
+  EXPECT_TRUE(id.ok()) << id.status();
+  if (!id.ok()) return "";
+  auto st = c.WaitFor(*id, [&](const v1::JobStatus& s) { return s.step() >= warm || IsFinal(s.state()); },
+                      absl::Seconds(120));
+  EXPECT_TRUE(st.ok() && st->state() == v1::RUNNING) << (st.ok() ? st->ShortDebugString() : st.status().ToString());
+  return *id;
+}
+
+// The pid of the job's trainer of `rank` (0: none).
+pid_t TrainerOfRank(const std::string& job, int rank) {
+  for (pid_t p : TrainerPidsWithJobId(job)) {
+    if (EnvOf(p, "RANK") == std::to_string(rank)) return p;
+  }
+  return 0;
+}
+
+TEST(DiagnosisE2E, ARankSlowedFromOutsideIsFlaggedAndOnlyIt) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string job = StartCnn(**c, "straggler", 30, 60);
+  ASSERT_FALSE(job.empty());
+  const std::string* id = &job;
+  int undisturbed_flags = 0;
+  int64_t last_undisturbed = 0;
+  for (const auto& s : Steps(**c, *id)) {
+    undisturbed_flags += s.stragglers_size();
+    last_undisturbed = std::max(last_undisturbed, s.step());
+    ASSERT_EQ(s.rank_wait_seconds_size(), 2) << "the trainers report their wait time";
+  }
+  EXPECT_EQ(undisturbed_flags, 0) << "an undisturbed run flagged a straggler";
+
+  const pid_t slow = TrainerOfRank(*id, 1);
+  ASSERT_GT(slow, 0);
+  // 40 ms stopped, 40 ms running, for 10 s (bounded: 125 cycles).
+  for (int i = 0; i < 125; ++i) {
+    if (kill(slow, SIGSTOP) != 0) break;
+    usleep(40000);
+    kill(slow, SIGCONT);
+    usleep(40000);
+  }
+  kill(slow, SIGCONT);
+  std::set<int> flagged;
+  int flagged_steps = 0, slowed_steps = 0;
+  for (const auto& s : Steps(**c, *id)) {
+    if (s.step() <= last_undisturbed) continue;
+    ++slowed_steps;
+    if (s.stragglers_size() > 0) ++flagged_steps;
+    for (int r : s.stragglers()) flagged.insert(r);
+  }
+  std::cout << "slowed steps: " << slowed_steps << ", flagged: " << flagged_steps << std::endl;
+  EXPECT_EQ(flagged, std::set<int>{1}) << "over " << slowed_steps << " steps";
+  EXPECT_GT(flagged_steps, slowed_steps / 2) << flagged_steps << " of " << slowed_steps;
+  RunResult events = (*c)->Cli({"events", *id});
+  EXPECT_NE(events.output.find("rank 1 flagged as straggler"), std::string::npos) << events.output;
+  EXPECT_EQ(events.output.find("rank 0 flagged"), std::string::npos) << events.output;
+  RunResult cancel = (*c)->Cli({"cancel", *id});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
+}
+
+// A hang: rank 1's trainer is stopped. Rank 0 then blocks in the gradient
+// allreduce and stops reporting too, so "which rank went silent first" is
+// no answer; rank 0's liveness pings say it waits, and rank 1, which sends
+// nothing, is named in the reason, the event and the status.
+TEST(DiagnosisE2E, AStoppedRankIsNamedAsTheCulpritOfTheHang) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string job = StartCnn(**c, "hang", 4, 30);
+  ASSERT_FALSE(job.empty());
+  const std::string* id = &job;
+  const pid_t stuck = TrainerOfRank(*id, 1);
+  ASSERT_GT(stuck, 0);
+  ASSERT_EQ(kill(stuck, SIGSTOP), 0);
+  auto restarted = (*c)->WaitFor(*id, [](const v1::JobStatus& s) {
+    return s.generation() >= 2 || IsFinal(s.state());
+  }, absl::Seconds(60));
+  kill(stuck, SIGKILL);  // the coordinator's kill reached it already, normally
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  const std::string& cause = restarted->last_cause();
+  std::cout << "last cause: " << cause << std::endl;
+  EXPECT_NE(cause.find("rank 1 hung"), std::string::npos) << cause;
+  EXPECT_NE(cause.find("rank 0 ("), std::string::npos) << cause;
+  EXPECT_NE(cause.find("waits for it in the gradient collectives"), std::string::npos) << cause;
+  EXPECT_NE(cause.find("sends no sign of life"), std::string::npos) << cause;
+  RunResult events = (*c)->Cli({"events", *id, "--json"});
+  EXPECT_NE(events.output.find("\"kind\":\"hang_detected\""), std::string::npos) << events.output;
+  EXPECT_NE(events.output.find("\"rank\":1"), std::string::npos) << events.output;
+  RunResult cancel = (*c)->Cli({"cancel", *id});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
+}
+
+}  // namespace
+}  // namespace frameworm::e2e
