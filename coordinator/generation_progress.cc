@@ -107,7 +107,10 @@ std::optional<std::string> GenerationProgress::Hung(
   if (!any_report_) return std::nullopt;
   // Silent ranks; a rank whose recent ping says it waits in the collectives
   // is waiting for another one.
-  constexpr absl::Duration kPingFresh = absl::Seconds(5);
+  // Pings come about once a second: one older than this is from a process
+  // that stopped pinging (stopped, gone), whatever it said then (a rank
+  // stopped inside a collective last said it was waiting).
+  constexpr absl::Duration kPingFresh = absl::Milliseconds(2500);
   auto waiting = [&](const Rank& r) { return now - r.pinged <= kPingFresh && r.waiting > 0; };
   int first = -1, culprit = -1;
   for (size_t i = 0; i < ranks_.size(); ++i) {

@@ -186,6 +186,22 @@ TEST(GenerationProgressTest, AHangNamesTheRankTheOthersWaitFor) {
   ASSERT_TRUE(hung.has_value());
   EXPECT_EQ(rank, 1);
   EXPECT_NE(hung->find("still pings (busy outside the collectives)"), std::string::npos) << *hung;
+  // Stopped inside a collective: its last ping said it waited, but that
+  // ping is stale (no sign of life for 3.5 s when the 3 s timeout fires);
+  // the fresh waiter is not named.
+  GenerationProgress w;
+  w.Start(2, clock.Now());
+  w.Step(0, 3, 0, clock.Now());
+  w.Step(1, 3, 0, clock.Now());
+  w.Ping(1, clock.Now(), 0.2);
+  for (int s = 1; s <= 7; ++s) {
+    clock.Advance(absl::Milliseconds(500));
+    w.Ping(0, clock.Now(), 0.5 * s);
+  }
+  hung = w.Hung(clock.Now(), absl::Seconds(3), std::nullopt, &rank);
+  ASSERT_TRUE(hung.has_value());
+  EXPECT_EQ(rank, 1) << *hung;
+  EXPECT_NE(hung->find("sends no sign of life"), std::string::npos) << *hung;
   // Pings are not progress: they never keep a rank from being hung.
   GenerationProgress q;
   q.Start(1, clock.Now());

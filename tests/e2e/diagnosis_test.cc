@@ -105,7 +105,7 @@ TEST(DiagnosisE2E, ARankSlowedFromOutsideIsFlaggedAndOnlyIt) {
 TEST(DiagnosisE2E, AStoppedRankIsNamedAsTheCulpritOfTheHang) {
   auto c = Cluster::Start({});
   ASSERT_TRUE(c.ok()) << c.status();
-  const std::string job = StartCnn(**c, "hang", 4, 30);
+  const std::string job = StartCnn(**c, "hang", 6, 30);
   ASSERT_FALSE(job.empty());
   const std::string* id = &job;
   const pid_t stuck = TrainerOfRank(*id, 1);
