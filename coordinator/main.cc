@@ -153,18 +153,10 @@ absl::StatusOr<DaemonConfig> FromFlags() {
   o.min_free_state_bytes = absl::GetFlag(FLAGS_min_free_state);
   if (o.min_free_state_bytes < 0)
     return bad("min-free-state", "a byte count >= 0", absl::StrCat(o.min_free_state_bytes));
-  if (const std::string m = absl::GetFlag(FLAGS_metrics_listen); m != "none") {
-    std::string host;
-    int port = 0;
-    if (!frameworm::ParseListenAddress(m, &host, &port).ok())
-      return bad("metrics-listen", "HOST:PORT or none", m);
-    if (!frameworm::IsLoopbackHost(host) && !absl::GetFlag(FLAGS_metrics_insecure)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--metrics-listen=", m,
-          " is off loopback: the metrics endpoint is plaintext HTTP without authentication. "
-          "Scrape it from this host (127.0.0.1), or add --metrics-insecure on a network only "
-          "your monitoring reaches"));
-    }
+  if (absl::Status s = frameworm::CheckMetricsListen(absl::GetFlag(FLAGS_metrics_listen),
+                                                     absl::GetFlag(FLAGS_metrics_insecure));
+      !s.ok()) {
+    return s;
   }
   o.straggler_window = absl::GetFlag(FLAGS_straggler_window);
   if (o.straggler_window < 1)

@@ -20,10 +20,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/node_address.h"
 
 namespace frameworm {
 
-// One connection's byte stream: the socket, or TLS over it.
+// One connection's byte stream: the socket, or TLS over it (owns the SSL,
+// not the socket). Used by the server and by HttpExchange.
 class HttpServer::Conn {
  public:
   Conn(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
@@ -168,6 +170,22 @@ absl::Status ParseListenAddress(const std::string& address, std::string* host, i
   *host = h;
   *port = p;
   return absl::OkStatus();
+}
+
+absl::Status CheckMetricsListen(const std::string& address, bool insecure) {
+  if (address == "none") return absl::OkStatus();
+  std::string host;
+  int port = 0;
+  if (!ParseListenAddress(address, &host, &port).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-listen must be HOST:PORT or none, got '", address, "'"));
+  }
+  if (IsLoopbackHost(host) || insecure) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--metrics-listen=", address,
+      " is off loopback: the metrics endpoint is plaintext HTTP without authentication. "
+      "Scrape it from this host (127.0.0.1), or add --metrics-insecure on a network only "
+      "your monitoring reaches"));
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& options,
@@ -384,30 +402,26 @@ absl::StatusOr<std::string> HttpExchange(const std::string& host_port, const std
     }
   }
   std::string out;
-  auto write_all = [&](const std::string& data) {
-    size_t sent = 0;
-    while (sent < data.size()) {
-      ssize_t n = ssl ? SSL_write(ssl, data.data() + sent, static_cast<int>(data.size() - sent))
-                      : ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) return;
-      sent += static_cast<size_t>(n);
+  bool timed_out = false;
+  {
+    HttpServer::Conn conn(fd, ssl);  // takes the SSL
+    ssl = nullptr;
+    conn.WriteAll(request);
+    char buf[16384];
+    const absl::Time deadline = absl::Now() + timeout;
+    for (;;) {
+      ssize_t n = conn.Read(buf, sizeof(buf));
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || absl::Now() > deadline)) {
+        timed_out = true;
+        break;
+      }
+      if (n <= 0) break;
+      out.append(buf, static_cast<size_t>(n));
+      if (out.size() > (size_t{64} << 20)) break;
     }
-  };
-  write_all(request);
-  char buf[16384];
-  const absl::Time deadline = absl::Now() + timeout;
-  for (;;) {
-    ssize_t n = ssl ? SSL_read(ssl, buf, sizeof(buf)) : ::recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && !ssl && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || absl::Now() > deadline)) {
-      done();
-      return absl::DeadlineExceededError(absl::StrCat("no whole answer from ", host_port));
-    }
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > (size_t{64} << 20)) break;
   }
   done();
+  if (timed_out) return absl::DeadlineExceededError(absl::StrCat("no whole answer from ", host_port));
   return out;
 }
 

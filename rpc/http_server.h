@@ -68,10 +68,12 @@ class HttpServer {
   ~HttpServer();
   int port() const { return port_; }
 
+  // A connection's byte stream (http_server.cc), shared with HttpExchange.
+  class Conn;
+
  private:
   HttpServer(int fd, int port, const Options& options, Handler handler);
   void AcceptLoop();
-  class Conn;
   void Serve(int fd);
   void Serve(Conn& conn, const Caller& caller);
 
@@ -100,6 +102,11 @@ absl::StatusOr<std::string> HttpExchange(const std::string& host_port, const std
 absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::string& path,
                                      absl::Duration timeout = absl::Seconds(10),
                                      const TlsFiles* tls = nullptr);
+
+// A daemon's --metrics-listen value: "none", or HOST:PORT on loopback
+// (off loopback only when `insecure`, the operator's --metrics-insecure).
+// INVALID_ARGUMENT naming the flag and what to do otherwise.
+absl::Status CheckMetricsListen(const std::string& address, bool insecure);
 
 // Splits "HOST:PORT" ("[v6]:PORT" too) for a listening socket. Exposed for
 // tests. INVALID_ARGUMENT naming the address when it is not one.

@@ -218,19 +218,10 @@ int main(int argc, char** argv) {
     }
   }
   const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  if (metrics_listen != "none") {
-    std::string host;
-    int port = 0;
-    if (!frameworm::ParseListenAddress(metrics_listen, &host, &port).ok()) {
-      FlagErrorExit(Config(), "--metrics-listen must be HOST:PORT or none, got '" +
-                                  metrics_listen + "'");
-    }
-    if (!frameworm::IsLoopbackHost(host) && !absl::GetFlag(FLAGS_metrics_insecure)) {
-      FlagErrorExit(Config(), "--metrics-listen=" + metrics_listen +
-                                  " is off loopback: the metrics endpoint is plaintext HTTP "
-                                  "without authentication; scrape it from this host, or add "
-                                  "--metrics-insecure on a network only your monitoring reaches");
-    }
+  if (absl::Status s =
+          frameworm::CheckMetricsListen(metrics_listen, absl::GetFlag(FLAGS_metrics_insecure));
+      !s.ok()) {
+    FlagErrorExit(Config(), std::string(s.message()));
   }
   const double heartbeat = absl::GetFlag(FLAGS_heartbeat_interval);
   if (!(heartbeat > 0)) {
