@@ -112,19 +112,29 @@ std::optional<std::string> GenerationProgress::Hung(
   // stopped inside a collective last said it was waiting).
   constexpr absl::Duration kPingFresh = absl::Milliseconds(2500);
   auto waiting = [&](const Rank& r) { return now - r.pinged <= kPingFresh && r.waiting > 0; };
+  auto last_of = [&](const Rank& r) { return r.reported ? r.last_report : first_report_; };
   int first = -1, culprit = -1;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const Rank& r = ranks_[i];
     if (r.done) continue;
-    const absl::Time last = r.reported ? r.last_report : first_report_;
-    if (now - last <= timeout) continue;
+    if (now - last_of(r) <= timeout) continue;
     if (first < 0) first = static_cast<int>(i);
     if (culprit < 0 && !waiting(r)) culprit = static_cast<int>(i);
   }
   if (first < 0) return std::nullopt;
+  if (culprit < 0) {
+    // Every rank silent that long waits in the collectives: the one they
+    // wait for reported a little later (its last report can trail theirs
+    // by up to a step) and is not waiting; the stalest such rank.
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      const Rank& r = ranks_[i];
+      if (r.done || waiting(r)) continue;
+      if (culprit < 0 || last_of(r) < last_of(ranks_[culprit])) culprit = static_cast<int>(i);
+    }
+  }
   const int h = culprit >= 0 ? culprit : first;
   const Rank& r = ranks_[h];
-  const absl::Time last = r.reported ? r.last_report : first_report_;
+  const absl::Time last = last_of(r);
   if (rank != nullptr) *rank = h;
   std::string out = absl::StrCat("rank ", h, " hung: no step report for ",
                                  absl::FormatDuration(absl::Trunc(now - last, absl::Milliseconds(100))),

@@ -79,7 +79,10 @@ class GenerationProgress {
   // "rank <r> hung: ..." for a running rank silent for longer than
   // `timeout` (nullopt when none is, or no rank reported yet): among those,
   // the first one that is not known to wait in the collectives (its last
-  // ping, within the last 2.5 s, said it waited), and then the message names
+  // ping, within the last 2.5 s, said it waited); when all of those wait,
+  // the rank they wait for is the stalest non-waiting one even if its own
+  // silence is still shorter than `timeout` (its last report can trail
+  // theirs by up to a step). Then the message names
   // the ranks that wait for it and for how long, and says whether the
   // culprit's process still pings (busy outside the collectives) or not
   // (stopped or gone). Without pings: the first silent rank. With

@@ -202,6 +202,26 @@ TEST(GenerationProgressTest, AHangNamesTheRankTheOthersWaitFor) {
   ASSERT_TRUE(hung.has_value());
   EXPECT_EQ(rank, 1) << *hung;
   EXPECT_NE(hung->find("sends no sign of life"), std::string::npos) << *hung;
+  // The culprit's last report trails the waiter's (it finished the step a
+  // little later, then stopped): when the waiter's silence reaches the
+  // timeout, the culprit's has not, and it is still the one named.
+  GenerationProgress t;
+  t.Start(2, clock.Now());
+  t.Step(0, 32, 0, clock.Now());
+  clock.Advance(absl::Milliseconds(400));
+  t.Step(1, 32, 0, clock.Now());
+  t.Ping(1, clock.Now(), 0);
+  for (int s = 1; s <= 11; ++s) {
+    clock.Advance(absl::Milliseconds(500));
+    t.Ping(0, clock.Now(), 0.5 * s);
+  }
+  clock.Advance(absl::Milliseconds(200));  // rank 0 silent 6.1 s, rank 1 5.7 s
+  hung = t.Hung(clock.Now(), absl::Seconds(6), std::nullopt, &rank);
+  ASSERT_TRUE(hung.has_value());
+  EXPECT_EQ(rank, 1) << *hung;
+  EXPECT_EQ(hung->rfind("rank 1 hung: no step report for 5.7s (last step 32)", 0), 0u) << *hung;
+  EXPECT_NE(hung->find("rank 0 (5.5 s) waits for it"), std::string::npos) << *hung;
+  EXPECT_NE(hung->find("sends no sign of life"), std::string::npos) << *hung;
   // Pings are not progress: they never keep a rank from being hung.
   GenerationProgress q;
   q.Start(1, clock.Now());

@@ -52,6 +52,12 @@ struct Job {
   // emitted (events are rate-limited per job).
   std::vector<int> flagged;
   absl::Time flagged_at = absl::InfinitePast();
+  // The worker the last failure named (hung rank's, lost worker) and when:
+  // the restart places nothing there until that worker is heard from after
+  // the failure or lately (WorkerRegistry::HeardLately), so a host cut off
+  // just before its heartbeat went stale is not picked again.
+  std::string implicated;
+  absl::Time implicated_at = absl::InfinitePast();
   int64_t submitted_ms = 0, started_ms = 0, finished_ms = 0;
   absl::Duration heartbeat_timeout;
   // Current generation (ranks empty unless RUNNING).

@@ -265,6 +265,11 @@ void JobScheduler::Schedule() {
     int capable = 0;
     std::vector<std::string> free =
         FreeWorkers(job->spec.nproc_per_node(), {}, &capable);
+    // Not on the worker the last failure named before it is heard again.
+    if (const WorkerRegistry::Worker* w = workers_.Find(job->implicated);
+        w != nullptr && !workers_.HeardLately(*w, job->implicated_at)) {
+      std::erase(free, job->implicated);
+    }
     // Never fits the live cluster: skipped. Waits for busy slots: blocks.
     if (capable < job->spec.nodes_min()) continue;
     waiting = true;
@@ -400,6 +405,8 @@ void JobScheduler::FailGeneration(Job& job, v1::Event cause) {
   cause.set_message(absl::StrCat("job ", job.id, " generation ", job.generation, ": ", reason));
   job.last_cause = cause.message();
   job.last_cause_ms = ToMs(now);
+  job.implicated = cause.worker();
+  job.implicated_at = now;
   events_.Emit(std::move(cause));
   KillAll(job);
   if (job.restarts < job.spec.max_restarts()) {

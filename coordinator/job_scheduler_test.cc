@@ -293,6 +293,62 @@ TEST_F(JobSchedulerTest, HangDetectionSurvivesARestart) {
   EXPECT_EQ(Get(quiet).generation, 1);
 }
 
+// A host cut off just after its rank's last report: the hang fires (rank 0
+// waits for rank 1) while the host's last heartbeat is still within the
+// three intervals that keep a worker schedulable. The restart goes to the
+// spare, not back to the silent host; without a spare it waits until that
+// host is heard from again.
+TEST_F(JobSchedulerTest, ARestartAvoidsTheImplicatedWorkerUntilItIsHeardAgain) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  v1::JobSpec spec = Spec(2, 2);
+  spec.set_heartbeat_timeout_s(3);
+  spec.set_max_restarts(2);
+  const std::string id = Submit(spec);
+  ASSERT_EQ(Get(id).workers, (std::vector<std::string>{"w0", "w1"}));
+  AddWorker("w2", 1);
+  // Both ranks report; rank 1's host is heard once more 0.1 s later, then
+  // falls silent; rank 0 pings that it waits; `heard` stay heard. 3.1 s
+  // later rank 1 is hung while its host's last heartbeat is 3.0 s old.
+  auto hang = [&](const std::string& silent, const std::vector<std::string>& heard) {
+    Report(id, 0, 5);
+    Report(id, 1, 5);
+    clock_.Advance(absl::Milliseconds(100));
+    workers_->Hear(sessions_[silent]).IgnoreError();
+    for (int i = 1; i <= 6; ++i) {
+      clock_.Advance(absl::Milliseconds(500));
+      for (const std::string& w : heard) workers_->Hear(sessions_[w]).IgnoreError();
+      v1::StepMetrics p;
+      p.mutable_ref()->set_job_id(id);
+      p.mutable_ref()->set_generation(Get(id).generation);
+      p.mutable_ref()->set_token(Get(id).ranks[0].task.token());
+      p.set_rank(0);
+      p.set_ping(true);
+      p.set_waiting_seconds(0.5 * i);
+      ASSERT_TRUE(jobs_->ReportStep(p).ok());
+    }
+    ASSERT_TRUE(workers_->Schedulable(*workers_->Find(silent)));
+    jobs_->Supervise();
+  };
+  hang("w1", {"w0", "w2"});
+  ASSERT_EQ(Get(id).state, v1::RESTARTING) << Get(id).reason;
+  ASSERT_NE(Get(id).reason.find("rank 1 hung"), std::string::npos) << Get(id).reason;
+  jobs_->Schedule();
+  ASSERT_EQ(Get(id).state, v1::RUNNING) << Get(id).reason;
+  EXPECT_EQ(Get(id).workers, (std::vector<std::string>{"w0", "w2"}));
+  // Now rank 1's host w2 is cut the same way and w1 stays silent: no spare,
+  // so generation 3 waits until w2 is heard from again.
+  hang("w2", {"w0"});
+  ASSERT_EQ(Get(id).state, v1::RESTARTING) << Get(id).reason;
+  jobs_->Schedule();
+  EXPECT_EQ(Get(id).state, v1::RESTARTING) << "placed on the implicated w2 unheard";
+  clock_.Advance(absl::Milliseconds(200));
+  workers_->Hear(sessions_["w2"]).IgnoreError();
+  jobs_->Schedule();
+  ASSERT_EQ(Get(id).state, v1::RUNNING) << Get(id).reason;
+  EXPECT_EQ(Get(id).workers, (std::vector<std::string>{"w0", "w2"}));
+}
+
 // A built-in trainer that never reports is hung after the start-up
 // timeout; a user's program (which may never call the coordinator) is not.
 TEST_F(JobSchedulerTest, BuiltInTrainersThatNeverReportAreHungAfterStartup) {

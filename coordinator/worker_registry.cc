@@ -163,6 +163,12 @@ bool WorkerRegistry::Schedulable(const Worker& w) const {
   return w.registered && w.attached && clock_.Now() - w.last_seen <= fresh;
 }
 
+bool WorkerRegistry::HeardLately(const Worker& w, absl::Time since) const {
+  return Schedulable(w) &&
+         (w.last_seen > since ||
+          clock_.Now() - w.last_seen <= absl::Seconds(1.5 * options_.heartbeat_interval_s));
+}
+
 const WorkerRegistry::Worker* WorkerRegistry::Find(
     const std::string& name) const {
   auto it = workers_.find(name);

@@ -117,6 +117,10 @@ class WorkerRegistry {
       const std::string& worker, const std::function<bool(const v1::TaskSpec&)>& keep);
 
   bool Schedulable(const Worker& w) const;
+  // Schedulable, and heard from after `since` or within the last 1.5
+  // heartbeat intervals: a worker a failure implicated is placed again only
+  // then (Schedulable alone tolerates three missed intervals).
+  bool HeardLately(const Worker& w, absl::Time since) const;
   const Worker* Find(const std::string& name) const;
   // Every worker, by name.
   std::vector<const Worker*> All() const;
