@@ -153,6 +153,8 @@ void Fill(torch::serialize::OutputArchive& ar,
   ar.write("state/sampler_epoch", Scalar(p.epoch));
   ar.write("state/world_size", Scalar(p.world_size));
   ar.write("state/rng", rng);
+  ar.write("state/best", torch::tensor({p.best}, torch::kDouble));
+  ar.write("state/since_best", Scalar(p.since_best));
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #define FRAMEWORM_TRAIN_CHECKPOINT_SNAPSHOT_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -38,6 +39,10 @@ struct CheckpointPosition {
   int64_t step = 0;
   int64_t batch_in_epoch = 0;
   int64_t world_size = 1;
+  // The monitored validation metric's best value and the evaluations
+  // since (TrainerOptions::monitor); NaN: none yet.
+  double best = std::numeric_limits<double>::quiet_NaN();
+  int64_t since_best = 0;
 };
 
 class CheckpointSnapshot {

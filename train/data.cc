@@ -204,8 +204,9 @@ Batch DataLoader::batch(int64_t i) const {
   TORCH_CHECK(i >= 0 && start < n, "DataLoader: batch ", i, " out of range");
   const int64_t len = std::min(options_.batch_size, n - start);
   torch::Tensor idx = order_.narrow(0, start, len);
-  return Batch{dataset_.images.index_select(0, idx),
-               dataset_.labels.index_select(0, idx)};
+  Batch b{dataset_.images.index_select(0, idx), dataset_.labels.index_select(0, idx), {}};
+  for (const auto& [name, t] : dataset_.inputs) b.inputs[name] = t.index_select(0, idx);
+  return b;
 }
 
 }  // namespace frameworm

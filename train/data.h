@@ -8,6 +8,7 @@
 #define FRAMEWORM_TRAIN_DATA_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,10 +48,15 @@ class DistributedSampler {
   int64_t num_samples_ = 0;
 };
 
-// Images [N, 1, 28, 28] float, labels [N] int64.
+// Samples along dim 0: `images` the model's input (Fashion-MNIST: [N, 1,
+// 28, 28] float), `labels` the target (class indices [N] int64, or any
+// tensor for a regression loss), `inputs` further named inputs of N
+// samples each (for a model whose forward takes several; a data file's
+// other tensors, train/tensor_file.h).
 struct Dataset {
   torch::Tensor images;
   torch::Tensor labels;
+  std::map<std::string, torch::Tensor> inputs;
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
 };
 
@@ -68,6 +74,7 @@ Dataset MakeSyntheticDataset(int64_t size, uint64_t seed);
 struct Batch {
   torch::Tensor data;
   torch::Tensor target;
+  std::map<std::string, torch::Tensor> inputs;  // the dataset's, same rows
   int64_t size() const { return target.size(0); }
 };
 

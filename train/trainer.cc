@@ -3,6 +3,7 @@
 #include "common/private_dir.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 
 #include <cmath>
@@ -24,8 +25,9 @@ absl::Status FromTorch(const std::exception& e, const std::string& what) {
 }
 
 
-// Nine significant digits: enough to compare loss curves against a peer at 1e-6.
-std::string Fmt(double v) { return absl::StrFormat("%.9g", v); }
+// Nine significant digits: enough to compare loss curves against a peer at
+// 1e-6. JSON has no NaN or infinity: a diverged value is null.
+std::string Fmt(double v) { return std::isfinite(v) ? absl::StrFormat("%.9g", v) : "null"; }
 
 }  // namespace
 
@@ -47,16 +49,86 @@ void Trainer::ScaleBaseLr(double factor) {
 }
 
 namespace {
-double WarmupFactor(int64_t step, int64_t warmup) {
-  if (warmup > 0 && step < warmup) {
-    return static_cast<double>(step + 1) / static_cast<double>(warmup);
+
+// torch::autocast for one forward pass and loss (AutocastScope): enables
+// autocast with `dtype` on `device`'s type, restores what was there.
+class AutocastScope {
+ public:
+  AutocastScope(const std::optional<torch::ScalarType>& dtype, torch::Device device)
+      : type_(device.type()), on_(dtype.has_value()) {
+    if (!on_) return;
+    was_enabled_ = at::autocast::is_autocast_enabled(type_);
+    was_dtype_ = at::autocast::get_autocast_dtype(type_);
+    at::autocast::set_autocast_enabled(type_, true);
+    at::autocast::set_autocast_dtype(type_, *dtype);
+    at::autocast::increment_nesting();
   }
-  return 1.0;
+  ~AutocastScope() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(type_, was_enabled_);
+    at::autocast::set_autocast_dtype(type_, was_dtype_);
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  at::DeviceType type_;
+  bool on_;
+  bool was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kFloat;
+};
+
+// The loss followed by each metric of one batch, read back with one sync.
+std::vector<double> LossAndMetrics(const torch::Tensor& loss, const torch::Tensor& out,
+                                   const torch::Tensor& y, const std::vector<NamedMetric>& metrics) {
+  if (metrics.empty()) return {loss.item<double>()};
+  std::vector<torch::Tensor> v{loss.detach().to(torch::kDouble).reshape({})};
+  torch::NoGradGuard ng;
+  for (const auto& [name, fn] : metrics) {
+    torch::Tensor m = fn(out, y);
+    TORCH_CHECK(m.numel() == 1, "metric '", name, "' must return one value, not shape ", m.sizes());
+    v.push_back(m.detach().to(torch::kDouble).reshape({}));
+  }
+  torch::Tensor all = torch::stack(v).to(torch::kCPU);
+  return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
 }
+
 }  // namespace
 
-double Trainer::lr_at(int64_t step) const {
-  return (base_lr_.empty() ? 0.0 : base_lr_[0]) * WarmupFactor(step, options_.warmup_steps);
+double Trainer::GroupLr(size_t group, int64_t step) const {
+  if (group >= base_lr_.size()) return 0;
+  return ScheduledLr(options_.lr_schedule, base_lr_[group], step, options_.warmup_steps,
+                     schedule_total_ > 0 ? schedule_total_ : options_.lr_schedule.total_steps);
+}
+
+double Trainer::lr_at(int64_t step) const { return GroupLr(0, step); }
+
+absl::Status Trainer::CheckOptions() const {
+  if (!options_.loss) return absl::InvalidArgumentError("TrainerOptions::loss is not set");
+  if (absl::Status s = CheckLrSchedule(options_.lr_schedule); !s.ok()) return s;
+  if (!(options_.clip_grad_norm >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("clip_grad_norm must be >= 0, not ", options_.clip_grad_norm));
+  }
+  if (options_.autocast && *options_.autocast != torch::kBFloat16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "autocast supports bfloat16 only (float16 needs loss scaling), not ",
+        c10::toString(*options_.autocast)));
+  }
+  if (options_.eval_every < 0 || options_.early_stopping_patience < 0) {
+    return absl::InvalidArgumentError("eval_every and early_stopping_patience must be >= 0");
+  }
+  if ((options_.keep_best || options_.early_stopping_patience > 0) &&
+      options_.monitor.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError("monitor must be a metric name");
+  }
+  return absl::OkStatus();
+}
+
+torch::Tensor Trainer::Forward(const Batch& b) {
+  if (options_.forward) return options_.forward(model_, b);
+  return model_.forward(b.data);
 }
 
 double Trainer::collective_wait_seconds() const {
@@ -73,21 +145,23 @@ absl::StatusOr<StepInfo> Trainer::train_step(const std::vector<Batch>& mbs) {
     auto module = model_.ptr();
     module->train();
     optimizer_->zero_grad();
-    const double f = WarmupFactor(state_.step, options_.warmup_steps);
     auto& groups = optimizer_->param_groups();
-    for (size_t g = 0; g < groups.size(); ++g) groups[g].options().set_lr(base_lr_[g] * f);
+    for (size_t g = 0; g < groups.size(); ++g) groups[g].options().set_lr(GroupLr(g, state_.step));
     int64_t total = 0;
     for (const auto& b : mbs) total += b.size();
-    double loss_sum = 0;
     double wait = 0;
-    int64_t correct = 0;
+    std::vector<double> sums(1 + options_.metrics.size(), 0.0);  // loss, metrics; x samples
     for (size_t i = 0; i < mbs.size(); ++i) {
       const bool last = i + 1 == mbs.size();
       PrepareBackward(last);
-      torch::Tensor x = mbs[i].data.to(device_);
-      torch::Tensor y = mbs[i].target.to(device_);
-      torch::Tensor out = model_.forward(x);
-      torch::Tensor loss = torch::nn::functional::cross_entropy(out, y);
+      Batch b = OnDevice(mbs[i]);
+      torch::Tensor out, loss;
+      {
+        AutocastScope ac(options_.autocast, device_);
+        out = Forward(b);
+        loss = options_.loss(out, b.target);
+      }
+      TORCH_CHECK(loss.numel() == 1, "the loss must be one value, not shape ", loss.sizes());
       if (mbs.size() == 1) {
         loss.backward();  // the common case: no scaling kernel on the hot path
       } else {
@@ -99,8 +173,11 @@ absl::StatusOr<StepInfo> Trainer::train_step(const std::vector<Batch>& mbs) {
       waiting_since_ns_.store(0, std::memory_order_relaxed);
       wait += std::chrono::duration<double>(Clock::now() - w0).count();
       if (!s.ok()) return s;
-      loss_sum += loss.item<double>() * mbs[i].size();
-      correct += out.argmax(1).eq(y).sum().item<int64_t>();
+      const std::vector<double> v = LossAndMetrics(loss, out, b.target, options_.metrics);
+      for (size_t k = 0; k < v.size(); ++k) sums[k] += v[k] * mbs[i].size();
+    }
+    if (options_.clip_grad_norm > 0) {
+      torch::nn::utils::clip_grad_norm_(model_.ptr()->parameters(), options_.clip_grad_norm);
     }
     optimizer_->step();
     ++state_.step;
@@ -108,8 +185,10 @@ absl::StatusOr<StepInfo> Trainer::train_step(const std::vector<Batch>& mbs) {
     info.step = state_.step;
     info.epoch = state_.epoch;
     info.samples = total;
-    info.loss = loss_sum / total;
-    info.accuracy = static_cast<double>(correct) / total;
+    info.loss = sums[0] / total;
+    for (size_t k = 0; k < options_.metrics.size(); ++k) {
+      info.metrics[options_.metrics[k].first] = sums[k + 1] / total;
+    }
     info.lr = lr_at(state_.step - 1);
     info.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     info.wait_seconds = std::min(wait, info.seconds);
@@ -119,24 +198,33 @@ absl::StatusOr<StepInfo> Trainer::train_step(const std::vector<Batch>& mbs) {
   }
 }
 
+Batch Trainer::OnDevice(const Batch& b) const {
+  Batch out{b.data.to(device_), b.target.to(device_), {}};
+  for (const auto& [name, t] : b.inputs) out.inputs[name] = t.to(device_);
+  return out;
+}
+
 absl::StatusOr<std::map<std::string, double>> Trainer::evaluate(DataLoader& loader) {
-  std::vector<double> sums(3, 0.0);
+  const size_t nm = options_.metrics.size();
+  std::vector<double> sums(nm + 2, 0.0);  // loss, metrics (x samples), samples
   try {
+    if (!options_.loss) return absl::InvalidArgumentError("TrainerOptions::loss is not set");
     auto module = model_.ptr();
     module->eval();
     torch::NoGradGuard ng;
     const int64_t nb = loader.num_batches();
     for (int64_t i = 0; i < nb; ++i) {
       if (options_.on_progress) options_.on_progress();
-      Batch b = loader.batch(i);
-      torch::Tensor x = b.data.to(device_), y = b.target.to(device_);
-      torch::Tensor out = model_.forward(x);
-      sums[0] += torch::nn::functional::cross_entropy(
-                     out, y,
-                     torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                     .item<double>();
-      sums[1] += out.argmax(1).eq(y).sum().item<int64_t>();
-      sums[2] += b.size();
+      Batch b = OnDevice(loader.batch(i));
+      torch::Tensor out, loss;
+      {
+        AutocastScope ac(options_.autocast, device_);
+        out = Forward(b);
+        loss = options_.loss(out, b.target);
+      }
+      const std::vector<double> v = LossAndMetrics(loss, out, b.target, options_.metrics);
+      for (size_t k = 0; k < v.size(); ++k) sums[k] += v[k] * b.size();
+      sums[nm + 1] += b.size();
     }
     module->train();
   } catch (const std::exception& e) {
@@ -145,10 +233,10 @@ absl::StatusOr<std::map<std::string, double>> Trainer::evaluate(DataLoader& load
   auto g = AllreduceSum(sums);
   if (!g.ok()) return g.status();
   std::map<std::string, double> m;
-  const double n = std::max(1.0, (*g)[2]);
+  const double n = std::max(1.0, (*g)[nm + 1]);
   m["loss"] = (*g)[0] / n;
-  m["accuracy"] = (*g)[1] / n;
-  m["samples"] = (*g)[2];
+  for (size_t k = 0; k < nm; ++k) m[options_.metrics[k].first] = (*g)[k + 1] / n;
+  m["samples"] = (*g)[nm + 1];
   return m;
 }
 
@@ -231,6 +319,58 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
         info.step + std::max<int64_t>(10, static_cast<int64_t>(std::ceil(take_seconds_ / budget)));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Trainer::AfterEvaluation() {
+  if (!options_.keep_best && options_.early_stopping_patience == 0) return false;
+  const std::string name = options_.monitor.empty() ? "loss" : options_.monitor;
+  auto it = state_.val_metrics.find(name);
+  if (it == state_.val_metrics.end() || name == "samples") {
+    std::string have = "loss";
+    for (const auto& [m, fn] : options_.metrics) absl::StrAppend(&have, ", ", m);
+    return absl::InvalidArgumentError(absl::StrCat("the monitored metric '", name,
+                                                   "' is not a validation metric; there are: ",
+                                                   have));
+  }
+  const bool higher =
+      options_.monitor_higher_is_better.value_or(name.find("accuracy") != std::string::npos);
+  const double v = it->second;
+  const bool improved = std::isfinite(v) && (!best_ || (higher ? v > *best_ : v < *best_));
+  if (improved) {
+    best_ = v;
+    evaluations_since_best_ = 0;
+    if (options_.keep_best && rank() == 0) {
+      const std::string path =
+          absl::StrCat(options_.checkpoint_dir.empty() ? "." : options_.checkpoint_dir,
+                       "/ckpt-best.pt");
+      auto snap = CheckpointSnapshot::Take(*model_.ptr(), *optimizer_, Position(), /*freeze=*/false);
+      absl::StatusOr<CheckpointFileInfo> w =
+          snap.ok() ? (*snap)->WriteTo(path) : absl::StatusOr<CheckpointFileInfo>(snap.status());
+      if (!w.ok()) {
+        std::cerr << "frameworm: best checkpoint (" << name << " " << Fmt(v) << " at step "
+                  << state_.step << ") not written: " << w.status().message() << "\n";
+      } else if (options_.verbose) {
+        std::cout << "{\"event\":\"best_checkpoint\",\"step\":" << state_.step
+                  << ",\"metric\":\"" << name << "\",\"value\":" << Fmt(v) << ",\"path\":\""
+                  << path << "\"}" << std::endl;
+      }
+    }
+  } else {
+    ++evaluations_since_best_;
+  }
+  bool stop = options_.early_stopping_patience > 0 &&
+              evaluations_since_best_ >= options_.early_stopping_patience;
+  if (world_size() > 1) {
+    auto b = BroadcastFromRank0({stop ? 1 : 0});
+    if (!b.ok()) return b.status();
+    stop = (*b)[0] != 0;
+  }
+  if (stop && rank() == 0 && options_.verbose) {
+    std::cout << "{\"event\":\"early_stop\",\"step\":" << state_.step << ",\"metric\":\""
+              << name << "\",\"best\":" << Fmt(best_.value_or(v)) << ",\"evaluations_without_improvement\":"
+              << evaluations_since_best_ << "}" << std::endl;
+  }
+  return stop;
 }
 
 absl::Status Trainer::CheckpointAt(int64_t step) {
@@ -340,6 +480,8 @@ CheckpointPosition Trainer::Position() const {
   p.step = state_.step;
   p.batch_in_epoch = state_.batch_in_epoch;
   p.world_size = world_size();
+  if (best_) p.best = *best_;
+  p.since_best = evaluations_since_best_;
   return p;
 }
 
@@ -352,17 +494,35 @@ absl::Status Trainer::train(DataLoader& train_loader, DataLoader& val_loader) {
 }
 
 absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader) {
+  if (absl::Status s = CheckOptions(); !s.ok()) return s;
   PrepareLoaders(train_loader, val_loader);
   const int accum = std::max(1, options_.gradient_accumulation_steps);
+  {
+    // The steps a cosine or linear schedule spans, unless given.
+    const int64_t per_epoch = (train_loader.num_batches() + accum - 1) / accum;
+    schedule_total_ = options_.lr_schedule.total_steps > 0 ? options_.lr_schedule.total_steps
+                      : options_.max_steps > 0
+                          ? std::min(options_.max_steps, options_.epochs * per_epoch)
+                          : options_.epochs * per_epoch;
+  }
   bool stop = false;
   bool evaluated = false;
   const bool talk = rank() == 0 && options_.verbose;
+  const size_t nm = options_.metrics.size();
+  auto metrics_json = [&](const std::string& prefix, const std::map<std::string, double>& m) {
+    std::string out;
+    for (const auto& [name, fn] : options_.metrics) {
+      auto it = m.find(name);
+      if (it != m.end()) absl::StrAppend(&out, ",\"", prefix, name, "\":", Fmt(it->second));
+    }
+    return out;
+  };
   while (!stop && state_.epoch < options_.epochs) {
     if (options_.max_steps > 0 && state_.step >= options_.max_steps) break;
     const auto t0 = Clock::now();
     train_loader.set_epoch(state_.epoch);
     const int64_t nb = train_loader.num_batches();
-    std::vector<double> sums(3, 0.0);  // loss*n, correct, n
+    std::vector<double> sums(nm + 2, 0.0);  // loss, metrics (x samples), samples
     while (state_.batch_in_epoch < nb) {
       if (options_.max_steps > 0 && state_.step >= options_.max_steps) {
         stop = true;
@@ -379,12 +539,14 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
       evaluated = false;
       state_.batch_in_epoch += k;
       sums[0] += info->loss * info->samples;
-      sums[1] += info->accuracy * info->samples;
-      sums[2] += info->samples;
+      for (size_t m = 0; m < nm; ++m) {
+        sums[m + 1] += info->metrics[options_.metrics[m].first] * info->samples;
+      }
+      sums[nm + 1] += info->samples;
       if (talk && options_.log_every > 0 && state_.step % options_.log_every == 0) {
         std::cout << "{\"event\":\"step\",\"epoch\":" << state_.epoch + 1
                   << ",\"step\":" << state_.step << ",\"loss\":" << Fmt(info->loss)
-                  << ",\"accuracy\":" << Fmt(info->accuracy) << ",\"lr\":" << Fmt(info->lr)
+                  << metrics_json("", info->metrics) << ",\"lr\":" << Fmt(info->lr)
                   << ",\"step_seconds\":" << Fmt(info->seconds) << "}" << std::endl;
       }
       auto st = AfterStep(*info);
@@ -393,13 +555,33 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
         stop = true;
         break;
       }
+      if (options_.eval_every > 0 && state_.step % options_.eval_every == 0 &&
+          state_.batch_in_epoch < nb) {
+        auto v = evaluate(val_loader);
+        if (!v.ok()) return v.status();
+        state_.val_metrics = *v;
+        evaluated = true;
+        if (talk) {
+          std::cout << "{\"event\":\"eval\",\"step\":" << state_.step
+                    << ",\"val_loss\":" << Fmt(state_.val_metrics["loss"])
+                    << metrics_json("val_", state_.val_metrics) << "}" << std::endl;
+        }
+        auto done = AfterEvaluation();
+        if (!done.ok()) return done.status();
+        if (*done) {
+          stop = true;
+          break;
+        }
+      }
     }
     auto g = AllreduceSum(sums);
     if (!g.ok()) return g.status();
-    if ((*g)[2] > 0) {
-      state_.train_metrics["loss"] = (*g)[0] / (*g)[2];
-      state_.train_metrics["accuracy"] = (*g)[1] / (*g)[2];
-      state_.train_metrics["samples"] = (*g)[2];
+    if ((*g)[nm + 1] > 0) {
+      state_.train_metrics["loss"] = (*g)[0] / (*g)[nm + 1];
+      for (size_t m = 0; m < nm; ++m) {
+        state_.train_metrics[options_.metrics[m].first] = (*g)[m + 1] / (*g)[nm + 1];
+      }
+      state_.train_metrics["samples"] = (*g)[nm + 1];
     }
     const bool epoch_done = state_.batch_in_epoch >= nb;
     if (!epoch_done) break;
@@ -413,18 +595,23 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
       std::cout << "{\"event\":\"epoch\",\"epoch\":" << state_.epoch
                 << ",\"steps\":" << state_.step
                 << ",\"train_loss\":" << Fmt(state_.train_metrics["loss"])
-                << ",\"train_accuracy\":" << Fmt(state_.train_metrics["accuracy"])
+                << metrics_json("train_", state_.train_metrics)
                 << ",\"val_loss\":" << Fmt(state_.val_metrics["loss"])
-                << ",\"val_accuracy\":" << Fmt(state_.val_metrics["accuracy"])
+                << metrics_json("val_", state_.val_metrics)
                 << ",\"seconds\":"
                 << Fmt(std::chrono::duration<double>(Clock::now() - t0).count())
                 << "}" << std::endl;
     }
+    auto done = AfterEvaluation();
+    if (!done.ok()) return done.status();
+    if (*done) stop = true;
   }
   if (!evaluated) {
     auto v = evaluate(val_loader);
     if (!v.ok()) return v.status();
     state_.val_metrics = *v;
+    auto done = AfterEvaluation();
+    if (!done.ok()) return done.status();
   }
   // With periodic checkpoints on, the finished model is always kept too.
   const bool final_checkpoint = options_.checkpoint_every > 0 && state_.step > 0 &&
@@ -549,6 +736,13 @@ absl::Status Trainer::load_checkpoint(const std::string& path) {
       if (w > 0 && w != world_size()) {
         state_.batch_in_epoch = state_.batch_in_epoch * w / world_size();
       }
+    }
+    // The monitored metric's best so far (absent from older checkpoints).
+    torch::Tensor best, since_best;
+    if (ar.try_read("state/best", best) && ar.try_read("state/since_best", since_best)) {
+      const double b = best.to(torch::kCPU).item<double>();
+      best_ = std::isnan(b) ? std::nullopt : std::optional<double>(b);
+      evaluations_since_best_ = since_best.to(torch::kCPU).item<int64_t>();
     }
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> l(gen.mutex());

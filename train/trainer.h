@@ -11,9 +11,11 @@
 //   (*t)->save_checkpoint_async("ckpt.pt", 7);   // rank 0 copies, writes later
 //   frameworm::cleanup_distributed();
 //
-// The loss is cross-entropy over class logits. One "step" is one optimizer
-// step (gradient_accumulation_steps micro-batches). Metrics: train_metrics
-// holds the last epoch's sample-weighted mean "loss" and "accuracy",
+// The loss and the metrics are TrainerOptions::loss and ::metrics
+// (train/objective.h; default cross-entropy over class logits and
+// "accuracy"). One "step" is one optimizer step
+// (gradient_accumulation_steps micro-batches). Metrics: train_metrics holds
+// the last epoch's sample-weighted mean "loss" and each metric by name,
 // val_metrics the last evaluation's; in a DistributedTrainer both are
 // averaged across ranks weighted by sample count, so they are global on
 // every rank.
@@ -31,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +47,8 @@
 #include "train/checkpoint_snapshot.h"
 #include "train/data.h"
 #include "train/launch.h"
+#include "train/lr_schedule.h"
+#include "train/objective.h"
 #include "train/process_group.h"
 #include "train/reducer.h"
 
@@ -85,7 +90,8 @@ struct StepInfo {
   int64_t epoch = 0;
   int64_t samples = 0;  // this rank's samples in the step
   double loss = 0;      // this rank's mean loss
-  double accuracy = 0;  // this rank's accuracy
+  // This rank's mean of each of TrainerOptions::metrics, by name.
+  std::map<std::string, double> metrics;
   double seconds = 0;   // wall time of the step (train_step)
   double lr = 0;
   // Of `seconds`, the time blocked waiting for the gradient collectives
@@ -105,6 +111,40 @@ struct TrainerOptions {
   int64_t max_steps = 0;  // 0: no limit
   int gradient_accumulation_steps = 1;
   int64_t warmup_steps = 0;  // linear warmup from lr/warmup to lr
+  // After warmup (train/lr_schedule.h): constant, step, cosine or linear.
+  LrSchedule lr_schedule;
+  // What is minimized and what is reported (train/objective.h).
+  LossFn loss = CrossEntropyLoss();
+  std::vector<NamedMetric> metrics = ClassifierMetrics();
+  // Runs the model on one batch; null: model.forward(batch.data). For a
+  // model whose forward takes several inputs (batch.inputs holds the
+  // dataset's other tensors by name).
+  std::function<torch::Tensor(Model&, const Batch&)> forward;
+  // Clip the gradients to this total L2 norm (as torch.nn.utils.
+  // clip_grad_norm_) after they are averaged across ranks, before the
+  // optimizer step; 0: no clipping.
+  double clip_grad_norm = 0;
+  // Mixed precision: the forward pass and the loss run under
+  // torch::autocast with this dtype on the trainer's device (CUDA; on the
+  // CPU, CPU autocast). Only torch::kBFloat16 (float16 would need loss
+  // scaling): train() refuses any other with INVALID_ARGUMENT.
+  std::optional<torch::ScalarType> autocast;
+  // Evaluate on the validation loader every N steps besides each epoch's
+  // end (0: at epoch ends only).
+  int64_t eval_every = 0;
+  // The validation metric that early stopping and the best checkpoint
+  // watch ("loss" or a metric's name; empty: "loss"), and whether higher
+  // is better (unset: only for names containing "accuracy").
+  std::string monitor;
+  std::optional<bool> monitor_higher_is_better;
+  // Stop once the monitored metric has not improved for this many
+  // evaluations in a row (0: never). Rank 0's decision is broadcast.
+  int64_t early_stopping_patience = 0;
+  // After each evaluation that improves the monitored metric, rank 0
+  // writes <checkpoint_dir>/ckpt-best.pt (synchronously; a failed write is
+  // a line on stderr, never the end of training). Retention and
+  // resume-from-latest never touch it.
+  bool keep_best = false;
   int64_t log_every = 0;     // rank 0 prints a step line every N steps
   bool verbose = true;       // rank 0 prints per-epoch lines
   std::string checkpoint_dir;    // <dir>/ckpt-<step>.pt
@@ -218,8 +258,11 @@ class Trainer {
   double collective_wait_seconds() const;
   virtual int rank() const { return 0; }
   virtual int world_size() const { return 1; }
-  // Learning rate at step s (0-based) after scaling and warmup.
+  // Learning rate of parameter group 0 at step s (0-based) after scaling,
+  // warmup and the schedule.
   double lr_at(int64_t step) const;
+  // Best value of the monitored metric so far (nullopt before an evaluation).
+  std::optional<double> best_metric() const { return best_; }
 
  protected:
   virtual void PrepareBackward(bool /*sync*/) {}
@@ -245,6 +288,13 @@ class Trainer {
 
  private:
   absl::Status TrainImpl(DataLoader& train_loader, DataLoader& val_loader);
+  double GroupLr(size_t group, int64_t step) const;
+  // Runs after each evaluation: best checkpoint, early stopping. Returns
+  // true when training is to stop.
+  absl::StatusOr<bool> AfterEvaluation();
+  absl::Status CheckOptions() const;
+  torch::Tensor Forward(const Batch& b);
+  Batch OnDevice(const Batch& b) const;
   absl::StatusOr<bool> AfterStep(const StepInfo& info);
   // Saves ckpt-<step>.pt (asynchronously unless options_.async_checkpoint
   // is false) and reports it through on_checkpoint.
@@ -282,6 +332,9 @@ class Trainer {
   std::atomic<int64_t> waiting_since_ns_{0};  // steady clock; 0: not waiting
   double mean_step_seconds_ = 0;        // moving average (memory cadence)
   int64_t next_memory_step_ = 0;        // automatic cadence: the next one
+  int64_t schedule_total_ = 0;          // steps the schedule spans (train())
+  std::optional<double> best_;          // the monitored metric's best value
+  int64_t evaluations_since_best_ = 0;
 };
 
 struct DistributedOptions {

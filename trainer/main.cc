@@ -1,5 +1,5 @@
-// frameworm-train: built-in models (mlp, cnn) on Fashion-MNIST or a
-// synthetic dataset, alone, as N local processes (--nprocs, through
+// frameworm-train: built-in models (mlp, cnn) or TorchScript models saved
+// from Python, on Fashion-MNIST, a synthetic dataset or a tensor file, alone, as N local processes (--nprocs, through
 // launch_distributed), as one rank of a torchrun-style run, or as a cluster
 // trainer started by frameworm-worker. The command line (common/flags.h)
 // and the environment (the rank environment, FRAMEWORM_NO_SHM) are read
@@ -7,6 +7,7 @@
 //
 // Exit: 0 success, 2 bad flags (one line on stderr), 1 any other failure
 // (one line on stderr).
+#include <filesystem>
 #include <initializer_list>
 #include <iostream>
 #include <string>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "train/launch.h"
 #include "trainer/run.h"
@@ -31,9 +33,50 @@ const frameworm::TrainConfig& Defaults() {
 
 }  // namespace
 
-ABSL_FLAG(std::string, model, Defaults().model, "cnn or mlp");
+ABSL_FLAG(std::string, model, Defaults().model,
+          "cnn, mlp, or the path of a TorchScript model saved from Python "
+          "(torch.jit.script(model).save(path))");
 ABSL_FLAG(std::string, dataset, Defaults().dataset,
-          "fashion-mnist or synthetic");
+          "fashion-mnist or synthetic (ignored with --data)");
+ABSL_FLAG(std::string, data, Defaults().data,
+          "a tensor file saved from Python: torch.save({'x': inputs, 'y': targets}, path), "
+          "optionally with x_val/y_val; other tensors are further inputs (--inputs)");
+ABSL_FLAG(double, val_fraction, Defaults().val_fraction,
+          "with --data and no x_val/y_val in it: hold out this last fraction for validation");
+ABSL_FLAG(std::string, inputs, "x",
+          "the data file's tensors passed to a TorchScript model's forward, in order "
+          "(comma-separated)");
+ABSL_FLAG(std::string, loss, Defaults().loss,
+          "cross_entropy, nll, mse, l1, smooth_l1 or bce_with_logits");
+ABSL_FLAG(std::string, metrics, Defaults().metrics,
+          "comma-separated: accuracy, binary_accuracy, mse, mae; auto: the loss's usual "
+          "ones (accuracy for cross_entropy/nll, mae for regression losses, binary_accuracy "
+          "for bce_with_logits); none");
+ABSL_FLAG(double, weight_decay, Defaults().weight_decay, "the optimizer's weight decay (>= 0)");
+ABSL_FLAG(double, clip_grad_norm, Defaults().clip_grad_norm,
+          "clip gradients to this total L2 norm after averaging; 0: off");
+ABSL_FLAG(std::string, lr_schedule, Defaults().lr_schedule.kind,
+          "after warmup: constant, step (x --lr-gamma every --lr-step-size steps), cosine "
+          "or linear (to --min-lr over the run's steps)");
+ABSL_FLAG(int64_t, lr_step_size, 0, "the step schedule's period in steps (>= 1)");
+ABSL_FLAG(double, lr_gamma, Defaults().lr_schedule.gamma, "the step schedule's factor");
+ABSL_FLAG(double, min_lr, Defaults().lr_schedule.min_lr,
+          "where the cosine and linear schedules end");
+ABSL_FLAG(std::string, autocast, "off",
+          "off or bf16: forward and loss under torch::autocast in bfloat16 (CUDA; CPU "
+          "autocast on the CPU)");
+ABSL_FLAG(int64_t, eval_every, Defaults().eval_every,
+          "also evaluate every N steps; 0: at epoch ends only");
+ABSL_FLAG(std::string, monitor, Defaults().monitor,
+          "the validation metric early stopping and --keep-best watch (loss or a metric; "
+          "higher is better for names with 'accuracy'); empty: loss");
+ABSL_FLAG(int64_t, early_stopping_patience, Defaults().early_stopping_patience,
+          "stop after this many evaluations without improvement of --monitor; 0: never");
+ABSL_FLAG(bool, keep_best, Defaults().keep_best,
+          "write <checkpoint-dir>/ckpt-best.pt whenever --monitor improves");
+ABSL_FLAG(std::string, export_path, Defaults().export_path,
+          "with a TorchScript --model: where rank 0 writes the trained model at the end; "
+          "empty: <checkpoint-dir>/model.pt");
 ABSL_FLAG(std::string, data_dir, Defaults().data_dir,
           "where the Fashion-MNIST files (*-ubyte.gz) are");
 ABSL_FLAG(int64_t, epochs, Defaults().epochs, "epochs to train (>= 1)");
@@ -42,7 +85,7 @@ ABSL_FLAG(int64_t, max_steps, Defaults().max_steps,
 ABSL_FLAG(int64_t, batch_size, Defaults().batch_size,
           "samples per batch per process (>= 1)");
 ABSL_FLAG(double, lr, Defaults().lr, "learning rate (> 0)");
-ABSL_FLAG(std::string, optimizer, Defaults().optimizer, "sgd or adam");
+ABSL_FLAG(std::string, optimizer, Defaults().optimizer, "sgd, adam or adamw");
 ABSL_FLAG(double, momentum, Defaults().momentum, "SGD momentum (>= 0)");
 ABSL_FLAG(int64_t, warmup_steps, Defaults().warmup_steps,
           "linear learning-rate warm-up over this many steps");
@@ -136,15 +179,53 @@ std::string OneOf(const absl::Flag<std::string>& flag,
 // The checked flags.
 TrainConfig ConfigFromFlags() {
   TrainConfig c;
-  c.model = OneOf(FLAGS_model, {"cnn", "mlp"});
+  c.model = absl::GetFlag(FLAGS_model);
+  if (c.model != "cnn" && c.model != "mlp") {
+    std::error_code ec;
+    if (c.model.empty() || !std::filesystem::is_regular_file(c.model, ec)) {
+      FlagErrorExit(Config(), absl::StrCat("--model must be cnn, mlp or the path of a "
+                                           "TorchScript model file, got \"", c.model,
+                                           "\" (no such file)"));
+    }
+  }
   c.dataset = OneOf(FLAGS_dataset, {"fashion-mnist", "synthetic"});
+  c.data = absl::GetFlag(FLAGS_data);
+  if (!c.data.empty()) c.dataset = "file";
+  c.val_fraction = absl::GetFlag(FLAGS_val_fraction);
+  if (!(c.val_fraction > 0 && c.val_fraction < 1)) {
+    FlagErrorExit(Config(), "--val-fraction must be a number between 0 and 1 (exclusive)");
+  }
+  c.inputs = absl::StrSplit(absl::GetFlag(FLAGS_inputs), ',');
+  for (const std::string& in : c.inputs) {
+    if (in.empty()) FlagErrorExit(Config(), "--inputs must be comma-separated tensor names");
+  }
+  c.loss = OneOf(FLAGS_loss, {"cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce_with_logits"});
+  c.metrics = absl::GetFlag(FLAGS_metrics);
+  c.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  if (!(c.weight_decay >= 0)) FlagErrorExit(Config(), "--weight-decay must be a number >= 0");
+  c.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
+  if (!(c.clip_grad_norm >= 0)) FlagErrorExit(Config(), "--clip-grad-norm must be a number >= 0");
+  c.lr_schedule.kind = OneOf(FLAGS_lr_schedule, {"constant", "step", "cosine", "linear"});
+  c.lr_schedule.step_size = absl::GetFlag(FLAGS_lr_step_size);
+  c.lr_schedule.gamma = absl::GetFlag(FLAGS_lr_gamma);
+  c.lr_schedule.min_lr = absl::GetFlag(FLAGS_min_lr);
+  if (absl::Status s = CheckLrSchedule(c.lr_schedule); !s.ok()) {
+    FlagErrorExit(Config(), absl::StrCat("--lr-schedule: ", s.message(),
+                                         c.lr_schedule.kind == "step" ? " (--lr-step-size)" : ""));
+  }
+  c.autocast_bf16 = OneOf(FLAGS_autocast, {"off", "bf16"}) == "bf16";
+  c.eval_every = AtLeast(FLAGS_eval_every, 0);
+  c.monitor = absl::GetFlag(FLAGS_monitor);
+  c.early_stopping_patience = AtLeast(FLAGS_early_stopping_patience, 0);
+  c.keep_best = absl::GetFlag(FLAGS_keep_best);
+  c.export_path = absl::GetFlag(FLAGS_export_path);
   c.data_dir = absl::GetFlag(FLAGS_data_dir);
   c.epochs = AtLeast(FLAGS_epochs, 1);
   c.max_steps = AtLeast(FLAGS_max_steps, 0);
   c.batch_size = AtLeast(FLAGS_batch_size, 1);
   c.lr = absl::GetFlag(FLAGS_lr);
   if (!(c.lr > 0)) FlagErrorExit(Config(), "--lr must be > 0");
-  c.optimizer = OneOf(FLAGS_optimizer, {"sgd", "adam"});
+  c.optimizer = OneOf(FLAGS_optimizer, {"sgd", "adam", "adamw"});
   c.momentum = absl::GetFlag(FLAGS_momentum);
   if (!(c.momentum >= 0)) FlagErrorExit(Config(), "--momentum must be a number >= 0");
   c.warmup_steps = AtLeast(FLAGS_warmup_steps, 0);

@@ -10,52 +10,14 @@
 #include <gtest/gtest.h>
 
 #include "train/launch.h"
-#include "train/test_util.h"
+#include "trainer/train_process.h"
 
 namespace frameworm {
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-  std::string last_line() const {
-    std::string s = out;
-    while (!s.empty() && s.back() == '\n') s.pop_back();
-    auto nl = s.rfind('\n');
-    return nl == std::string::npos ? s : s.substr(nl + 1);
-  }
-};
-
-std::string Bin() {
-  const char* d = std::getenv("FRAMEWORM_BIN_DIR");
-  return std::string(d ? d : ".") + "/frameworm-train";
-}
-
-Result RunTrain(const std::string& args, const std::string& env = "") {
-  static int n = 0;
-  const std::string err = testutil::MakeTempDir("fwtrain-err") + "/stderr";
-  Result r;
-  std::string cmd = env + " " + Bin() + " " + args + " 2>" + err;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, k);
-  int st = ::pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  std::ifstream f(err);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  r.err = ss.str();
-  testutil::RemoveTree(err.substr(0, err.rfind('/')));
-  ++n;
-  return r;
-}
-
-double Field(const std::string& json, const std::string& key) {
-  auto p = json.find("\"" + key + "\":");
-  if (p == std::string::npos) return -1;
-  return std::atof(json.c_str() + p + key.size() + 3);
-}
+using testutil::Field;
+using testutil::Result;
+using testutil::RunTrain;
 
 TEST(FramewormTrainTest, HelpListsEveryFlagAndVersionPrintsOne) {
   Result r = RunTrain("--help");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -20,8 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "train/data.h"
-#include "train/models.h"
 #include "train/trainer.h"
+#include "trainer/run_setup.h"
 #include "trainer/liveness_pinger.h"
 #include "trainer/trainer_channel.h"
 
@@ -66,38 +67,33 @@ int Fail(const std::string& what) {
   return 1;
 }
 
-std::string J(double v) { return absl::StrFormat("%.6g", v); }
+// JSON has no NaN or infinity: a diverged value is null.
+std::string J(double v) { return std::isfinite(v) ? absl::StrFormat("%.6g", v) : "null"; }
 
 }  // namespace
 
 int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   torch::set_num_threads(static_cast<int>(f.threads));
   const int rank = env.rank;
-  absl::StatusOr<Dataset> train_set, val_set;
-  if (f.dataset == "fashion-mnist") {
-    train_set = LoadFashionMnist(f.data_dir, "train");
-    if (!train_set.ok()) return Fail(std::string(train_set.status().message()));
-    val_set = LoadFashionMnist(f.data_dir, "test");
-    if (!val_set.ok()) return Fail(std::string(val_set.status().message()));
-  } else {
-    train_set = MakeSyntheticDataset(f.synthetic_size, f.seed);
-    val_set = MakeSyntheticDataset(std::max<int64_t>(64, f.synthetic_size / 4), f.seed + 1);
-  }
-  DataLoader train_loader(*train_set, DataLoaderOptions{f.batch_size, true, f.seed, false});
-  DataLoader val_loader(*val_set, DataLoaderOptions{256, false, f.seed, false});
-
-  torch::manual_seed(f.seed);
-  auto model = MakeModel(f.model);
-  if (!model.ok()) return Fail(std::string(model.status().message()));
-  std::shared_ptr<torch::optim::Optimizer> opt;
-  if (f.optimizer == "adam") {
-    opt = std::make_shared<torch::optim::Adam>((*model)->parameters(), torch::optim::AdamOptions(f.lr));
-  } else {
-    opt = std::make_shared<torch::optim::SGD>((*model)->parameters(),
-                                              torch::optim::SGDOptions(f.lr).momentum(f.momentum));
-  }
+  absl::StatusOr<RunSetup> setup = BuildRunSetup(f);
+  if (!setup.ok()) return Fail(std::string(setup.status().message()));
+  const int64_t train_samples = setup->train.size();
+  DataLoader train_loader(std::move(setup->train), DataLoaderOptions{f.batch_size, true, f.seed, false});
+  DataLoader val_loader(std::move(setup->val), DataLoaderOptions{256, false, f.seed, false});
+  const Model& model = *setup->model;
+  std::shared_ptr<torch::optim::Optimizer> opt = setup->optimizer;
 
   TrainerOptions to;
+  to.loss = setup->loss;
+  to.metrics = setup->metrics;
+  to.forward = setup->forward;
+  to.clip_grad_norm = f.clip_grad_norm;
+  to.lr_schedule = f.lr_schedule;
+  if (f.autocast_bf16) to.autocast = torch::kBFloat16;
+  to.eval_every = f.eval_every;
+  to.monitor = f.monitor;
+  to.early_stopping_patience = f.early_stopping_patience;
+  to.keep_best = f.keep_best;
   to.epochs = f.epochs;
   to.max_steps = f.max_steps;
   to.gradient_accumulation_steps = static_cast<int>(f.grad_accum);
@@ -173,7 +169,8 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
         (train_loader.num_batches() + f.grad_accum - 1) / f.grad_accum;
     r.total_steps = f.epochs * per_epoch;
     if (f.max_steps > 0) r.total_steps = std::min(r.total_steps, f.max_steps);
-    r.values = {{"loss", s.loss}, {"accuracy", s.accuracy}, {"lr", s.lr}};
+    r.values = {{"loss", s.loss}, {"lr", s.lr}};
+    for (const auto& [name, v] : s.metrics) r.values[name] = v;
     std::string sent;
     {
       std::lock_guard<std::mutex> l(warning_mu);
@@ -271,7 +268,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     o.find_unused_parameters = f.find_unused_parameters;
     o.intra_node_shm = f.intra_node_shm;
     o.trainer = to;
-    auto t = DistributedTrainer::Create(*model, opt, o);
+    auto t = DistributedTrainer::Create(model, opt, o);
     if (!t.ok()) return Fail(std::string(t.status().message()));
     world = (*t)->world_size();
     gradient_path =
@@ -289,7 +286,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
       if (!torch::cuda::is_available()) return Fail("--device=cuda but CUDA is not available");
       device = torch::Device(torch::kCUDA, 0);
     }
-    trainer = std::make_unique<Trainer>(*model, opt, device, to);
+    trainer = std::make_unique<Trainer>(model, opt, device, to);
   }
 
   std::string resume = env.resume_from.empty() ? f.resume : env.resume_from;
@@ -368,7 +365,8 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   if (rank == 0) {
     std::cout << "{\"event\":\"start\",\"model\":\"" << f.model << "\",\"dataset\":\"" << f.dataset
               << "\",\"world_size\":" << world << ",\"batch_size\":" << f.batch_size
-              << ",\"train_samples\":" << train_set->size() << ",\"threads\":" << f.threads
+              << ",\"train_samples\":" << train_samples << ",\"loss\":\"" << f.loss
+              << "\",\"threads\":" << f.threads
               << ",\"gradient_allreduce\":\"" << gradient_path << "\"}"
               << std::endl;
   }
@@ -382,19 +380,30 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   pinger.Stop();
   if (!s.ok()) return Fail(std::string(s.message()));
   const TrainerState& st = trainer->state();
+  std::string exported;
+  if (rank == 0 && setup->script) {
+    // The trained model, loadable with torch.jit.load in Python.
+    exported = f.export_path.empty() ? f.checkpoint_dir + "/model.pt" : f.export_path;
+    if (absl::Status e = setup->script->Save(exported); !e.ok()) return Fail(std::string(e.message()));
+  }
   if (rank == 0) {
     const int64_t epochs = st.epoch + (st.batch_in_epoch > 0 ? 1 : 0);
-    auto get = [](const std::map<std::string, double>& m, const char* k) {
-      auto it = m.find(k);
-      return it == m.end() ? 0.0 : it->second;
+    // loss, then each metric, as the trainer computed them (missing ones,
+    // e.g. train metrics before a full epoch, are left out).
+    auto values = [&](const char* prefix, const std::map<std::string, double>& m) {
+      std::string out;
+      auto add = [&](const std::string& k) {
+        if (auto it = m.find(k); it != m.end()) absl::StrAppend(&out, ",\"", prefix, k, "\":", J(it->second));
+      };
+      add("loss");
+      for (const auto& [k, fn] : to.metrics) add(k);
+      return out;
     };
     std::cout << "{\"event\":\"done\",\"epochs\":" << epochs << ",\"steps\":" << st.step
-              << ",\"train_loss\":" << J(get(st.train_metrics, "loss"))
-              << ",\"train_accuracy\":" << J(get(st.train_metrics, "accuracy"))
-              << ",\"val_loss\":" << J(get(st.val_metrics, "loss"))
-              << ",\"val_accuracy\":" << J(get(st.val_metrics, "accuracy"))
+              << values("train_", st.train_metrics) << values("val_", st.val_metrics)
               << ",\"world_size\":" << world << ",\"mean_step_seconds\":"
-              << J(step_time_n > 0 ? step_time_sum / step_time_n : 0.0) << "}" << std::endl;
+              << J(step_time_n > 0 ? step_time_sum / step_time_n : 0.0)
+              << (exported.empty() ? "" : ",\"model\":\"" + exported + "\"") << "}" << std::endl;
   }
   if (distributed) cleanup_distributed();
   return 0;

@@ -1,5 +1,6 @@
-// One frameworm-train process's run: a built-in model (mlp, cnn) on
-// Fashion-MNIST or a synthetic dataset, alone or as one rank of a
+// One frameworm-train process's run: a built-in model (mlp, cnn) or a
+// TorchScript model saved from Python, on Fashion-MNIST, a synthetic
+// dataset or a tensor file saved from Python, alone or as one rank of a
 // distributed run, reporting to the coordinator when it is a cluster
 // trainer (its rank environment names a coordinator). main.cc reads the
 // command line and the environment; everything after is here.
@@ -15,17 +16,38 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/rank_env.h"
+#include "train/lr_schedule.h"
 
 namespace frameworm {
 
 // What to train and how: frameworm-train's flags, checked. These defaults
 // are the flags' defaults (main.cc says what each one means and allows).
 struct TrainConfig {
-  std::string model = "cnn";
-  std::string dataset = "fashion-mnist";
+  std::string model = "cnn";  // cnn, mlp or a TorchScript file's path
+  std::string dataset = "fashion-mnist";  // fashion-mnist, synthetic, file (`data`)
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  // A tensor file (train/tensor_file.h); its validation set, else the
+  // last `val_fraction` of it.
+  std::string data;
+  double val_fraction = 0.1;
+  // The data file's tensors passed to the model's forward, in order.
+  std::vector<std::string> inputs = {"x"};
+  std::string loss = "cross_entropy";
+  std::string metrics = "auto";  // comma-separated; auto: DefaultMetrics(loss)
+  double weight_decay = 0;
+  double clip_grad_norm = 0;
+  LrSchedule lr_schedule;
+  bool autocast_bf16 = false;
+  int64_t eval_every = 0;
+  std::string monitor;  // empty: loss
+  int64_t early_stopping_patience = 0;
+  bool keep_best = false;
+  // Where rank 0 writes the trained TorchScript model (script models
+  // only); empty: <checkpoint_dir>/model.pt.
+  std::string export_path;
   int64_t epochs = 1;
   int64_t max_steps = 0;
   int64_t batch_size = 64;  // per process

@@ -6,11 +6,13 @@ it, read its metrics as rows and its events, cancel it.
     job = c.submit({"name": "mnist", "nodes": 2, "train": {"model": "cnn"}})
     final = c.watch(job, on_update=lambda s: print(s["state"], s.get("step")))
     rows = c.metrics(job)                              # [{"step": 1, "loss": ...}, ...]
+    ck = frameworm.load_checkpoint("ckpt-400.pt")      # {"model": state_dict, "step": ...}
 
 Off loopback the connection is mutual TLS with a certificate directory
 (ca.crt, tls.crt, tls.key; `frameworm-cli admin ca issue --role user`), as
 for frameworm-cli; plaintext there only with insecure=True.
 """
+from frameworm.checkpoint import CheckpointError, load_checkpoint
 from frameworm.client import Client, FramewormError, FINAL_STATES
 
-__all__ = ["Client", "FramewormError", "FINAL_STATES"]
+__all__ = ["Client", "FramewormError", "FINAL_STATES", "CheckpointError", "load_checkpoint"]
