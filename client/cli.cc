@@ -24,6 +24,7 @@ ABSL_FLAG(int, rank, -1,
           "logs: only rank N's output, raw; -1: every rank, each line "
           "prefixed \"[rank N] \"");
 ABSL_FLAG(int64_t, since, 0, "metrics: only the steps after this one");
+ABSL_FLAG(int64_t, step, 0, "download: the checkpoint of this step; 0: the newest");
 ABSL_FLAG(std::string, tls_dir, "",
           "mutual TLS to the coordinator with this directory's ca.crt, tls.crt and tls.key "
           "(made by `admin ca issue`); empty: plaintext");
@@ -87,6 +88,7 @@ void ResetFlags(const CliOptions& options) {
   ResetFlag(FLAGS_follow);
   ResetFlag(FLAGS_rank);
   ResetFlag(FLAGS_since);
+  ResetFlag(FLAGS_step);
   ResetFlag(FLAGS_tls_dir);
   ResetFlag(FLAGS_ca_dir);
   ResetFlag(FLAGS_role);
@@ -109,9 +111,10 @@ absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional) {
   CommandLine out;
   out.flags = {absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_csv),
                absl::GetFlag(FLAGS_follow), absl::GetFlag(FLAGS_rank),
-               absl::GetFlag(FLAGS_since),  absl::GetFlag(FLAGS_ca_dir),
-               absl::GetFlag(FLAGS_role),   absl::GetFlag(FLAGS_name),
-               absl::GetFlag(FLAGS_out),    absl::GetFlag(FLAGS_days)};
+               absl::GetFlag(FLAGS_since),  absl::GetFlag(FLAGS_step),
+               absl::GetFlag(FLAGS_ca_dir), absl::GetFlag(FLAGS_role),
+               absl::GetFlag(FLAGS_name),   absl::GetFlag(FLAGS_out),
+               absl::GetFlag(FLAGS_days)};
   const CommandFlags& f = out.flags;
   if (absl::GetFlag(FLAGS_coordinator).empty())
     return absl::InvalidArgumentError("--coordinator needs HOST:PORT");
@@ -120,6 +123,8 @@ absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional) {
         "--rank needs a rank number >= 0 (or -1: every rank)");
   if (f.since < 0)
     return absl::InvalidArgumentError("--since needs a step number >= 0");
+  if (f.step < 0)
+    return absl::InvalidArgumentError("--step needs a step number >= 1 (0: the newest)");
   if (positional.empty()) return absl::InvalidArgumentError("no command given");
   const std::string& name = positional[0];
   std::vector<std::string> names;
@@ -143,6 +148,8 @@ absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional) {
     return absl::InvalidArgumentError("--csv applies to metrics only");
   if (f.json && f.csv)
     return absl::InvalidArgumentError("--json and --csv exclude each other");
+  if (f.step != 0 && name != "download")
+    return absl::InvalidArgumentError("--step applies to download only");
   if (f.rank >= 0 && name != "logs")
     return absl::InvalidArgumentError("--rank applies to logs only");
   if (f.follow && name != "logs" && name != "events")

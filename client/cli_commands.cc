@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/cli_format.h"
+#include "common/received_file.h"
 #include "jobspec/job_spec.h"
 
 namespace frameworm {
@@ -213,6 +214,45 @@ int Checkpoints(const Invocation& c) {
                       ForJob<v1::ListCheckpointsRequest>(c), FormatCheckpoints);
 }
 
+// The coordinator's copy of a checkpoint, written to FILE (default
+// ./<job>-ckpt-<step>.pt) once whole and its size and checksum match.
+int Download(const Invocation& c) {
+  v1::GetCheckpointRequest request = ForJob<v1::GetCheckpointRequest>(c);
+  request.set_step(c.flags.step);
+  grpc::ClientContext ctx;
+  auto reader = c.stub.GetCheckpoint(&ctx, request);
+  v1::CheckpointData chunk;
+  std::unique_ptr<ReceivedFile> file;
+  std::string path, checksum;
+  int64_t step = 0;
+  while (reader->Read(&chunk)) {
+    if (!file) {
+      step = chunk.step();
+      checksum = chunk.checksum();
+      path = c.args.size() > 1 ? c.args[1] : absl::StrCat(JobId(c), "-ckpt-", step, ".pt");
+      auto created = ReceivedFile::Create(path, chunk.total_bytes());
+      if (!created.ok()) {
+        ctx.TryCancel();
+        (void)reader->Finish();
+        return Fail(c, created.status());
+      }
+      file = std::move(*created);
+    }
+    if (absl::Status s = file->Append(chunk.data()); !s.ok()) {
+      ctx.TryCancel();
+      (void)reader->Finish();
+      return Fail(c, s);
+    }
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) return Fail(c, s);
+  if (!file) return Fail(c, "the coordinator sent no data");
+  if (absl::Status done = file->Commit(checksum); !done.ok()) return Fail(c, done);
+  c.out << "checkpoint of step " << step << " of " << JobId(c) << " written to " << path << " ("
+        << file->received() << " bytes, " << checksum << ")\n";
+  return 0;
+}
+
 int Metrics(const Invocation& c) {
   v1::GetMetricsRequest request = ForJob<v1::GetMetricsRequest>(c);
   request.set_since_step(c.flags.since);
@@ -268,6 +308,8 @@ constexpr Command kCommands[] = {
      "request a checkpoint now"},
     {"checkpoints", Checkpoints, 1, "one job id", "checkpoints ID",
      "the checkpoint catalog of a job"},
+    {"download", Download, 1, "a job id and at most one file", "download ID [FILE] [--step N]",
+     "a copy of a job's checkpoint (the newest; --step N:\nthat one), size and CRC checked", 2},
     {"metrics", Metrics, 1, "one job id", "metrics ID [--json|--csv]",
      "per-step aggregated metrics"},
     {"workers", Workers, 0, "no arguments", "workers", "registered workers"},

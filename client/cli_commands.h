@@ -25,6 +25,7 @@ struct CommandFlags {
   bool follow = false; // logs and events
   int rank = -1;       // logs only; -1: every rank
   int64_t since = 0;   // metrics: steps after this one
+  int64_t step = 0;    // download: the checkpoint's step; 0: the newest
   // admin ca init|issue (client/cli_admin.cc).
   std::string ca_dir, role, name, out_dir;
   int days = 0;  // 0: the default validity

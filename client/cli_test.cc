@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/flags.h"
+#include "common/received_file.h"
 #include "frameworm/v1/job_service.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -225,6 +226,50 @@ class TestJobService final : public v1::JobService::CallbackService {
     };
     return new Writer(req->job_id());
   }
+  // "good": step 7, 3 MiB in 1 MiB chunks with the right checksum; "torn":
+  // the same bytes announced with another checksum; others NOT_FOUND.
+  grpc::ServerWriteReactor<v1::CheckpointData>* GetCheckpoint(
+      grpc::CallbackServerContext*, const v1::GetCheckpointRequest* req) override {
+    class Writer : public grpc::ServerWriteReactor<v1::CheckpointData> {
+     public:
+      explicit Writer(const v1::GetCheckpointRequest& req) {
+        if (req.job_id() != "good" && req.job_id() != "torn") {
+          Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + req.job_id() + "'"));
+          return;
+        }
+        const std::string data = CheckpointBytes();
+        for (size_t at = 0; at < data.size(); at += 1 << 20) {
+          v1::CheckpointData c;
+          c.set_data(data.substr(at, 1 << 20));
+          chunks_.push_back(c);
+        }
+        chunks_[0].set_step(7);
+        chunks_[0].set_total_bytes(static_cast<int64_t>(data.size()));
+        chunks_[0].set_checksum(req.job_id() == "good" ? Crc32Text(UpdateCrc32(0, data))
+                                                       : "crc32:00000000");
+        Next();
+      }
+      void OnWriteDone(bool ok) override {
+        if (!ok) return Finish(grpc::Status::CANCELLED);
+        Next();
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      void Next() {
+        if (i_ == chunks_.size()) return Finish(grpc::Status::OK);
+        StartWrite(&chunks_[i_++]);
+      }
+      std::vector<v1::CheckpointData> chunks_;
+      size_t i_ = 0;
+    };
+    return new Writer(*req);
+  }
+  static std::string CheckpointBytes() {
+    std::string data(3 << 20, '\0');
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 13 + 1);
+    return data;
+  }
   std::vector<v1::JobSpec> submitted() {
     absl::MutexLock l(&mu_);
     return submitted_;
@@ -333,6 +378,32 @@ TEST_F(CliTest, UsageErrorsExit2) {
   EXPECT_EQ(Run({"status", "x", "--csv"}), 2);
   EXPECT_EQ(Run({"--help"}), 0);
   EXPECT_THAT(out_.str(), HasSubstr("usage: frameworm-cli"));
+}
+
+TEST_F(CliTest, DownloadWritesAWholeCheckedFileOrNothing) {
+  const std::string dir = ::testing::TempDir() + "/cli_download_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(Run({"download", "good", dir + "/c.pt"}), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("checkpoint of step 7 of good written to " + dir + "/c.pt"));
+  std::ifstream in(dir + "/c.pt", std::ios::binary);
+  std::stringstream got;
+  got << in.rdbuf();
+  EXPECT_TRUE(got.str() == TestJobService::CheckpointBytes());
+  EXPECT_EQ(Run({"download", "torn", dir + "/t.pt"}), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("download: "));
+  EXPECT_THAT(err_.str(), HasSubstr("crc32:00000000"));
+  EXPECT_EQ(Run({"download", "nope", dir + "/n.pt"}), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("NOT_FOUND: no job 'nope'"));
+  // Nothing but the good file is left (no partial files).
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) left.push_back(e.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{"c.pt"});
+  EXPECT_EQ(Run({"download", "good", "--step", "-2"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--step needs a step number"));
+  EXPECT_EQ(Run({"status", "good", "--step", "3"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--step applies to download only"));
+  EXPECT_EQ(Run({"download", "good", "a", "b"}), 2);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(CliTest, UnreachableCoordinatorIsUnavailable) {

@@ -23,14 +23,9 @@ uint32_t UpdateCrc32(uint32_t crc, const std::string& data) {
       crc32(crc, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
 }
 
-bool FileMatches(const std::string& path, int64_t bytes, const std::string& checksum) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec) || static_cast<int64_t>(fs::file_size(path, ec)) != bytes ||
-      ec) {
-    return false;
-  }
+absl::StatusOr<std::pair<int64_t, std::string>> FileChecksum(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return false;
+  if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
   uint32_t crc = crc32(0L, Z_NULL, 0);
   std::string buf(1 << 20, '\0');
   int64_t total = 0;
@@ -39,9 +34,20 @@ bool FileMatches(const std::string& path, int64_t bytes, const std::string& chec
                                       static_cast<uInt>(n)));
     total += static_cast<int64_t>(n);
   }
-  const bool ok = !std::ferror(f) && total == bytes && Crc32Text(crc) == checksum;
+  const bool failed = std::ferror(f) != 0;
   std::fclose(f);
-  return ok;
+  if (failed) return absl::InternalError(absl::StrCat("reading ", path, " failed"));
+  return std::make_pair(total, Crc32Text(crc));
+}
+
+bool FileMatches(const std::string& path, int64_t bytes, const std::string& checksum) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec) || static_cast<int64_t>(fs::file_size(path, ec)) != bytes ||
+      ec) {
+    return false;
+  }
+  absl::StatusOr<std::pair<int64_t, std::string>> sum = FileChecksum(path);
+  return sum.ok() && sum->first == bytes && sum->second == checksum;
 }
 
 absl::Status CheckJobIdComponent(const std::string& id) {

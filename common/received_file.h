@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,6 +37,9 @@ uint32_t UpdateCrc32(uint32_t crc, const std::string& data);
 // is `checksum` (a copy already in place: a shared filesystem, or this
 // node wrote it). Reads the whole file; false on any error.
 bool FileMatches(const std::string& path, int64_t bytes, const std::string& checksum);
+// The size and CRC-32 text of the file at `path` (reads all of it).
+// Errors: NOT_FOUND (cannot open), INTERNAL (a read failed).
+absl::StatusOr<std::pair<int64_t, std::string>> FileChecksum(const std::string& path);
 
 // OK when `job_id` is safe as one path component: 1-64 characters of
 // [A-Za-z0-9_.-], not "." or "..".

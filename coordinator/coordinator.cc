@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <optional>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -10,6 +11,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/received_file.h"
 #include "absl/synchronization/notification.h"
 #include "common/printable.h"
 #include "common/token.h"
@@ -773,6 +776,41 @@ absl::StatusOr<std::string> Coordinator::CheckpointCopyOf(
                                             " reported no checkpoint at '",
                                             path.substr(0, 200), "'"));
   return copies_.PathOf(ref.job_id(), step);
+}
+
+absl::StatusOr<std::pair<v1::CheckpointRecord, std::string>> Coordinator::CheckpointForUser(
+    const std::string& job_id, int64_t step) const {
+  if (step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step must be >= 0 (0: the newest), got ", step));
+  }
+  std::optional<v1::CheckpointRecord> found;
+  std::vector<int64_t> steps;
+  {
+    absl::MutexLock l(&mu_);
+    absl::StatusOr<const Job*> job = FindLocked(job_id);
+    if (!job.ok()) return job.status();
+    for (const auto& c : checkpoints_.List(job_id)) {
+      if (c.memory()) continue;
+      steps.push_back(c.step());
+      if ((step == 0 && (!found || c.step() > found->step())) || c.step() == step) found = c;
+    }
+  }
+  if (!found) {
+    std::sort(steps.begin(), steps.end());
+    return absl::NotFoundError(
+        steps.empty() ? absl::StrCat("job ", job_id, " has no disk checkpoint")
+                      : absl::StrCat("job ", job_id, " has no checkpoint of step ", step,
+                                     "; it has: ", absl::StrJoin(steps, ", ")));
+  }
+  found->clear_secret();
+  absl::StatusOr<std::string> path = copies_.PathOf(job_id, found->step());
+  if (!path.ok()) return path.status();
+  if (found->checksum().empty()) {  // reported without one: the copy's own
+    absl::StatusOr<std::pair<int64_t, std::string>> sum = FileChecksum(*path);
+    if (!sum.ok()) return sum.status();
+    found->set_checksum(sum->second);
+  }
+  return std::make_pair(*std::move(found), *std::move(path));
 }
 
 // ------------------------------------------------------------------- time

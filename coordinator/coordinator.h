@@ -269,6 +269,12 @@ class Coordinator {
   // no such path or no copy was uploaded; ABORTED for an old generation.
   absl::StatusOr<std::string> CheckpointCopyOf(const v1::JobRef& ref,
                                                const std::string& path) const;
+  // For a user: the record of the job's disk checkpoint of `step` (0: the
+  // newest one) and the path of the coordinator's copy of it. Errors:
+  // NOT_FOUND for an unknown job, no such step (naming the steps there
+  // are) or no copy; INVALID_ARGUMENT for a negative step.
+  absl::StatusOr<std::pair<v1::CheckpointRecord, std::string>> CheckpointForUser(
+      const std::string& job_id, int64_t step) const;
 
   // Time-driven work; call periodically (e.g. every 100 ms). Also runs the
   // store's housekeeping (Store::Maintain) and, every 10 s, the bounded

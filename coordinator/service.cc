@@ -443,6 +443,19 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
       for (auto& c : *list) *resp->add_checkpoints() = std::move(c);
     return Done(ctx, list.status());
   }
+  grpc::ServerWriteReactor<v1::CheckpointData>* GetCheckpoint(
+      grpc::CallbackServerContext* ctx, const v1::GetCheckpointRequest* req) override {
+    using Reactor = grpc::ServerWriteReactor<v1::CheckpointData>;
+    if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
+      return new Refused<Reactor>(s);
+    auto found = impl_->core->CheckpointForUser(req->job_id(), req->step());
+    if (!found.ok()) return new Refused<Reactor>(found.status());
+    v1::CheckpointData head;
+    head.set_step(found->first.step());
+    head.set_checksum(found->first.checksum());
+    return new FileSendReactor<v1::CheckpointData>(found->second, "the checkpoint copy",
+                                                   std::move(head));
+  }
   grpc::ServerUnaryReactor* GetMetrics(grpc::CallbackServerContext* ctx,
                                        const v1::GetMetricsRequest* req,
                                        v1::GetMetricsResponse* resp) override {

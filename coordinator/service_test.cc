@@ -376,6 +376,42 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
   EXPECT_TRUE(got == payload) << got.size() << " bytes";
   EXPECT_EQ(download(1, "/etc/passwd", &got).error_code(), grpc::NOT_FOUND);
   EXPECT_EQ(download(7, path, &got).error_code(), grpc::ABORTED);
+  // A user gets the same bytes through the job API (GetCheckpoint): the
+  // newest, or a step; the first chunk names the step and the checksum.
+  auto user_download = [&](const std::string& job, int64_t step, std::string* out,
+                           v1::CheckpointData* head) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::GetCheckpointRequest req;
+    req.set_job_id(job);
+    req.set_step(step);
+    auto r = jobs_->GetCheckpoint(&ctx, req);
+    v1::CheckpointData ch;
+    out->clear();
+    bool first = true;
+    while (r->Read(&ch)) {
+      if (first) *head = ch;
+      first = false;
+      out->append(ch.data());
+    }
+    return r->Finish();
+  };
+  v1::CheckpointData head;
+  for (int64_t step : {0, 10}) {
+    grpc::Status u = user_download(id, step, &got, &head);
+    ASSERT_TRUE(u.ok()) << u.error_message();
+    EXPECT_TRUE(got == payload) << got.size() << " bytes";
+    EXPECT_EQ(head.step(), 10);
+    EXPECT_EQ(head.total_bytes(), static_cast<int64_t>(payload.size()));
+    EXPECT_EQ(head.checksum(), ok_sum);
+  }
+  grpc::Status u = user_download(id, 11, &got, &head);
+  EXPECT_EQ(u.error_code(), grpc::NOT_FOUND);
+  EXPECT_NE(u.error_message().find("has no checkpoint of step 11; it has: 10"), std::string::npos)
+      << u.error_message();
+  EXPECT_EQ(user_download(id, -1, &got, &head).error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_EQ(user_download("job-none", 0, &got, &head).error_code(), grpc::NOT_FOUND);
+  EXPECT_EQ(user_download("../../etc", 0, &got, &head).error_code(), grpc::NOT_FOUND);
 }
 
 TEST_F(ServiceTest, StaleGenerationIsAbortedAndMetricsAggregate) {

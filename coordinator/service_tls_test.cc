@@ -127,6 +127,17 @@ class ServiceTlsTest : public ::testing::Test {
     reader->Finish();
     return grpc::StatusCode::OK;
   }
+  grpc::StatusCode Download(const std::string& who, const std::string& id) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::GetCheckpointRequest req;
+    req.set_job_id(id);
+    auto reader = v1::JobService::NewStub(As(who))->GetCheckpoint(&ctx, req);
+    v1::CheckpointData chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return reader->Finish().error_code();
+  }
   grpc::StatusCode Logs(const std::string& who, const std::string& id) {
     grpc::ClientContext ctx;
     Deadline(&ctx);
@@ -203,6 +214,8 @@ TEST_F(ServiceTlsTest, UsersSeeAndControlTheirOwnJobsAdminsEveryJob) {
   EXPECT_EQ(Watch("bob", alices), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(Watch("alice", alices), grpc::StatusCode::OK);
   EXPECT_EQ(Logs("bob", alices), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Download("bob", alices), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Download("alice", alices), grpc::StatusCode::NOT_FOUND);  // allowed; none yet
   EXPECT_EQ(Cancel("bob", alices), grpc::StatusCode::PERMISSION_DENIED);
   ASSERT_EQ(Get("alice", alices, &st), grpc::StatusCode::OK);
   EXPECT_EQ(st.state(), v1::PENDING);  // bob's cancel changed nothing

@@ -1,8 +1,9 @@
 // A server-streaming call that sends one file in order, in chunks of at
 // most kMaxChunkBytes (common/received_file.h): the coordinator's
-// DownloadCheckpoint and a worker's FetchCheckpoint. The first chunk
-// carries total_bytes (the file's size when the call started); the
-// receiver checks size and checksum (ReceivedFile).
+// DownloadCheckpoint and GetCheckpoint, a worker's FetchCheckpoint. The
+// first chunk carries total_bytes (the file's size when the call started)
+// and whatever else `head` holds; the receiver checks size and checksum
+// (ReceivedFile).
 //
 // `Chunk` is a message with set_total_bytes(int64) and mutable_data().
 // Errors end the call: INTERNAL "cannot read <what>" when the file cannot be
@@ -26,8 +27,10 @@ namespace frameworm {
 template <typename Chunk>
 class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
  public:
-  // `what` names the file in errors without showing its path.
-  FileSendReactor(const std::string& path, const std::string& what) : what_(what) {
+  // `what` names the file in errors without showing its path; `head`'s
+  // fields other than the data go out with the first chunk.
+  FileSendReactor(const std::string& path, const std::string& what, Chunk head = Chunk())
+      : what_(what), chunk_(std::move(head)) {
     in_.open(path, std::ios::binary);
     std::error_code ec;
     total_ = static_cast<int64_t>(std::filesystem::file_size(path, ec));
@@ -64,7 +67,7 @@ class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
   std::ifstream in_;
   int64_t total_ = 0, sent_ = 0;
   bool first_ = true;
-  Chunk chunk_;
+  Chunk chunk_;  // declared last: initialized after the others
 };
 
 }  // namespace frameworm

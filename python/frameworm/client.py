@@ -2,6 +2,7 @@
 import ipaddress
 import os
 import time
+import zlib
 
 import grpc
 import yaml
@@ -160,6 +161,44 @@ class Client:
         """Cancels the job; returns its status dict."""
         resp = self._call(self._stub.CancelJob, job_service_pb2.CancelJobRequest(job_id=job_id))
         return _as_dict(resp.job)
+
+    def download_checkpoint(self, job_id, path=None, step=0, timeout=600.0):
+        """Writes the coordinator's copy of the job's checkpoint of `step`
+        (0: the newest disk checkpoint) to `path` (default
+        ./<job>-ckpt-<step>.pt) once its size and CRC-32 match; returns the
+        path. Read it with frameworm.load_checkpoint(path)."""
+        call = self._stub.GetCheckpoint(
+            job_service_pb2.GetCheckpointRequest(job_id=job_id, step=step), timeout=timeout)
+        out = tmp = None
+        crc, size, total, checksum = 0, 0, None, ""
+        try:
+            for chunk in call:
+                if out is None:
+                    total, checksum = chunk.total_bytes, chunk.checksum
+                    path = path or f"{job_id}-ckpt-{chunk.step}.pt"
+                    tmp = f"{path}.partial-{os.getpid()}"
+                    out = open(tmp, "xb")
+                crc = zlib.crc32(chunk.data, crc)
+                size += len(chunk.data)
+                if size > total:
+                    raise FramewormError("DATA_LOSS", f"more than the {total} bytes announced")
+                out.write(chunk.data)
+            if out is None:
+                raise FramewormError("DATA_LOSS", "the coordinator sent no data")
+            out.close()
+            if size != total or f"crc32:{crc:08x}" != checksum:
+                raise FramewormError("DATA_LOSS", f"received {size} of {total} bytes, "
+                                     f"crc32:{crc:08x} (expected {checksum})")
+            os.replace(tmp, path)
+            tmp = None
+            return path
+        except grpc.RpcError as e:
+            raise FramewormError(e.code().name, e.details()) from None
+        finally:
+            if out is not None and not out.closed:
+                out.close()
+            if tmp is not None and os.path.exists(tmp):
+                os.remove(tmp)
 
     def wait(self, job_id, timeout=600.0, poll=0.5):
         """Polls until the job ends (for callers that prefer no stream)."""

@@ -576,6 +576,48 @@ TEST(ClusterE2E, TorchrunStyleProgramRunsUnchanged) {
   EXPECT_NE(logs.output.find("\"world_size\": 2"), std::string::npos) << logs.output;
 }
 
+// A user's own model: defined and exported in Python (TorchScript and a
+// tensor file), trained as a 2-node job with the built-in trainer, its
+// checkpoint downloaded with frameworm-cli and read back into the Python
+// model, which gives the validation loss the job reported.
+TEST(ClusterE2E, AUsersTorchScriptModelTrainsAsAJobAndItsWeightsComeBack) {
+  const char* src = std::getenv("FRAMEWORM_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  const std::string python = absl::StrCat(src, "/.venv/bin/python");
+  const std::string models = absl::StrCat(src, "/trainer/testdata/pymodels.py");
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string d = (*c)->dir() + "/mine";
+  RunResult exported = RunCommand({python, models, "export", d, "classify"}, {}, absl::Seconds(120));
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  auto id = (*c)->Submit(absl::StrCat("name: own-model\nnodes: 2\nbackend: gloo\ntrain:\n  model: ", d,
+                                      "/model.pt\n  data: ", d,
+                                      "/data.pt\n  epochs: 3\n  batch_size: 32\n  lr: 0.1\n"
+                                      "  clip_grad_norm: 1.0\n  lr_schedule: cosine\n"
+                                      "checkpoint:\n  every_n_steps: 10\n"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto st = (*c)->WaitForFinal(*id, absl::Seconds(120));
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  RunResult logs = (*c)->Cli({"logs", *id, "--rank", "0"});
+  const size_t done = logs.output.rfind("{\"event\":\"done\"");
+  ASSERT_NE(done, std::string::npos) << logs.output;
+  const std::string done_line = logs.output.substr(done, logs.output.find('\n', done) - done);
+  EXPECT_NE(done_line.find("\"val_accuracy\""), std::string::npos) << done_line;
+  const double val_loss = std::atof(done_line.c_str() + done_line.find("\"val_loss\":") + 11);
+  const std::string file = d + "/downloaded.pt";
+  RunResult got = (*c)->Cli({"download", *id, file});
+  ASSERT_EQ(got.exit_code, 0) << got.output;
+  EXPECT_NE(got.output.find("checkpoint of step 27 of " + *id), std::string::npos) << got.output;
+  RunResult back = RunCommand({python, models, "from_checkpoint", file, d + "/data.pt", "classify"},
+                              {}, absl::Seconds(120));
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  const size_t at = back.output.find("\"val_loss\": ");
+  ASSERT_NE(at, std::string::npos) << back.output;
+  EXPECT_NEAR(std::atof(back.output.c_str() + at + 12), val_loss, 1e-5 * std::abs(val_loss))
+      << back.output << " vs " << done_line;
+}
+
 // The Python client, installed with pip from the checkout as a user would,
 // submits a job as a dict over mutual TLS (a user certificate), watches it
 // to the end and reads its metrics and events.
@@ -610,6 +652,15 @@ TEST(ClusterE2E, ThePythonClientSubmitsWatchesAndReadsMetrics) {
   EXPECT_NE(o.find("\"cancel_ended\": \"FAILED_PRECONDITION\""), std::string::npos) << o;
   EXPECT_NE(o.find("\"plaintext_remote\": \"INVALID_ARGUMENT\""), std::string::npos) << o;
   EXPECT_NE(o.find("\"job_finished\""), std::string::npos) << o;
+  // The newest checkpoint (step 30) came back whole and reads as the MLP's
+  // state dict; a step the job never saved is NOT_FOUND and leaves nothing.
+  EXPECT_NE(o.find("\"checkpoint_step\": 30"), std::string::npos) << o;
+  EXPECT_NE(o.find("\"checkpoint_tensors\": [\"1.bias\", \"1.weight\", \"3.bias\""),
+            std::string::npos)
+      << o;
+  EXPECT_NE(o.find("\"missing_step\": \"NOT_FOUND: job job-"), std::string::npos) << o;
+  EXPECT_NE(o.find("has no checkpoint of step 7; it has: 10, 20, 30"), std::string::npos) << o;
+  EXPECT_NE(o.find("\"left_in_dir\": [\"ck.pt\"]"), std::string::npos) << o;
   // The job is the user's: its owner is the certificate's.
   auto st = (*c)->GetJob(o.substr(o.find("job-"), 10));
   ASSERT_TRUE(st.ok()) << st.status();

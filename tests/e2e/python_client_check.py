@@ -5,7 +5,9 @@ test in cluster_test.cc checks it).
 usage: python_client_check.py COORDINATOR TLS_DIR
 """
 import json
+import os
 import sys
+import tempfile
 
 import frameworm
 
@@ -33,6 +35,18 @@ def main():
         out["ranks"] = sorted({r["ranks"] for r in rows})
         out["events"] = [e["kind"] for e in c.events(job)]
         out["listed"] = job in [j["job_id"] for j in c.jobs()]
+        # The newest checkpoint's weights, fetched and read as a state dict.
+        with tempfile.TemporaryDirectory() as d:
+            path = c.download_checkpoint(job, os.path.join(d, "ck.pt"))
+            ck = frameworm.load_checkpoint(path)
+            out["checkpoint_step"] = ck["step"]
+            out["checkpoint_tensors"] = sorted(ck["model"])
+            try:
+                c.download_checkpoint(job, os.path.join(d, "none.pt"), step=7)
+                out["missing_step"] = "downloaded"
+            except frameworm.FramewormError as e:
+                out["missing_step"] = f"{e.code}: {e.message}"
+            out["left_in_dir"] = sorted(os.listdir(d))
         try:
             c.submit({"name": "bad", "nodez": 2})
             out["bad_spec"] = "accepted"
