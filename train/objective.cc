@@ -51,28 +51,32 @@ absl::StatusOr<LossFn> MakeLoss(const std::string& name) {
       return F::nll_loss(out, y);
     });
   }
+  // Elementwise losses over an output and a target of the same shape.
+  auto elementwise = [](const char* loss, torch::Tensor (*fn)(const torch::Tensor&,
+                                                               const torch::Tensor&)) {
+    return LossFn([loss, fn](const torch::Tensor& out, const torch::Tensor& y) {
+      SameShape(loss, out, y);
+      return fn(out, y);
+    });
+  };
   if (name == "mse") {
-    return LossFn([](const torch::Tensor& out, const torch::Tensor& y) {
-      SameShape("mse", out, y);
-      return F::mse_loss(out, y);
+    return elementwise("mse", [](const torch::Tensor& o, const torch::Tensor& y) {
+      return F::mse_loss(o, y);
     });
   }
   if (name == "l1") {
-    return LossFn([](const torch::Tensor& out, const torch::Tensor& y) {
-      SameShape("l1", out, y);
-      return F::l1_loss(out, y);
+    return elementwise("l1", [](const torch::Tensor& o, const torch::Tensor& y) {
+      return F::l1_loss(o, y);
     });
   }
   if (name == "smooth_l1") {
-    return LossFn([](const torch::Tensor& out, const torch::Tensor& y) {
-      SameShape("smooth_l1", out, y);
-      return F::smooth_l1_loss(out, y);
+    return elementwise("smooth_l1", [](const torch::Tensor& o, const torch::Tensor& y) {
+      return F::smooth_l1_loss(o, y);
     });
   }
   if (name == "bce_with_logits") {
-    return LossFn([](const torch::Tensor& out, const torch::Tensor& y) {
-      SameShape("bce_with_logits", out, y);
-      return F::binary_cross_entropy_with_logits(out, y);
+    return elementwise("bce_with_logits", [](const torch::Tensor& o, const torch::Tensor& y) {
+      return F::binary_cross_entropy_with_logits(o, y);
     });
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown loss '", name, "'; known: ",
