@@ -11,6 +11,7 @@
 #define FRAMEWORM_COORDINATOR_JOB_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -58,6 +59,12 @@ struct Job {
   // just before its heartbeat went stale is not picked again.
   std::string implicated;
   absl::Time implicated_at = absl::InfinitePast();
+  // on_straggler: restart_without. The rank being flagged (-1: none), since
+  // when and when last (a gap over 10 s starts anew); workers the job
+  // avoids until a time, when others can take their place.
+  int straggler_rank = -1;
+  absl::Time straggler_since, straggler_seen;
+  std::map<std::string, absl::Time> avoid;
   int64_t submitted_ms = 0, started_ms = 0, finished_ms = 0;
   absl::Duration heartbeat_timeout;
   // Current generation (ranks empty unless RUNNING).

@@ -9,6 +9,16 @@
 
 namespace frameworm::coordinator {
 
+std::vector<std::string> JobScheduler::GrowthWorkers(const Job& job) const {
+  std::vector<std::string> out;
+  const absl::Time now = clock_.Now();
+  for (std::string& w : FreeWorkers(job.spec.nproc_per_node(), job.workers)) {
+    auto it = job.avoid.find(w);
+    if (it == job.avoid.end() || it->second <= now) out.push_back(std::move(w));
+  }
+  return out;
+}
+
 void JobScheduler::PlanGrowth() {
   for (const auto& [id, job_ptr] : jobs_) {
     Job& job = *job_ptr;
@@ -17,15 +27,14 @@ void JobScheduler::PlanGrowth() {
         !job.progress.any_report()) {
       continue;
     }
-    if (FreeWorkers(job.spec.nproc_per_node(), job.workers).empty()) continue;
+    if (GrowthWorkers(job).empty()) continue;
     job.grow_at = job.progress.RequestCheckpoint(options_.checkpoint_lead_steps);
   }
 }
 
 void JobScheduler::MaybeGrow(Job& job, int64_t step) {
   if (job.state != v1::RUNNING || job.grow_at <= 0 || step < job.grow_at) return;
-  std::vector<std::string> extra =
-      FreeWorkers(job.spec.nproc_per_node(), job.workers);
+  std::vector<std::string> extra = GrowthWorkers(job);
   const int room = job.spec.nodes_max() - static_cast<int>(job.workers.size());
   if (extra.empty() || room <= 0) {
     job.grow_at = 0;  // the free workers went elsewhere; planned again later

@@ -249,6 +249,19 @@ std::vector<std::string> JobScheduler::FreeWorkers(
   return free;
 }
 
+std::vector<std::string> JobScheduler::WithoutAvoided(const Job& job,
+                                                      std::vector<std::string> free) const {
+  const absl::Time now = clock_.Now();
+  std::vector<std::string> kept;
+  for (const std::string& w : free) {
+    auto it = job.avoid.find(w);
+    if (it == job.avoid.end() || it->second <= now) kept.push_back(w);
+  }
+  // Avoided only when others can take their place.
+  if (static_cast<int>(kept.size()) >= job.spec.nodes_min()) return kept;
+  return free;
+}
+
 void JobScheduler::Schedule() {
   std::vector<Job*> queue;
   for (const auto& [id, job] : jobs_)
@@ -270,6 +283,7 @@ void JobScheduler::Schedule() {
         w != nullptr && !workers_.HeardLately(*w, job->implicated_at)) {
       std::erase(free, job->implicated);
     }
+    free = WithoutAvoided(*job, std::move(free));
     // Never fits the live cluster: skipped. Waits for busy slots: blocks.
     if (capable < job->spec.nodes_min()) continue;
     waiting = true;
@@ -425,6 +439,32 @@ void JobScheduler::FailGeneration(Job& job, v1::Event cause) {
   if (job.state == v1::FAILED) EmitFinished(job);
 }
 
+bool JobScheduler::ActOnStraggler(Job& job, absl::Time now) {
+  if (job.spec.on_straggler() != "restart_without" || job.straggler_rank < 0) return false;
+  if (now - job.straggler_seen > absl::Seconds(10)) {  // no longer flagged
+    job.straggler_rank = -1;
+    return false;
+  }
+  const absl::Duration grace = job.spec.straggler_grace_s() > 0
+                                   ? absl::Seconds(job.spec.straggler_grace_s())
+                                   : absl::Seconds(60);
+  const int r = job.straggler_rank;
+  if (now - job.straggler_since < grace || r >= static_cast<int>(job.ranks.size())) return false;
+  const std::string worker = job.ranks[r].worker;
+  job.straggler_rank = -1;
+  job.avoid[worker] = now + absl::Minutes(10);
+  v1::Event cause = Cause(
+      "straggler_removed",
+      absl::StrCat("rank ", r, " on worker ", worker, " was a straggler for ",
+                   absl::FormatDuration(absl::Trunc(now - job.straggler_since, absl::Seconds(1))),
+                   " (on_straggler: restart_without): the next generation avoids ", worker,
+                   " where others can take its place"),
+      r);
+  cause.set_worker(worker);
+  FailGeneration(job, std::move(cause));
+  return true;
+}
+
 void JobScheduler::EmitFinished(const Job& job) {
   const std::string state = v1::JobState_Name(job.state);
   v1::Event e = EventLog::Make(
@@ -440,6 +480,15 @@ void JobScheduler::EmitFinished(const Job& job) {
 
 void JobScheduler::NoteStragglers(Job& job, const std::vector<int>& flagged) {
   const absl::Time now = clock_.Now();
+  if (job.spec.on_straggler() == "restart_without" && !flagged.empty()) {
+    const bool same = job.straggler_rank >= 0 && now - job.straggler_seen <= absl::Seconds(10) &&
+                      std::find(flagged.begin(), flagged.end(), job.straggler_rank) != flagged.end();
+    if (!same) {
+      job.straggler_rank = flagged[0];
+      job.straggler_since = now;
+    }
+    job.straggler_seen = now;
+  }
   if (flagged == job.flagged || now - job.flagged_at < absl::Seconds(10)) return;
   job.flagged = flagged;
   job.flagged_at = now;
@@ -650,6 +699,7 @@ void JobScheduler::Supervise() {
       FailGeneration(job, std::move(cause));
       continue;
     }
+    if (ActOnStraggler(job, now)) continue;
     // A growth checkpoint the ranks passed without taking: not retried.
     if (job.grow_at > 0 && job.progress.checkpoint_at() == 0) job.grow_at = -1;
     job.progress.MaybeTimedCheckpoint(

@@ -191,12 +191,21 @@ class JobScheduler {
   // Growth (job_growth.cc): asks growable jobs for their checkpoint;
   // grows `job` once the checkpoint of `step` is recorded.
   void PlanGrowth();
+  // Free workers a growing `job` may take: not its own, not ones it avoids.
+  std::vector<std::string> GrowthWorkers(const Job& job) const;
   void MaybeGrow(Job& job, int64_t step);
   void KillAll(Job& job);
   // Ends the generation for `cause` (an event whose kind and details the
   // caller set; its message is the reason): emitted, kept as the job's
   // last cause; restarts or FAILED.
   void FailGeneration(Job& job, v1::Event cause);
+  // on_straggler: restart_without: ends the generation of a job whose
+  // tracked straggler (NoteStragglers) has been flagged for its grace
+  // period, its worker avoided for 10 minutes. True when it did.
+  bool ActOnStraggler(Job& job, absl::Time now);
+  // `free` without the workers `job` avoids, unless that leaves fewer than
+  // nodes.min (then `free` as it is).
+  std::vector<std::string> WithoutAvoided(const Job& job, std::vector<std::string> free) const;
   // job_finished for a job that just ended.
   void EmitFinished(const Job& job);
   // straggler / stragglers_cleared when `flagged` differs from the job's.

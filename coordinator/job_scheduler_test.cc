@@ -349,6 +349,72 @@ TEST_F(JobSchedulerTest, ARestartAvoidsTheImplicatedWorkerUntilItIsHeardAgain) {
   EXPECT_EQ(Get(id).workers, (std::vector<std::string>{"w0", "w2"}));
 }
 
+// on_straggler: restart_without: rank 1 computes 4x longer than rank 0
+// (rank 0 waits for it); once flagged for the grace period its generation
+// ends and the next one runs on the spare, not on rank 1's worker, nor does
+// the job grow back onto it. A warn-only job keeps its generation.
+TEST_F(JobSchedulerTest, ARankFlaggedForTheGracePeriodIsRestartedWithout) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  v1::JobSpec spec = Spec(2, 2);
+  spec.set_on_straggler("restart_without");
+  spec.set_straggler_grace_s(5);
+  spec.set_max_restarts(1);
+  const std::string id = Submit(spec);
+  ASSERT_EQ(Get(id).workers, (std::vector<std::string>{"w0", "w1"}));
+  AddWorker("w2", 1);
+  int64_t step = 0;
+  // One step every 0.5 s: rank 1 busy 0.4 s, rank 0 busy 0.1 s + 0.3 s waiting.
+  auto steps = [&](const std::string& job, int n) {
+    for (int i = 0; i < n && Get(job).state == v1::RUNNING; ++i) {
+      ++step;
+      for (int r = 0; r < 2; ++r) {
+        v1::StepMetrics m;
+        m.mutable_ref()->set_job_id(job);
+        m.mutable_ref()->set_generation(Get(job).generation);
+        m.mutable_ref()->set_token(Get(job).ranks[r].task.token());
+        m.set_rank(r);
+        m.set_step(step);
+        m.set_samples(8);
+        m.set_step_seconds(0.4);
+        m.set_wait_seconds(r == 0 ? 0.3 : 0);
+        ASSERT_TRUE(jobs_->ReportStep(m).ok());
+      }
+      clock_.Advance(absl::Milliseconds(500));
+      for (const char* w : {"w0", "w1", "w2"}) workers_->Hear(sessions_[w]).IgnoreError();
+      jobs_->Supervise();
+    }
+  };
+  steps(id, 8);  // flagged from step 5 on, for 2 s: not yet
+  ASSERT_EQ(Get(id).generation, 1) << Get(id).reason;
+  ASSERT_EQ(Get(id).state, v1::RUNNING);
+  steps(id, 8);
+  ASSERT_EQ(Get(id).state, v1::RESTARTING) << Get(id).reason;
+  EXPECT_NE(Get(id).reason.find("rank 1 on worker w1 was a straggler for 5s"), std::string::npos)
+      << Get(id).reason;
+  EXPECT_EQ(Get(id).restarts, 1);
+  jobs_->Schedule();
+  ASSERT_EQ(Get(id).state, v1::RUNNING);
+  EXPECT_EQ(Get(id).workers, (std::vector<std::string>{"w0", "w2"}));
+
+  // Without a spare the avoided worker is used: a 2-node job needs two.
+  const std::string other = Submit(spec);  // w1 is the only free one: waits
+  EXPECT_EQ(Get(other).state, v1::PENDING);
+
+  // warn (the default): flagged as long as it lasts, nothing restarts.
+  jobs_->Cancel(id).IgnoreError();
+  jobs_->Cancel(other).IgnoreError();
+  v1::JobSpec warn = Spec(2, 2);
+  warn.set_straggler_grace_s(1);
+  const std::string w = Submit(warn);
+  ASSERT_EQ(Get(w).state, v1::RUNNING);
+  step = 0;
+  steps(w, 20);
+  EXPECT_EQ(Get(w).state, v1::RUNNING) << Get(w).reason;
+  EXPECT_EQ(Get(w).generation, 1);
+  EXPECT_FALSE(Get(w).metrics.Last()->stragglers().empty()) << "rank 1 is flagged all along";
+}
+
 // A built-in trainer that never reports is hung after the start-up
 // timeout; a user's program (which may never call the coordinator) is not.
 TEST_F(JobSchedulerTest, BuiltInTrainersThatNeverReportAreHungAfterStartup) {

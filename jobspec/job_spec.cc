@@ -194,6 +194,17 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
                absl::StrCat("heartbeat_timeout must be >= 0 seconds, got ",
                             s.heartbeat_timeout_s()));
   }
+  if (!s.on_straggler().empty() && s.on_straggler() != "warn" &&
+      s.on_straggler() != "restart_without") {
+    return err("on_straggler", absl::StrCat("on_straggler must be warn or restart_without, got '",
+                                            s.on_straggler().substr(0, 64), "'"));
+  }
+  if (!std::isfinite(s.straggler_grace_s()) || s.straggler_grace_s() < 0 ||
+      s.straggler_grace_s() > 86400) {
+    return err("straggler_grace",
+               absl::StrCat("straggler_grace must be within 0..86400 seconds, got ",
+                            s.straggler_grace_s()));
+  }
   if (s.total_steps() < 0) {
     return err("total_steps",
                absl::StrCat("total_steps must be >= 0, got ", s.total_steps()));
@@ -249,7 +260,7 @@ class Parser {
         "name",           "entrypoint",        "train",    "nodes",
         "nproc_per_node", "backend",           "env",      "secret_env",
         "max_restarts",   "heartbeat_timeout", "priority", "total_steps",
-        "checkpoint"};
+        "checkpoint",     "on_straggler",      "straggler_grace"};
     for (const auto& [key, value] : Fields(root, "", kTop)) {
       Field(key, value);
     }
@@ -466,6 +477,13 @@ class Parser {
       spec_->set_heartbeat_timeout_s(Seconds(v, "heartbeat_timeout"));
     } else if (key == "priority") {
       spec_->set_priority(Int32(v, "priority"));
+    } else if (key == "on_straggler") {
+      if (!v.IsScalar()) {
+        throw ParseError{Line(v), "on_straggler must be warn or restart_without, got " + Kind(v)};
+      }
+      spec_->set_on_straggler(v.Scalar());
+    } else if (key == "straggler_grace") {
+      spec_->set_straggler_grace_s(Seconds(v, "straggler_grace"));
     } else if (key == "total_steps") {
       spec_->set_total_steps(Int(v, "total_steps"));
     } else if (key == "checkpoint") {

@@ -159,6 +159,20 @@ TEST(JobSpec, WrongTypesNamedWithLine) {
               HasSubstr("train.model must be a scalar"));
 }
 
+TEST(JobSpec, StragglerPolicyParsesAndIsChecked) {
+  auto s = ParseJobSpecYaml("name: x\non_straggler: restart_without\nstraggler_grace: 2m\n",
+                            "job.yaml");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->on_straggler(), "restart_without");
+  EXPECT_EQ(s->straggler_grace_s(), 120);
+  EXPECT_EQ(ParseErr("name: x\non_straggler: kill\n").message(),
+            "job.yaml:2: on_straggler must be warn or restart_without, got 'kill'");
+  EXPECT_THAT(ParseErr("name: x\non_straggler: [warn]\n").message(),
+              HasSubstr("on_straggler must be warn or restart_without, got a list"));
+  EXPECT_THAT(ParseErr("name: x\nstraggler_grace: -5\n").message(),
+              HasSubstr("job.yaml:2: straggler_grace must be within 0..86400 seconds, got -5"));
+}
+
 TEST(JobSpec, BadBackendWithSuggestion) {
   EXPECT_EQ(ParseErr("name: x\nbackend: glo\n").message(),
             "job.yaml:2: backend must be one of gloo, nccl, mpi, got 'glo' "

@@ -169,8 +169,13 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
         (train_loader.num_batches() + f.grad_accum - 1) / f.grad_accum;
     r.total_steps = f.epochs * per_epoch;
     if (f.max_steps > 0) r.total_steps = std::min(r.total_steps, f.max_steps);
-    r.values = {{"loss", s.loss}, {"lr", s.lr}};
-    for (const auto& [name, v] : s.metrics) r.values[name] = v;
+    // The coordinator takes finite values only (a diverged loss is left
+    // out; the step still counts as progress).
+    r.values = {{"lr", s.lr}};
+    if (std::isfinite(s.loss)) r.values["loss"] = s.loss;
+    for (const auto& [name, v] : s.metrics) {
+      if (std::isfinite(v)) r.values[name] = v;
+    }
     std::string sent;
     {
       std::lock_guard<std::mutex> l(warning_mu);

@@ -26,8 +26,8 @@ std::vector<v1::AggregatedStep> Steps(Cluster& c, const std::string& id) {
 // A 2-rank CNN job (Gloo, long enough to outlast the test) that has
 // trained `warm` steps; the test fails when it cannot get there.
 std::string StartCnn(Cluster& c, const std::string& name, double heartbeat_timeout,
-                     int64_t warm) {
-  auto id = c.Submit(absl::StrCat("name: ", name, R"(
+                     int64_t warm, const std::string& extra = "") {
+  auto id = c.Submit(absl::StrCat("name: ", name, "\n", extra, R"(
 nodes: 2
 nproc_per_node: 1
 backend: gloo
@@ -126,6 +126,50 @@ TEST(DiagnosisE2E, AStoppedRankIsNamedAsTheCulpritOfTheHang) {
   EXPECT_NE(events.output.find("\"kind\":\"hang_detected\""), std::string::npos) << events.output;
   EXPECT_NE(events.output.find("\"rank\":1"), std::string::npos) << events.output;
   RunResult cancel = (*c)->Cli({"cancel", *id});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
+}
+
+// Acting on it: with on_straggler: restart_without, a rank flagged for the
+// grace period (here 4 s) ends its generation, and the next one runs on
+// the spare worker instead of the slowed rank's.
+TEST(DiagnosisE2E, AStragglerIsRestartedWithoutWhenTheJobAsksForIt) {
+  ClusterOptions o;
+  o.workers = 3;
+  auto c = Cluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string job = StartCnn(**c, "without", 30, 30,
+                                   "on_straggler: restart_without\nstraggler_grace: 4s\n");
+  ASSERT_FALSE(job.empty());
+  auto before = (*c)->GetJob(job);
+  ASSERT_TRUE(before.ok() && before->workers_size() == 2) << before.status();
+  const std::string slowed_worker = before->workers(1);
+  const pid_t slow = TrainerOfRank(job, 1);
+  ASSERT_GT(slow, 0);
+  // Slowed until the generation ends (bounded: 40 s of 40 ms cycles).
+  for (int i = 0; i < 500; ++i) {
+    if (kill(slow, SIGSTOP) != 0) break;
+    usleep(40000);
+    kill(slow, SIGCONT);
+    usleep(40000);
+    if (i % 25 == 0) {
+      auto st = (*c)->GetJob(job);
+      if (st.ok() && st->generation() >= 2) break;
+    }
+  }
+  kill(slow, SIGCONT);
+  auto after = (*c)->WaitFor(job, [](const v1::JobStatus& s) {
+    return (s.generation() >= 2 && s.state() == v1::RUNNING) || IsFinal(s.state());
+  }, absl::Seconds(60));
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->generation(), 2) << after->ShortDebugString();
+  EXPECT_NE(after->last_cause().find("rank 1 on worker " + slowed_worker + " was a straggler"),
+            std::string::npos)
+      << after->last_cause();
+  for (const auto& w : after->workers()) EXPECT_NE(w, slowed_worker) << after->ShortDebugString();
+  RunResult events = (*c)->Cli({"events", job, "--json"});
+  EXPECT_NE(events.output.find("\"kind\":\"straggler_removed\""), std::string::npos)
+      << events.output;
+  RunResult cancel = (*c)->Cli({"cancel", job});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
 }
 
