@@ -22,7 +22,7 @@ ABSL_FLAG(bool, csv, false, "metrics: print CSV");
 ABSL_FLAG(bool, follow, false, "logs: keep printing while the job runs");
 ABSL_FLAG(int, rank, -1,
           "logs: only rank N's output, raw; -1: every rank, each line "
-          "prefixed \"[rank N] \"");
+          "prefixed \"[rank N] \"; debug: only rank N's stacks");
 ABSL_FLAG(int64_t, since, 0, "metrics: only the steps after this one");
 ABSL_FLAG(int64_t, step, 0, "download: the checkpoint of this step; 0: the newest");
 ABSL_FLAG(std::string, tls_dir, "",
@@ -150,8 +150,8 @@ absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional) {
     return absl::InvalidArgumentError("--json and --csv exclude each other");
   if (f.step != 0 && name != "download")
     return absl::InvalidArgumentError("--step applies to download only");
-  if (f.rank >= 0 && name != "logs")
-    return absl::InvalidArgumentError("--rank applies to logs only");
+  if (f.rank >= 0 && name != "logs" && name != "debug")
+    return absl::InvalidArgumentError("--rank applies to logs and debug only");
   if (f.follow && name != "logs" && name != "events")
     return absl::InvalidArgumentError("-f applies to logs and events only");
   const bool admin = name == "admin";

@@ -253,6 +253,52 @@ int Download(const Invocation& c) {
   return 0;
 }
 
+// Asks for the stacks of a rank (--rank N) or every rank, then prints each
+// rank's block from its log once the worker has put it there (up to 20 s).
+int Debug(const Invocation& c) {
+  v1::DebugJobRequest request = ForJob<v1::DebugJobRequest>(c);
+  request.set_rank(c.flags.rank);
+  v1::DebugJobResponse asked;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + c.options.call_timeout));
+    grpc::Status s = c.stub.DebugJob(&ctx, request, &asked);
+    if (!s.ok()) return Fail(c, s);
+  }
+  const std::string end = "=== frameworm: end of stacks ===\n";
+  std::map<int, std::string> found;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (found.size() < static_cast<size_t>(asked.ranks_size()) && absl::Now() < deadline) {
+    for (int r : asked.ranks()) {
+      if (found.count(r)) continue;
+      v1::GetLogsRequest logs = ForJob<v1::GetLogsRequest>(c);
+      logs.set_rank(r);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + c.options.call_timeout));
+      auto reader = c.stub.GetLogs(&ctx, logs);
+      v1::LogChunk chunk;
+      std::string text;
+      while (reader->Read(&chunk)) text += chunk.data();
+      (void)reader->Finish();
+      const std::string head = absl::StrCat(" generation ", asked.generation(), " rank ", r, " (",
+                                            asked.marker(), ")");
+      const size_t at = text.find(head);
+      const size_t start = at == std::string::npos ? at : text.rfind("=== frameworm: stacks", at);
+      const size_t stop = start == std::string::npos ? start : text.find(end, at);
+      if (stop != std::string::npos) found[r] = text.substr(start, stop + end.size() - start);
+    }
+    if (found.size() < static_cast<size_t>(asked.ranks_size())) absl::SleepFor(absl::Milliseconds(500));
+  }
+  for (const auto& [r, block] : found) c.out << block;
+  for (int r : asked.ranks()) {
+    if (!found.count(r)) {
+      return Fail(c, absl::StrCat("no stacks from rank ", r, " within 20s (its worker may be "
+                                  "unreachable; they go to its log when they come)"));
+    }
+  }
+  return 0;
+}
+
 int Metrics(const Invocation& c) {
   v1::GetMetricsRequest request = ForJob<v1::GetMetricsRequest>(c);
   request.set_since_step(c.flags.since);
@@ -308,6 +354,8 @@ constexpr Command kCommands[] = {
      "request a checkpoint now"},
     {"checkpoints", Checkpoints, 1, "one job id", "checkpoints ID",
      "the checkpoint catalog of a job"},
+    {"debug", Debug, 1, "one job id", "debug ID [--rank N]",
+     "stack traces of every thread of a running rank\n(or of every rank), also kept in its log"},
     {"download", Download, 1, "a job id and at most one file", "download ID [FILE] [--step N]",
      "a copy of a job's checkpoint (the newest; --step N:\nthat one), size and CRC checked", 2},
     {"metrics", Metrics, 1, "one job id", "metrics ID [--json|--csv]",

@@ -435,7 +435,7 @@ TEST_F(CliTest, BadFlagIsOneLineAndExit2) {
   EXPECT_EQ(Run({"status", "x", "-f"}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("-f applies to logs and events only"));
   EXPECT_EQ(Run({"events", "x", "--rank=1"}), 2);
-  EXPECT_THAT(err_.str(), HasSubstr("--rank applies to logs only"));
+  EXPECT_THAT(err_.str(), HasSubstr("--rank applies to logs and debug only"));
   EXPECT_EQ(Run({"events", "x", "y"}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("events takes at most one job id, got 2"));
   EXPECT_TRUE(out_.str().empty());

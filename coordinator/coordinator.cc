@@ -356,6 +356,21 @@ absl::StatusOr<v1::JobStatus> Coordinator::CancelJob(
   return out;
 }
 
+absl::StatusOr<Coordinator::DebugAsked> Coordinator::DebugJob(const std::string& job_id,
+                                                              int rank) {
+  DebugAsked out;
+  {
+    absl::MutexLock l(&mu_);
+    out.marker = absl::StrCat("frameworm-cli debug #", ++debug_requests_);
+    absl::StatusOr<std::vector<int>> asked = jobs_.DebugJob(job_id, rank, out.marker);
+    if (!asked.ok()) return asked.status();
+    out.ranks = *std::move(asked);
+    if (const Job* job = jobs_.Find(job_id)) out.generation = job->generation;
+  }
+  Flush();
+  return out;
+}
+
 absl::StatusOr<int64_t> Coordinator::RequestCheckpoint(
     const std::string& job_id) {
   absl::MutexLock l(&mu_);

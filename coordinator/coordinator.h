@@ -188,6 +188,14 @@ class Coordinator {
   // The step every rank will checkpoint after. FAILED_PRECONDITION unless
   // the job is RUNNING.
   absl::StatusOr<int64_t> RequestCheckpoint(const std::string& job_id);
+  // JobScheduler::DebugJob, the commands sent at once: the ranks asked,
+  // their generation, and the marker their blocks' headers carry.
+  struct DebugAsked {
+    std::vector<int> ranks;
+    int64_t generation = 0;
+    std::string marker;
+  };
+  absl::StatusOr<DebugAsked> DebugJob(const std::string& job_id, int rank);
   absl::StatusOr<std::vector<v1::CheckpointRecord>> ListCheckpoints(
       const std::string& job_id) const;
   // Aggregated steps with step > since_step (older ones are read from the
@@ -329,6 +337,7 @@ class Coordinator {
   const absl::Duration retain_finished_;
   const int64_t min_free_state_bytes_;
   const absl::Duration stall_after_;
+  int64_t debug_requests_ ABSL_GUARDED_BY(mu_) = 0;  // DebugJob markers
   const size_t metric_history_;
   const absl::Duration heartbeat_interval_;
   const absl::Duration worker_timeout_;  // default heartbeat timeout

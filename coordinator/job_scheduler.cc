@@ -395,6 +395,31 @@ bool JobScheduler::StartGeneration(Job& job,
 
 // ------------------------------------------------------ ending generations
 
+absl::StatusOr<std::vector<int>> JobScheduler::DebugJob(const std::string& job_id, int rank,
+                                                        const std::string& marker) {
+  Job* job = FindMutable(job_id);
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id.substr(0, 64), "'"));
+  if (job->state != v1::RUNNING) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is ", v1::JobState_Name(job->state), ": only a running job has stacks"));
+  }
+  const int world = static_cast<int>(job->ranks.size());
+  if (rank < -1 || rank >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank must be -1 (every rank) or 0..", world - 1, ", got ", rank));
+  }
+  v1::JobRef ref;
+  ref.set_job_id(job->id);
+  ref.set_generation(job->generation);
+  std::vector<int> asked;
+  for (int r = 0; r < world; ++r) {
+    if (rank >= 0 && r != rank) continue;
+    workers_.SendDumpStacks(job->ranks[r].worker, ref, r, marker);
+    asked.push_back(r);
+  }
+  return asked;
+}
+
 void JobScheduler::KillAll(Job& job) {
   v1::JobRef ref;
   ref.set_job_id(job.id);
@@ -695,6 +720,12 @@ void JobScheduler::Supervise() {
       v1::Event cause = Cause("hang_detected", *hung, hung_rank);
       if (hung_rank >= 0 && hung_rank < static_cast<int>(job.ranks.size())) {
         cause.set_worker(job.ranks[hung_rank].worker);
+        // Its stacks, into its log, before the kill that follows.
+        v1::JobRef ref;
+        ref.set_job_id(job.id);
+        ref.set_generation(job.generation);
+        workers_.SendDumpStacks(job.ranks[hung_rank].worker, ref, hung_rank,
+                                absl::StrCat("hang detected: ", *hung));
       }
       FailGeneration(job, std::move(cause));
       continue;

@@ -110,6 +110,12 @@ class JobScheduler {
   absl::StatusOr<std::string> Submit(v1::JobSpec spec);
   // Kills every rank; FAILED_PRECONDITION when the job already ended.
   absl::StatusOr<const Job*> Cancel(const std::string& job_id);
+  // Asks the workers of a RUNNING job for the stacks of `rank` (-1: every
+  // rank), appended to those ranks' logs under a header naming `marker`.
+  // Returns the ranks asked. Errors: NOT_FOUND, FAILED_PRECONDITION (not
+  // running), INVALID_ARGUMENT (rank).
+  absl::StatusOr<std::vector<int>> DebugJob(const std::string& job_id, int rank,
+                                            const std::string& marker);
   // The step every rank will checkpoint after; FAILED_PRECONDITION unless
   // RUNNING.
   absl::StatusOr<int64_t> RequestCheckpoint(const std::string& job_id);

@@ -443,6 +443,19 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
       for (auto& c : *list) *resp->add_checkpoints() = std::move(c);
     return Done(ctx, list.status());
   }
+  grpc::ServerUnaryReactor* DebugJob(grpc::CallbackServerContext* ctx,
+                                     const v1::DebugJobRequest* req,
+                                     v1::DebugJobResponse* resp) override {
+    if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
+      return Done(ctx, s);
+    auto r = impl_->core->DebugJob(req->job_id(), req->rank());
+    if (r.ok()) {
+      for (int rank : r->ranks) resp->add_ranks(rank);
+      resp->set_generation(r->generation);
+      resp->set_marker(r->marker);
+    }
+    return Done(ctx, r.status());
+  }
   grpc::ServerWriteReactor<v1::CheckpointData>* GetCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::GetCheckpointRequest* req) override {
     using Reactor = grpc::ServerWriteReactor<v1::CheckpointData>;

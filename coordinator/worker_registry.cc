@@ -152,6 +152,16 @@ void WorkerRegistry::SendKill(const std::string& worker, const v1::JobRef& ref,
   Send(worker, std::move(msg));
 }
 
+void WorkerRegistry::SendDumpStacks(const std::string& worker, const v1::JobRef& ref, int rank,
+                                    const std::string& why) {
+  v1::CoordinatorMessage msg;
+  *msg.mutable_dump()->mutable_ref() = ref;
+  msg.mutable_dump()->mutable_ref()->clear_token();
+  msg.mutable_dump()->set_rank(rank);
+  msg.mutable_dump()->set_why(why.substr(0, 256));
+  Send(worker, std::move(msg));
+}
+
 std::set<std::string> WorkerRegistry::TakeSessionsToNotify() {
   return std::exchange(notify_, {});
 }

@@ -109,6 +109,10 @@ class WorkerRegistry {
   void Send(const std::string& worker, v1::CoordinatorMessage msg);
   // Queues KillTask for one rank (-1: every rank of `ref` on the worker).
   void SendKill(const std::string& worker, const v1::JobRef& ref, int rank);
+  // DumpStacks for `rank` of `ref` (-1: every rank there); `why` is cut to
+  // 256 bytes.
+  void SendDumpStacks(const std::string& worker, const v1::JobRef& ref, int rank,
+                      const std::string& why);
   std::set<std::string> TakeSessionsToNotify();
   // The worker's queued StartTask commands: those `keep` accepts stay, the
   // others are dropped (other commands are untouched). Returns the kept

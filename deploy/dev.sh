@@ -16,7 +16,7 @@ APT_PACKAGES=(build-essential cmake ninja-build pkg-config python3-venv
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libgtest-dev libgmock-dev libyaml-cpp-dev libsqlite3-dev
   libgloo-dev zlib1g-dev libssl-dev clang libclang-rt-14-dev dataset-fashion-mnist
-  iproute2 util-linux nftables prometheus systemd slurmctld slurmd slurm-client munge chromium)
+  iproute2 util-linux nftables elfutils prometheus systemd slurmctld slurmd slurm-client munge chromium)
 
 log() { echo "[dev.sh] $*" >&2; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }

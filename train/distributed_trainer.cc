@@ -173,6 +173,7 @@ absl::StatusOr<std::vector<double>> DistributedTrainer::AllreduceSum(std::vector
   try {
     torch::Tensor t = torch::tensor(v, torch::kFloat64).to(device_);
     std::vector<torch::Tensor> io{t};
+    CollectiveWait blocked(*this);
     pg_->allreduce(io)->wait();
     torch::Tensor c = t.to(torch::kCPU);
     for (size_t i = 0; i < v.size(); ++i) v[i] = c[i].item<double>();
@@ -188,6 +189,7 @@ absl::StatusOr<std::vector<int64_t>> DistributedTrainer::BroadcastFromRank0(std:
     std::vector<torch::Tensor> io{t};
     c10d::BroadcastOptions bo;
     bo.rootRank = 0;
+    CollectiveWait blocked(*this);
     pg_->broadcast(io, bo)->wait();
     torch::Tensor c = t.to(torch::kCPU);
     for (size_t i = 0; i < v.size(); ++i) v[i] = c[i].item<int64_t>();

@@ -168,9 +168,11 @@ absl::StatusOr<StepInfo> Trainer::train_step(const std::vector<Batch>& mbs) {
         (loss * (static_cast<double>(mbs[i].size()) / total)).backward();
       }
       const auto w0 = Clock::now();
-      waiting_since_ns_.store(w0.time_since_epoch().count(), std::memory_order_relaxed);
-      absl::Status s = FinishBackward(last);
-      waiting_since_ns_.store(0, std::memory_order_relaxed);
+      absl::Status s;
+      {
+        CollectiveWait blocked(*this);
+        s = FinishBackward(last);
+      }
       wait += std::chrono::duration<double>(Clock::now() - w0).count();
       if (!s.ok()) return s;
       const std::vector<double> v = LossAndMetrics(loss, out, b.target, options_.metrics);

@@ -251,8 +251,9 @@ class Trainer {
   Model& model() { return model_; }
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
   torch::Device device() const { return device_; }
-  // How long the training thread has been blocked in the gradient
-  // collectives of the current step (0: not blocked there now). Safe from
+  // How long the training thread has been blocked in a collective (the
+  // gradient allreduce, or a metric or step-action one; 0: not blocked
+  // there now). Safe from
   // any thread: a liveness thread reports it, so a hang names the rank the
   // others wait for.
   double collective_wait_seconds() const;
@@ -278,6 +279,23 @@ class Trainer {
   }
   virtual void PrepareLoaders(DataLoader& /*train*/, DataLoader& /*val*/) {}
   void ScaleBaseLr(double factor);
+  // While one lives, the training thread counts as blocked in a collective
+  // (collective_wait_seconds): the gradient allreduce, and the small
+  // metric and step-action collectives, where a rank also waits for a
+  // stopped peer.
+  class CollectiveWait {
+   public:
+    explicit CollectiveWait(Trainer& t) : t_(t) {
+      t_.waiting_since_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                                 std::memory_order_relaxed);
+    }
+    ~CollectiveWait() { t_.waiting_since_ns_.store(0, std::memory_order_relaxed); }
+    CollectiveWait(const CollectiveWait&) = delete;
+    CollectiveWait& operator=(const CollectiveWait&) = delete;
+
+   private:
+    Trainer& t_;
+  };
 
   Model model_;
   std::shared_ptr<torch::optim::Optimizer> optimizer_;

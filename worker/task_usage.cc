@@ -46,7 +46,8 @@ bool ReadStat(const std::string& path, ProcStat* out) {
 
 }  // namespace
 
-TreeUsage ProcessTreeUsage(int64_t root, const std::string& proc) {
+// Every process of `proc` with its stat, and those in `root`'s tree.
+static std::map<int64_t, ProcStat> TreeStats(int64_t root, const std::string& proc) {
   std::map<int64_t, ProcStat> all;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(proc, ec)) {
@@ -55,7 +56,7 @@ TreeUsage ProcessTreeUsage(int64_t root, const std::string& proc) {
     ProcStat st;
     if (ReadStat((entry.path() / "stat").string(), &st)) all[pid] = st;
   }
-  TreeUsage u;
+  std::map<int64_t, ProcStat> tree;
   for (const auto& [pid, st] : all) {
     // In the tree when the parent chain reaches root (bounded: no cycles).
     int64_t p = pid;
@@ -64,12 +65,25 @@ TreeUsage ProcessTreeUsage(int64_t root, const std::string& proc) {
       if (it == all.end()) break;
       p = it->second.ppid;
     }
-    if (p != root) continue;
+    if (p == root) tree[pid] = st;
+  }
+  return tree;
+}
+
+TreeUsage ProcessTreeUsage(int64_t root, const std::string& proc) {
+  TreeUsage u;
+  for (const auto& [pid, st] : TreeStats(root, proc)) {
     u.cpu_seconds += st.cpu_seconds;
     u.rss_bytes += st.rss_bytes;
     u.processes++;
   }
   return u;
+}
+
+std::vector<int64_t> ProcessTree(int64_t root, const std::string& proc) {
+  std::vector<int64_t> out;
+  for (const auto& [pid, st] : TreeStats(root, proc)) out.push_back(pid);
+  return out;
 }
 
 void WriteWorkerMetrics(const std::string& worker, int slots, bool connected,

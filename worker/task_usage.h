@@ -28,6 +28,8 @@ struct TreeUsage {
 // Usage of `root`'s tree, from the /proc tree rooted at `proc` (tests pass
 // a fake one).
 TreeUsage ProcessTreeUsage(int64_t root, const std::string& proc = "/proc");
+// The pids of `root`'s tree, root included, ascending.
+std::vector<int64_t> ProcessTree(int64_t root, const std::string& proc = "/proc");
 
 // The worker's /metrics: frameworm_worker_connected, _slots, _tasks; per
 // running task (labels job, generation, rank) frameworm_task_cpu_seconds_total,

@@ -1,6 +1,8 @@
 #include "worker/worker_agent.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <deque>
@@ -20,6 +22,7 @@
 #include "worker/checkpoint_fetcher.h"
 #include "worker/checkpoint_holdings.h"
 #include "worker/peer_service.h"
+#include "worker/stack_dump.h"
 
 namespace frameworm {
 namespace {
@@ -222,6 +225,8 @@ class WorkerAgentImpl final : public WorkerAgent {
       DropDeferred(k.ref().job_id(), k.ref().generation(), k.rank());
       supervisor_.Kill(k.ref().job_id(), k.ref().generation(), k.rank(),
                        absl::Seconds(k.grace_s()));
+    } else if (c.has_dump()) {
+      DumpTaskStacks(c.dump());
     } else if (c.has_hold()) {
       Hold(FromProto(c.hold()));
     } else if (c.has_drop()) {
@@ -231,6 +236,32 @@ class WorkerAgentImpl final : public WorkerAgent {
         std::error_code ec;
         std::filesystem::remove(h.path, ec);
       }
+    }
+  }
+
+  // The stacks of the matching running tasks, appended to their stderr
+  // logs (uploaded with the rest); synchronous, so a KillTask right behind
+  // finds them taken.
+  void DumpTaskStacks(const v1::DumpStacks& d) {
+    for (const TaskStatusInfo& t : supervisor_.Running()) {
+      if (t.key.job_id != d.ref().job_id() || t.key.generation != d.ref().generation() ||
+          (d.rank() >= 0 && t.key.rank != d.rank()) || t.pid <= 0) {
+        continue;
+      }
+      const std::string text = DumpStacks(t.key, t.pid, d.why().substr(0, 256));
+      const int fd = ::open(supervisor_.StderrPath(t.key).c_str(),
+                            O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+      if (fd >= 0) {
+        size_t done = 0;
+        while (done < text.size()) {
+          const ssize_t k = ::write(fd, text.data() + done, text.size() - done);
+          if (k <= 0) break;
+          done += static_cast<size_t>(k);
+        }
+        ::close(fd);
+      }
+      Event(absl::StrCat("stacks of ", t.key.job_id, " rank ", t.key.rank, " written to its log (",
+                         text.size(), " bytes)"));
     }
   }
 

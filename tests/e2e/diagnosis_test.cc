@@ -94,6 +94,24 @@ TEST(DiagnosisE2E, ARankSlowedFromOutsideIsFlaggedAndOnlyIt) {
   RunResult events = (*c)->Cli({"events", *id});
   EXPECT_NE(events.output.find("rank 1 flagged as straggler"), std::string::npos) << events.output;
   EXPECT_EQ(events.output.find("rank 0 flagged"), std::string::npos) << events.output;
+  // Stacks on demand: every thread of rank 1, symbolized, printed and kept
+  // in its log.
+  RunResult debug = (*c)->Cli({"debug", *id, "--rank", "1"});
+  ASSERT_EQ(debug.exit_code, 0) << debug.output;
+  EXPECT_NE(debug.output.find("=== frameworm: stacks of job " + *id + " generation 1 rank 1 "
+                              "(frameworm-cli debug #1)"),
+            std::string::npos)
+      << debug.output;
+  // Symbolized frames, e.g. of Gloo's worker threads (a thread inside a
+  // JIT-compiled oneDNN or MKL kernel may show only its first frame).
+  EXPECT_NE(debug.output.find("c10d::ProcessGroupGloo::runLoop"), std::string::npos) << debug.output;
+  EXPECT_NE(debug.output.find("TID "), std::string::npos) << debug.output;
+  RunResult rank1 = (*c)->Cli({"logs", *id, "--rank", "1"});
+  EXPECT_NE(rank1.output.find("(frameworm-cli debug #1)"), std::string::npos);
+  RunResult bad = (*c)->Cli({"debug", *id, "--rank", "5"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("rank must be -1 (every rank) or 0..1, got 5"), std::string::npos)
+      << bad.output;
   RunResult cancel = (*c)->Cli({"cancel", *id});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
 }
@@ -114,7 +132,6 @@ TEST(DiagnosisE2E, AStoppedRankIsNamedAsTheCulpritOfTheHang) {
   auto restarted = (*c)->WaitFor(*id, [](const v1::JobStatus& s) {
     return s.generation() >= 2 || IsFinal(s.state());
   }, absl::Seconds(60));
-  kill(stuck, SIGKILL);  // the coordinator's kill reached it already, normally
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   const std::string& cause = restarted->last_cause();
   std::cout << "last cause: " << cause << std::endl;
@@ -125,6 +142,34 @@ TEST(DiagnosisE2E, AStoppedRankIsNamedAsTheCulpritOfTheHang) {
   RunResult events = (*c)->Cli({"events", *id, "--json"});
   EXPECT_NE(events.output.find("\"kind\":\"hang_detected\""), std::string::npos) << events.output;
   EXPECT_NE(events.output.find("\"rank\":1"), std::string::npos) << events.output;
+  // The culprit's stacks were taken before it was killed and are in its
+  // generation-1 log: every thread of its trainer (a thread stopped in a
+  // JIT-compiled oneDNN kernel shows no more than its address).
+  const std::string header =
+      "=== frameworm: stacks of job " + *id + " generation 1 rank 1 (hang detected: rank 1 hung";
+  RunResult logs;
+  for (int i = 0; i < 40; ++i) {  // the worker uploads the killed task's log within seconds
+    logs = (*c)->Cli({"logs", *id, "--rank", "1"});
+    if (logs.output.find(header) != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  const size_t block = logs.output.find(header);
+  ASSERT_NE(block, std::string::npos)
+      << logs.output.substr(logs.output.size() > 3000 ? logs.output.size() - 3000 : 0);
+  const size_t end = logs.output.find("=== frameworm: end of stacks ===", block);
+  ASSERT_NE(end, std::string::npos) << logs.output.substr(block, 2000);
+  const std::string stacks = logs.output.substr(block, end - block);
+  EXPECT_NE(stacks.find("--- pid "), std::string::npos) << stacks;
+  EXPECT_NE(stacks.find("frameworm-train --batch-size=32"), std::string::npos) << stacks;
+  int threads = 0;
+  for (size_t at = stacks.find("TID "); at != std::string::npos; at = stacks.find("TID ", at + 1)) {
+    ++threads;
+  }
+  EXPECT_GE(threads, 3) << stacks;
+  // Symbolized frames, e.g. of Gloo's worker threads.
+  EXPECT_NE(stacks.find("c10d::ProcessGroupGloo::runLoop"), std::string::npos) << stacks;
+  kill(stuck, SIGKILL);  // the worker's kill (after the stacks) reached it already, normally
+
   RunResult cancel = (*c)->Cli({"cancel", *id});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
 }
