@@ -134,7 +134,8 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
              .startup_timeout = options.startup_timeout,
              .metrics = {.straggler_factor = options.straggler_factor,
                          .window = options.straggler_window,
-                         .memory_steps = static_cast<size_t>(std::max(1, options.metric_memory_steps))},
+                         .memory_steps = static_cast<size_t>(std::max(1, options.metric_memory_steps)),
+                         .warmup = options.straggler_warmup},
              .checkpoint_lead_steps = options.checkpoint_lead_steps},
             clock, store_, workers_, ports_, checkpoints_, events_) {}
 

@@ -121,6 +121,7 @@ struct CoordinatorOptions {
   double heartbeat_interval_s = 1.0;  // told to workers
   double straggler_factor = 1.5;
   int straggler_window = 5;
+  int straggler_warmup = 3;  // each rank's first reports of a generation not judged
   double kill_grace_s = 3.0;      // KillTask: SIGTERM, SIGKILL after this
   int checkpoint_lead_steps = 2;  // checkpoint_at = max reported step + this
   // The largest checkpoint the coordinator keeps a copy of (uploads).

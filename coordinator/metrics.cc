@@ -45,12 +45,16 @@ const v1::AggregatedStep* MetricAggregator::Add(int64_t generation,
   s.set_unix_ms(unix_ms);
 
   if (static_cast<int>(windows_.size()) < world_size) windows_.resize(world_size);
+  if (static_cast<int>(reported_.size()) < world_size) reported_.resize(world_size, 0);
   auto& win = windows_[r];
   // Busy time: in a synchronous step every rank's step_seconds is about the
   // same (the fast ones wait for the slow one inside the collective); what
-  // differs is the time a rank spent on its own work.
-  win.push_back(std::max(0.0, m.step_seconds() - m.wait_seconds()) + m.data_seconds());
-  while (static_cast<int>(win.size()) > options_.window) win.pop_front();
+  // differs is the time a rank spent on its own work. Warm-up reports are
+  // left out.
+  if (reported_[r]++ >= options_.warmup) {
+    win.push_back(std::max(0.0, m.step_seconds() - m.wait_seconds()) + m.data_seconds());
+    while (static_cast<int>(win.size()) > options_.window) win.pop_front();
+  }
   // Straggler flags change only when a step completes (every rank's window
   // has its newest entry): computed once then, O(K log K) per step. An
   // incomplete step shows the flags of the last completed one.

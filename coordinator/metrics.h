@@ -39,6 +39,10 @@ class MetricAggregator {
     double straggler_factor = 1.5;
     int window = 5;
     size_t memory_steps = 256;  // aggregates kept in memory (>= 1)
+    // Each rank's first `warmup` reports after a (re)start stay out of its
+    // window: the first steps of a process include one-time work (oneDNN
+    // JIT kernels, allocator growth) that differs between ranks.
+    int warmup = 0;
   };
   explicit MetricAggregator(const Options& options) : options_(options) {}
 
@@ -51,6 +55,7 @@ class MetricAggregator {
   // Forgets the per-rank step-time windows (a new generation starts).
   void ResetWindows() {
     windows_.clear();
+    reported_.clear();
     last_stragglers_.clear();
   }
 
@@ -92,6 +97,7 @@ class MetricAggregator {
   std::vector<int64_t> stored_;  // every step of the history, ascending
   int64_t evicted_below_ = 0;
   std::vector<std::deque<double>> windows_;  // per rank, newest last
+  std::vector<int> reported_;  // per rank: reports since the last reset
   std::vector<int> last_stragglers_;  // of the last completed step
   int64_t straggler_computations_ = 0;
 };

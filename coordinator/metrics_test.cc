@@ -61,6 +61,28 @@ TEST(MetricAggregatorTest, FlagsSlowRankOnlyAfterAFullWindow) {
   EXPECT_EQ(s->stragglers_size(), 0);
 }
 
+// A rank slow only in its first steps (one-time JIT work) is not flagged;
+// slow after the warm-up, it is, once its window is full.
+TEST(MetricAggregatorTest, WarmUpStepsAreNotJudged) {
+  MetricAggregator::Options o{1.5, 2};
+  o.warmup = 3;
+  MetricAggregator agg(o);
+  const v1::AggregatedStep* s = nullptr;
+  for (int step = 1; step <= 5; ++step) {
+    for (int r = 0; r < 2; ++r) {
+      s = agg.Add(1, 2, Report(r, step, 8, r == 1 && step <= 3 ? 0.9 : 0.1, 1), step);
+    }
+    EXPECT_EQ(s->stragglers_size(), 0) << "step " << step;
+  }
+  agg.ResetWindows();  // a new generation warms up again
+  for (int step = 6; step <= 10; ++step) {
+    for (int r = 0; r < 2; ++r) s = agg.Add(2, 2, Report(r, step, 8, r == 1 ? 0.4 : 0.1, 1), step);
+    if (step < 10) EXPECT_EQ(s->stragglers_size(), 0) << "step " << step;
+  }
+  ASSERT_EQ(s->stragglers_size(), 1);
+  EXPECT_EQ(s->stragglers(0), 1);
+}
+
 // Synchronous DDP: every rank's step takes the slowest rank's time; the
 // fast ranks spend the difference waiting in the gradient allreduce. Only
 // the busy time (step - wait + data) names the slow one.
