@@ -11,10 +11,8 @@ namespace frameworm::coordinator {
 
 std::vector<std::string> JobScheduler::GrowthWorkers(const Job& job) const {
   std::vector<std::string> out;
-  const absl::Time now = clock_.Now();
   for (std::string& w : FreeWorkers(job.spec.nproc_per_node(), job.workers)) {
-    auto it = job.avoid.find(w);
-    if (it == job.avoid.end() || it->second <= now) out.push_back(std::move(w));
+    if (!Avoids(job, w)) out.push_back(std::move(w));
   }
   return out;
 }

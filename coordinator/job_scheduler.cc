@@ -249,13 +249,16 @@ std::vector<std::string> JobScheduler::FreeWorkers(
   return free;
 }
 
+bool JobScheduler::Avoids(const Job& job, const std::string& worker) const {
+  auto it = job.avoid.find(worker);
+  return it != job.avoid.end() && it->second > clock_.Now();
+}
+
 std::vector<std::string> JobScheduler::WithoutAvoided(const Job& job,
                                                       std::vector<std::string> free) const {
-  const absl::Time now = clock_.Now();
   std::vector<std::string> kept;
   for (const std::string& w : free) {
-    auto it = job.avoid.find(w);
-    if (it == job.avoid.end() || it->second <= now) kept.push_back(w);
+    if (!Avoids(job, w)) kept.push_back(w);
   }
   // Avoided only when others can take their place.
   if (static_cast<int>(kept.size()) >= job.spec.nodes_min()) return kept;

@@ -212,6 +212,8 @@ class JobScheduler {
   // `free` without the workers `job` avoids, unless that leaves fewer than
   // nodes.min (then `free` as it is).
   std::vector<std::string> WithoutAvoided(const Job& job, std::vector<std::string> free) const;
+  // True while `job` avoids `worker` (on_straggler: restart_without).
+  bool Avoids(const Job& job, const std::string& worker) const;
   // job_finished for a job that just ended.
   void EmitFinished(const Job& job);
   // straggler / stragglers_cleared when `flagged` differs from the job's.

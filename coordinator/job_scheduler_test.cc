@@ -86,7 +86,8 @@ class JobSchedulerTest : public ::testing::Test {
   }
   // A step report from `rank` of the current generation; returns the
   // checkpoint step the rank is told.
-  int64_t Report(const std::string& id, int rank, int64_t step) {
+  int64_t Report(const std::string& id, int rank, int64_t step, double step_seconds = 0,
+                 double wait_seconds = 0) {
     v1::StepMetrics m;
     m.mutable_ref()->set_job_id(id);
     m.mutable_ref()->set_generation(Get(id).generation);
@@ -94,6 +95,8 @@ class JobSchedulerTest : public ::testing::Test {
     m.set_rank(rank);
     m.set_step(step);
     m.set_samples(8);
+    m.set_step_seconds(step_seconds);
+    m.set_wait_seconds(wait_seconds);
     absl::StatusOr<JobScheduler::StepOutcome> out = jobs_->ReportStep(m);
     EXPECT_TRUE(out.ok()) << out.status();
     return out.ok() ? out->checkpoint_at : -1;
@@ -368,18 +371,7 @@ TEST_F(JobSchedulerTest, ARankFlaggedForTheGracePeriodIsRestartedWithout) {
   auto steps = [&](const std::string& job, int n) {
     for (int i = 0; i < n && Get(job).state == v1::RUNNING; ++i) {
       ++step;
-      for (int r = 0; r < 2; ++r) {
-        v1::StepMetrics m;
-        m.mutable_ref()->set_job_id(job);
-        m.mutable_ref()->set_generation(Get(job).generation);
-        m.mutable_ref()->set_token(Get(job).ranks[r].task.token());
-        m.set_rank(r);
-        m.set_step(step);
-        m.set_samples(8);
-        m.set_step_seconds(0.4);
-        m.set_wait_seconds(r == 0 ? 0.3 : 0);
-        ASSERT_TRUE(jobs_->ReportStep(m).ok());
-      }
+      for (int r = 0; r < 2; ++r) Report(job, r, step, 0.4, r == 0 ? 0.3 : 0);
       clock_.Advance(absl::Milliseconds(500));
       for (const char* w : {"w0", "w1", "w2"}) workers_->Hear(sessions_[w]).IgnoreError();
       jobs_->Supervise();

@@ -90,6 +90,7 @@ std::string DumpStacks(const TaskKey& key, int64_t root_pid, const std::string& 
   std::string out = absl::StrCat("=== frameworm: stacks of job ", key.job_id, " generation ",
                                  key.generation, " rank ", key.rank, " (", why, ") at ",
                                  absl::FormatTime(absl::Now(), absl::UTCTimeZone()), " ===\n");
+  const absl::Time deadline = absl::Now() + timeout;
   int shown = 0;
   for (int64_t pid : ProcessTree(root_pid)) {
     const std::string cmd = Cmdline(pid);
@@ -99,8 +100,13 @@ std::string DumpStacks(const TaskKey& key, int64_t root_pid, const std::string& 
       break;
     }
     absl::StrAppend(&out, "--- pid ", pid, ": ", cmd, " ---\n");
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      absl::StrAppend(&out, "(no time left: the block may take ", absl::FormatDuration(timeout), ")\n");
+      break;
+    }
     bool timed_out = false;
-    std::string stacks = RunBounded({"eu-stack", "-p", std::to_string(pid)}, timeout,
+    std::string stacks = RunBounded({"eu-stack", "-p", std::to_string(pid)}, left,
                                     kMaxPerProcess, &timed_out);
     if (stacks.rfind("cannot run eu-stack", 0) == 0) {
       absl::StrAppend(&out, stacks,
@@ -109,7 +115,7 @@ std::string DumpStacks(const TaskKey& key, int64_t root_pid, const std::string& 
     }
     absl::StrAppend(&out, stacks);
     if (!stacks.empty() && stacks.back() != '\n') out += '\n';
-    if (timed_out) absl::StrAppend(&out, "(eu-stack took over ", absl::FormatDuration(timeout), ")\n");
+    if (timed_out) absl::StrAppend(&out, "(eu-stack did not finish within ", absl::FormatDuration(left), ")\n");
   }
   if (shown == 0) out += "(no process of the task is left)\n";
   out += "=== frameworm: end of stacks ===\n";

@@ -9,11 +9,13 @@
 //   --- pid P: CMDLINE ---
 //   <eu-stack output>
 //   === frameworm: end of stacks ===
-// Bounds: eu-stack gets `timeout` per process (then SIGKILL; the block says
-// so), at most 256 KiB of output per process and 16 processes. Without
+// Bounds: `timeout` for the whole block (it runs on the worker's loop,
+// between heartbeats): each eu-stack gets what is left of it (then
+// SIGKILL; the block says so); at most 256 KiB of output per process and
+// 16 processes. Without
 // eu-stack on the PATH the block says to install elfutils.
 //
-// Thread safety: free functions; DumpStacks blocks for up to 16 x timeout.
+// Thread safety: free functions; DumpStacks blocks for up to `timeout`.
 #ifndef FRAMEWORM_WORKER_STACK_DUMP_H_
 #define FRAMEWORM_WORKER_STACK_DUMP_H_
 
@@ -26,7 +28,7 @@
 namespace frameworm {
 
 std::string DumpStacks(const TaskKey& key, int64_t root_pid, const std::string& why,
-                       absl::Duration timeout = absl::Seconds(10));
+                       absl::Duration timeout = absl::Seconds(5));
 
 // Runs argv (no shell), returns stdout and stderr together, at most
 // `max_bytes` of it; kills it after `timeout`. `*timed_out` says whether it
