@@ -58,9 +58,22 @@ int64_t GenerationProgress::Progress(int rank, absl::Time now) {
   return checkpoint_at_;
 }
 
-void GenerationProgress::Ping(int rank, absl::Time now, double waiting_seconds) {
-  ranks_[rank].pinged = now;
-  ranks_[rank].waiting = waiting_seconds;
+void GenerationProgress::Ping(int rank, absl::Time now, double waiting_seconds,
+                              bool measures_wait, std::optional<RankCollectives> collectives) {
+  Rank& r = ranks_[rank];
+  r.pinged = now;
+  r.waiting = waiting_seconds;
+  r.measures_wait = measures_wait;
+  if (collectives) {
+    collectives->at = now;
+    r.collectives = std::move(collectives);
+  }
+}
+
+std::optional<CollectiveVerdict> GenerationProgress::CompareRecorders(absl::Time now) const {
+  std::vector<const RankCollectives*> view;
+  for (const Rank& r : ranks_) view.push_back(!r.done && r.collectives ? &*r.collectives : nullptr);
+  return CompareCollectives(view, now);
 }
 
 bool GenerationProgress::MarkDone(int rank) {
@@ -111,7 +124,10 @@ std::optional<std::string> GenerationProgress::Hung(
   // that stopped pinging (stopped, gone), whatever it said then (a rank
   // stopped inside a collective last said it was waiting).
   constexpr absl::Duration kPingFresh = absl::Milliseconds(2500);
-  auto waiting = [&](const Rank& r) { return now - r.pinged <= kPingFresh && r.waiting > 0; };
+  auto fresh = [&](const Rank& r) { return now - r.pinged <= kPingFresh; };
+  auto waiting = [&](const Rank& r) { return fresh(r) && r.measures_wait && r.waiting > 0; };
+  // Pings that do not measure waits: alive, but waiting or busy, not known.
+  auto unknown = [&](const Rank& r) { return fresh(r) && !r.measures_wait; };
   auto last_of = [&](const Rank& r) { return r.reported ? r.last_report : first_report_; };
   int first = -1, culprit = -1;
   for (size_t i = 0; i < ranks_.size(); ++i) {
@@ -119,7 +135,7 @@ std::optional<std::string> GenerationProgress::Hung(
     if (r.done) continue;
     if (now - last_of(r) <= timeout) continue;
     if (first < 0) first = static_cast<int>(i);
-    if (culprit < 0 && !waiting(r)) culprit = static_cast<int>(i);
+    if (culprit < 0 && !waiting(r) && !unknown(r)) culprit = static_cast<int>(i);
   }
   if (first < 0) return std::nullopt;
   if (culprit < 0) {
@@ -128,10 +144,14 @@ std::optional<std::string> GenerationProgress::Hung(
     // by up to a step) and is not waiting; the stalest such rank.
     for (size_t i = 0; i < ranks_.size(); ++i) {
       const Rank& r = ranks_[i];
-      if (r.done || waiting(r)) continue;
+      if (r.done || waiting(r) || unknown(r)) continue;
       if (culprit < 0 || last_of(r) < last_of(ranks_[culprit])) culprit = static_cast<int>(i);
     }
   }
+  // The flight recorders, when they name a rank that never reached the
+  // collective the others wait in, outrank the pings.
+  const std::optional<CollectiveVerdict> recorded = CompareRecorders(now);
+  if (recorded && !recorded->behind.empty()) culprit = recorded->behind.front();
   const int h = culprit >= 0 ? culprit : first;
   const Rank& r = ranks_[h];
   const absl::Time last = last_of(r);
@@ -146,11 +166,19 @@ std::optional<std::string> GenerationProgress::Hung(
   }
   if (culprit >= 0 && !waiters.empty()) {
     absl::StrAppend(&out, "; rank", waiters.size() > 1 ? "s " : " ", absl::StrJoin(waiters, ", "),
-                    waiters.size() > 1 ? " wait" : " waits",
-                    " for it in the gradient collectives; its process ",
-                    now - r.pinged <= kPingFresh ? "still pings (busy outside the collectives)"
-                                                 : "sends no sign of life (stopped or gone)");
+                    waiters.size() > 1 ? " wait" : " waits", " for it in the gradient collectives");
   }
+  if (culprit < 0) {
+    absl::StrAppend(&out, "; every silent rank's process still pings and none measures its waits "
+                          "in the collectives, so which rank the others wait for is not known "
+                          "(named: the first)");
+  } else if (!waiters.empty() || r.pinged != absl::InfinitePast()) {
+    absl::StrAppend(&out, "; its process ",
+                    fresh(r) ? (waiting(r) ? "still pings, waiting in a collective"
+                                           : "still pings (busy outside the collectives)")
+                             : "sends no sign of life (stopped or gone)");
+  }
+  if (recorded) absl::StrAppend(&out, "; ", recorded->text);
   return out;
 }
 

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "coordinator/collective_view.h"
 
 namespace frameworm::coordinator {
 
@@ -56,7 +57,17 @@ class GenerationProgress {
   // A liveness ping from the rank's process (not progress: the hang timer
   // stays): its training thread has been blocked in the gradient
   // collectives for `waiting_seconds` (0: it is not there).
-  void Ping(int rank, absl::Time now, double waiting_seconds);
+  // `measures_wait` false: the program only pings (a Python entrypoint's
+  // frameworm.Reporter), so whether it waits is not known. `collectives`:
+  // its flight recorder (kept until the next ping that carries one).
+  void Ping(int rank, absl::Time now, double waiting_seconds, bool measures_wait = true,
+            std::optional<RankCollectives> collectives = std::nullopt);
+  // The rank's latest flight recorder (null: none this generation).
+  const RankCollectives* collectives(int rank) const {
+    return ranks_[rank].collectives ? &*ranks_[rank].collectives : nullptr;
+  }
+  // CompareCollectives over the running ranks' latest recorders.
+  std::optional<CollectiveVerdict> CompareRecorders(absl::Time now) const;
   // The rank exited 0; false when it already had.
   bool MarkDone(int rank);
   bool AllDone() const;
@@ -85,7 +96,14 @@ class GenerationProgress {
   // theirs by up to a step). Then the message names
   // the ranks that wait for it and for how long, and says whether the
   // culprit's process still pings (busy outside the collectives) or not
-  // (stopped or gone). Without pings: the first silent rank. With
+  // (stopped or gone). Without pings: the first silent rank. A rank whose
+  // pings do not measure waits (measures_wait false) counts as neither
+  // waiting nor culprit while it pings; if only such ranks are silent, the
+  // first is named and the message says the culprit is not known. When the
+  // ranks' flight recorders name ranks that never reached the collective
+  // the others wait in (CompareCollectives), the first of those is the
+  // culprit, and the recorder's sentence is appended in every case it has
+  // one (behind, all inside, desynchronized). With
   // `startup` (trainers known to report, e.g. frameworm-train), a running
   // rank with no report at all that long after the generation's start (or
   // reload) is hung too, even before anyone reported. `rank` (optional)
@@ -108,6 +126,8 @@ class GenerationProgress {
     int64_t last_step = 0;
     absl::Time pinged = absl::InfinitePast();  // last liveness ping
     double waiting = 0;  // its waiting_seconds
+    bool measures_wait = true;
+    std::optional<RankCollectives> collectives;  // its latest recorder
   };
   std::vector<Rank> ranks_;
   bool any_report_ = false;

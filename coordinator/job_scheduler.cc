@@ -1,6 +1,7 @@
 #include "coordinator/job_scheduler.h"
 
 #include "coordinator/checkpoint_replication.h"
+#include "coordinator/collective_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -781,6 +782,7 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
         m.step_seconds(), "); got ", m.wait_seconds(), ", ", m.data_seconds(), " and ",
         m.waiting_seconds()));
   }
+  if (absl::Status s = CheckCollectiveProgress(m.collectives()); !s.ok()) return s;
   if (m.warning().size() > 512) {
     return absl::InvalidArgumentError(
         absl::StrCat("step report warning of ", m.warning().size(), " bytes; at most 512"));
@@ -826,7 +828,10 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
     Changed(*job);
   }
   if (m.ping()) {  // liveness only: says whether the rank waits, never progress
-    job->progress.Ping(m.rank(), now, m.waiting_seconds());
+    job->progress.Ping(m.rank(), now, m.waiting_seconds(), m.measures_wait(),
+                       m.has_collectives() ? std::optional<RankCollectives>(
+                                                 ToRankCollectives(m.collectives()))
+                                           : std::nullopt);
     return out;
   }
   if (m.progress_only()) {

@@ -2,6 +2,9 @@
 // processes started by launch_distributed (re-executing this test binary
 // with a --gtest_filter for the current test).
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -107,6 +110,18 @@ void TwoRanksMatchSingleProcess(bool shm) {
     std::vector<torch::Tensor> params;
     for (auto& p : model->parameters()) params.push_back(p.detach().clone());
     torch::save(params, OutDir() + "/rank" + std::to_string(rank) + ".pt");
+    // The flight recorder's view of this rank's collectives, times left out.
+    const FlightRecorder* rec = (*t)->flight_recorder();
+    if (rec == nullptr) return 18;
+    const FlightRecorder::Snapshot snap = rec->Take(rec->capacity());
+    std::ofstream f(OutDir() + "/collectives" + std::to_string(rank) + ".txt");
+    f << snap.enqueued << " " << snap.completed << "\n";
+    for (const CollectiveRecord& r : snap.recent) {
+      f << r.seq << " " << r.op << " " << r.what << " " << r.bucket << " " << r.bytes << " "
+        << CollectiveStateName(r.state) << " "
+        << (r.enqueued_ns <= r.started_ns && r.started_ns <= r.ended_ns ? "in-order" : "out-of-order")
+        << "\n";
+    }
     return 0;
   };
   LaunchOptions lo;
@@ -114,6 +129,29 @@ void TwoRanksMatchSingleProcess(bool shm) {
   lo.argv = SelfArgs();
   absl::Status s = launch_distributed(fn, lo);
   ASSERT_TRUE(s.ok()) << s;
+
+  // Sequence number s is the same collective on both ranks: same op, same
+  // payload, every one completed, times in order; the gradient buckets of
+  // every step are there (through the shm path or Gloo).
+  auto slurp = [](const std::string& path) {
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  };
+  const std::string c0 = slurp(out + "/collectives0.txt");
+  const std::string c1 = slurp(out + "/collectives1.txt");
+  EXPECT_EQ(c0, c1);
+  const std::string grad = shm ? " allreduce(shm) gradients " : " allreduce gradients ";
+  int grads = 0;
+  for (size_t at = c0.find(grad); at != std::string::npos; at = c0.find(grad, at + 1)) ++grads;
+  EXPECT_GE(grads, 3 * kSteps) << c0;
+  EXPECT_NE(c0.find(" broadcast parameters -1 "), std::string::npos) << c0;
+  EXPECT_EQ(c0.find(" enqueued "), std::string::npos) << c0;
+  EXPECT_EQ(c0.find(" failed "), std::string::npos) << c0;
+  EXPECT_EQ(c0.find("out-of-order"), std::string::npos) << c0;
+  int64_t enqueued = 0, completed = 0;
+  std::istringstream(c0) >> enqueued >> completed;
+  EXPECT_EQ(enqueued, completed) << c0;
+  EXPECT_GT(enqueued, grads) << c0;
 
   std::vector<torch::Tensor> r0, r1;
   torch::load(r0, out + "/rank0.pt");

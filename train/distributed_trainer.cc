@@ -112,6 +112,7 @@ absl::StatusOr<std::unique_ptr<DistributedTrainer>> DistributedTrainer::Create(
   }
   std::unique_ptr<DistributedTrainer> t(new DistributedTrainer(
       std::move(model), std::move(optimizer), device, options, pg));
+  t->recorder_ = std::make_shared<FlightRecorder>(options.flight_recorder_entries);
   if (options.scale_lr) t->ScaleBaseLr(pg->getSize());
   absl::Status s = t->BroadcastInitialState();
   if (!s.ok()) return s;
@@ -120,6 +121,7 @@ absl::StatusOr<std::unique_ptr<DistributedTrainer>> DistributedTrainer::Create(
   ReducerOptions ro;
   ro.bucket_cap_bytes = static_cast<int64_t>(options.bucket_cap_mb * 1024 * 1024);
   ro.find_unused_parameters = options.find_unused_parameters;
+  if (t->recorder_->capacity() > 0) ro.recorder = t->recorder_;
   if (options.intra_node_shm && name == "gloo" && device.is_cpu() && pg->getSize() > 1) {
     auto shm = MaybeIntraNode(pg, *t->model_.ptr(), options);
     if (shm.ok()) {
@@ -154,7 +156,8 @@ absl::Status DistributedTrainer::BroadcastInitialState() {
       std::vector<torch::Tensor> io{t.detach()};
       c10d::BroadcastOptions bo;
       bo.rootRank = 0;
-      pg_->broadcast(io, bo)->wait();
+      Recorded("broadcast", "parameters", t.numel() * t.element_size(),
+               [&] { return pg_->broadcast(io, bo); });
     }
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("broadcast of rank 0's parameters failed: ", e.what()));
@@ -169,12 +172,20 @@ absl::Status DistributedTrainer::FinishBackward(bool sync) {
   return reducer_->Finalize();
 }
 
-absl::StatusOr<std::vector<double>> DistributedTrainer::AllreduceSum(std::vector<double> v) {
+void DistributedTrainer::Recorded(const char* op, const char* what, int64_t bytes,
+                                  const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
+  const int64_t seq = recorder_->Enqueue(op, what, -1, bytes);
+  c10::intrusive_ptr<c10d::Work> work = issue();
+  recorder_->Around(seq, [&] { work->wait(); });
+}
+
+absl::StatusOr<std::vector<double>> DistributedTrainer::AllreduceSum(std::vector<double> v,
+                                                                    const char* what) {
   try {
     torch::Tensor t = torch::tensor(v, torch::kFloat64).to(device_);
     std::vector<torch::Tensor> io{t};
     CollectiveWait blocked(*this);
-    pg_->allreduce(io)->wait();
+    Recorded("allreduce", what, t.numel() * 8, [&] { return pg_->allreduce(io); });
     torch::Tensor c = t.to(torch::kCPU);
     for (size_t i = 0; i < v.size(); ++i) v[i] = c[i].item<double>();
     return v;
@@ -183,14 +194,15 @@ absl::StatusOr<std::vector<double>> DistributedTrainer::AllreduceSum(std::vector
   }
 }
 
-absl::StatusOr<std::vector<int64_t>> DistributedTrainer::BroadcastFromRank0(std::vector<int64_t> v) {
+absl::StatusOr<std::vector<int64_t>> DistributedTrainer::BroadcastFromRank0(std::vector<int64_t> v,
+                                                                           const char* what) {
   try {
     torch::Tensor t = torch::tensor(v, torch::kLong).to(device_);
     std::vector<torch::Tensor> io{t};
     c10d::BroadcastOptions bo;
     bo.rootRank = 0;
     CollectiveWait blocked(*this);
-    pg_->broadcast(io, bo)->wait();
+    Recorded("broadcast", what, t.numel() * 8, [&] { return pg_->broadcast(io, bo); });
     torch::Tensor c = t.to(torch::kCPU);
     for (size_t i = 0; i < v.size(); ++i) v[i] = c[i].item<int64_t>();
     return v;

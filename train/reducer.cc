@@ -200,6 +200,10 @@ void Reducer::LaunchReadyLocked() {
     // A world of one has nothing to exchange: the sum is the gradient.
     if (pg_->getSize() > 1) {
       b.io = {b.flat};
+      if (options_.recorder) {
+        b.seq = options_.recorder->Enqueue("allreduce", "gradients", static_cast<int>(next_launch_),
+                                           b.flat.numel() * b.flat.element_size());
+      }
       b.work = pg_->allreduce(b.io);
     }
     launch_order_.push_back(static_cast<int>(next_launch_));
@@ -231,6 +235,7 @@ absl::Status Reducer::Finalize() {
     }
     LaunchReadyLocked();
     c10::intrusive_ptr<c10d::Work> used_work;
+    int64_t used_seq = 0;
     torch::Tensor used_count;
     std::vector<torch::Tensor> used_io;
     if (options_.find_unused_parameters) {
@@ -241,12 +246,28 @@ absl::Status Reducer::Finalize() {
       used_count = torch::tensor(u, torch::kInt32)
                        .to(params_[0].second.device());
       used_io = {used_count};
-      if (pg_->getSize() > 1) used_work = pg_->allreduce(used_io);
+      if (pg_->getSize() > 1) {
+        if (options_.recorder) {
+          used_seq = options_.recorder->Enqueue("allreduce", "used parameters", -1,
+                                                used_count.numel() * used_count.element_size());
+        }
+        used_work = pg_->allreduce(used_io);
+      }
     }
     for (size_t bi = 0; bi < buckets_.size(); ++bi) {
       Bucket& b = buckets_[bi];
       if (!b.shm) continue;
+      const int64_t seq = options_.recorder ? options_.recorder->Enqueue(
+          "allreduce(shm)", "gradients", static_cast<int>(bi), b.flat.numel() * 4) : 0;
+      if (options_.recorder) options_.recorder->Started(seq);
       absl::Status s = options_.intra_node->Allreduce(b.flat.data_ptr<float>(), b.flat.numel());
+      if (options_.recorder) {
+        if (s.ok()) {
+          options_.recorder->Completed(seq);
+        } else {
+          options_.recorder->Failed(seq);
+        }
+      }
       if (!s.ok()) {
         return absl::Status(s.code(), absl::StrCat("gradient allreduce of bucket ", bi,
                                                    " failed: ", s.message()));
@@ -256,13 +277,13 @@ absl::Status Reducer::Finalize() {
     const double world = static_cast<double>(pg_->getSize());
     for (auto& b : buckets_) {
       if (b.work) {
-        b.work->wait();
+        Wait(b.work, b.seq);
         b.work.reset();
       }
       if (world > 1) b.flat.div_(world);
     }
     torch::Tensor used_cpu;
-    if (used_work) used_work->wait();
+    if (used_work) Wait(used_work, used_seq);
     if (used_count.defined()) used_cpu = used_count.to(torch::kCPU);
     torch::NoGradGuard ng;
     const int32_t* used_any =
@@ -285,6 +306,14 @@ absl::Status Reducer::Finalize() {
         absl::StrCat("gradient allreduce failed: ", e.what()));
   }
   return absl::OkStatus();
+}
+
+void Reducer::Wait(const c10::intrusive_ptr<c10d::Work>& work, int64_t seq) {
+  if (options_.recorder) {
+    options_.recorder->Around(seq, [&] { work->wait(); });
+  } else {
+    work->wait();
+  }
 }
 
 std::vector<int> Reducer::last_launch_order() const {

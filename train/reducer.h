@@ -46,6 +46,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "train/flight_recorder.h"
 #include "train/shm_allreduce.h"
 
 namespace frameworm {
@@ -57,6 +58,9 @@ struct ReducerOptions {
   // shared-memory allreduce (rank and world size must match the process
   // group's) instead of process_group->allreduce.
   std::shared_ptr<ShmAllreduce> intra_node;
+  // Non-null: every collective the reducer issues is recorded there
+  // (enqueued at launch, started/completed around Finalize's wait).
+  std::shared_ptr<FlightRecorder> recorder;
 };
 
 class Reducer {
@@ -106,6 +110,7 @@ class Reducer {
     torch::Tensor flat;
     std::vector<torch::Tensor> io;  // {flat}, kept alive for the work
     c10::intrusive_ptr<c10d::Work> work;
+    int64_t seq = 0;  // its flight-recorder number (0: none)
     size_t pending = 0;
     bool shm = false;  // summed by options_.intra_node in Finalize
   };
@@ -119,6 +124,8 @@ class Reducer {
   void OnGradReady(size_t index);
   void MarkReadyLocked(size_t index, bool zero);
   void LaunchReadyLocked();
+  // work->wait(), recorded as started/completed (or failed) under `seq`.
+  void Wait(const c10::intrusive_ptr<c10d::Work>& work, int64_t seq);
 
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;

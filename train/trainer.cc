@@ -232,7 +232,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::evaluate(DataLoader& load
   } catch (const std::exception& e) {
     return FromTorch(e, "evaluation failed");
   }
-  auto g = AllreduceSum(sums);
+  auto g = AllreduceSum(sums, "validation metrics");
   if (!g.ok()) return g.status();
   std::map<std::string, double> m;
   const double n = std::max(1.0, (*g)[nm + 1]);
@@ -255,7 +255,7 @@ absl::StatusOr<bool> Trainer::AfterStep(const StepInfo& info) {
     a = *r;
   }
   if (options_.sync_step_actions && world_size() > 1) {
-    auto v = BroadcastFromRank0({a.checkpoint ? 1 : 0, a.stop ? 1 : 0});
+    auto v = BroadcastFromRank0({a.checkpoint ? 1 : 0, a.stop ? 1 : 0}, "step action");
     if (!v.ok()) return v.status();
     a.checkpoint = (*v)[0] != 0;
     a.stop = (*v)[1] != 0;
@@ -363,7 +363,7 @@ absl::StatusOr<bool> Trainer::AfterEvaluation() {
   bool stop = options_.early_stopping_patience > 0 &&
               evaluations_since_best_ >= options_.early_stopping_patience;
   if (world_size() > 1) {
-    auto b = BroadcastFromRank0({stop ? 1 : 0});
+    auto b = BroadcastFromRank0({stop ? 1 : 0}, "early stop");
     if (!b.ok()) return b.status();
     stop = (*b)[0] != 0;
   }
@@ -576,7 +576,7 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
         }
       }
     }
-    auto g = AllreduceSum(sums);
+    auto g = AllreduceSum(sums, "train metrics");
     if (!g.ok()) return g.status();
     if ((*g)[nm + 1] > 0) {
       state_.train_metrics["loss"] = (*g)[0] / (*g)[nm + 1];
@@ -654,7 +654,7 @@ absl::StatusOr<CheckpointFileInfo> Trainer::save_checkpoint(const std::string& p
   const int outcome = write_status.ok() ? 1
                       : write_status.code() == absl::StatusCode::kResourceExhausted ? 2
                                                                                      : 0;
-  auto flag = BroadcastFromRank0({outcome});
+  auto flag = BroadcastFromRank0({outcome}, "checkpoint outcome");
   if (!flag.ok()) return flag.status();
   if (!write_status.ok()) return write_status;
   if ((*flag)[0] == 2) {

@@ -257,6 +257,9 @@ class Trainer {
   // any thread: a liveness thread reports it, so a hang names the rank the
   // others wait for.
   double collective_wait_seconds() const;
+  // This rank's collective flight recorder (null: a single process, or
+  // DistributedOptions::flight_recorder_entries 0). Safe from any thread.
+  virtual const FlightRecorder* flight_recorder() const { return nullptr; }
   virtual int rank() const { return 0; }
   virtual int world_size() const { return 1; }
   // Learning rate of parameter group 0 at step s (0-based) after scaling,
@@ -268,13 +271,14 @@ class Trainer {
  protected:
   virtual void PrepareBackward(bool /*sync*/) {}
   virtual absl::Status FinishBackward(bool /*sync*/) { return absl::OkStatus(); }
+  // `what` (a string literal) names the collective in the flight recorder.
   virtual absl::StatusOr<std::vector<double>> AllreduceSum(
-      std::vector<double> v) {
+      std::vector<double> v, const char* /*what*/) {
     return v;
   }
   // Rank 0's value, on every rank (identity in a single process).
   virtual absl::StatusOr<std::vector<int64_t>> BroadcastFromRank0(
-      std::vector<int64_t> v) {
+      std::vector<int64_t> v, const char* /*what*/) {
     return v;
   }
   virtual void PrepareLoaders(DataLoader& /*train*/, DataLoader& /*val*/) {}
@@ -371,6 +375,9 @@ struct DistributedOptions {
   // segment), every rank falls back to the process group and one line goes
   // to stderr. false: always the process group.
   bool intra_node_shm = true;
+  // Records kept by the collective flight recorder (train/flight_recorder.h);
+  // 0 turns it off.
+  size_t flight_recorder_entries = 256;
   // Process group to use; null: the default group of setup_distributed(),
   // created from the environment if there is none yet.
   c10::intrusive_ptr<c10d::Backend> process_group;
@@ -398,13 +405,17 @@ class DistributedTrainer : public Trainer {
   Reducer& reducer() { return *reducer_; }
   // True when gradients go through the intra-node shm allreduce.
   bool intra_node_active() const { return reducer_->intra_node_buckets() > 0; }
+  const FlightRecorder* flight_recorder() const override {
+    return recorder_->capacity() > 0 ? recorder_.get() : nullptr;
+  }
 
  protected:
   void PrepareBackward(bool sync) override;
   absl::Status FinishBackward(bool sync) override;
-  absl::StatusOr<std::vector<double>> AllreduceSum(std::vector<double> v) override;
-  absl::StatusOr<std::vector<int64_t>> BroadcastFromRank0(
-      std::vector<int64_t> v) override;
+  absl::StatusOr<std::vector<double>> AllreduceSum(std::vector<double> v,
+                                                   const char* what) override;
+  absl::StatusOr<std::vector<int64_t>> BroadcastFromRank0(std::vector<int64_t> v,
+                                                          const char* what) override;
   void PrepareLoaders(DataLoader& train, DataLoader& val) override;
 
  private:
@@ -413,9 +424,14 @@ class DistributedTrainer : public Trainer {
                      torch::Device device, DistributedOptions options,
                      c10::intrusive_ptr<c10d::Backend> pg);
   absl::Status BroadcastInitialState();
+  // Issues a collective with `issue` and waits for it, recorded in
+  // recorder_ (a no-op there when it is off); rethrows the wait's error.
+  void Recorded(const char* op, const char* what, int64_t bytes,
+                const std::function<c10::intrusive_ptr<c10d::Work>()>& issue);
 
   DistributedOptions doptions_;
   c10::intrusive_ptr<c10d::Backend> pg_;
+  std::shared_ptr<FlightRecorder> recorder_;  // shared with reducer_
   std::unique_ptr<Reducer> reducer_;
 };
 

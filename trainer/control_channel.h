@@ -43,6 +43,23 @@ struct StepReport {
   // timer (the training thread may be stuck).
   bool ping = false;
   double waiting_seconds = 0;
+  // With ping: the flight recorder's newest collectives (StepMetrics.
+  // collectives; nullopt: no recorder, e.g. a single process).
+  struct Collective {
+    int64_t seq = 0;
+    std::string op, what;
+    int bucket = -1;
+    int64_t bytes = 0;
+    std::string state;
+    double age_seconds = 0;
+    double seconds = 0;
+  };
+  struct Collectives {
+    int64_t enqueued = 0;
+    int64_t completed = 0;
+    std::vector<Collective> recent;  // oldest first, at most 16
+  };
+  std::optional<Collectives> collectives;
   std::map<std::string, double> values;  // "loss", "accuracy", ...
   // Shown in the job's status (StepMetrics.warning); empty: none.
   std::string warning;

@@ -9,13 +9,11 @@ LivenessPinger::LivenessPinger(ControlChannel* channel, int rank, Probe probe,
     std::unique_lock<std::mutex> l(mu_);
     while (!cv_.wait_for(l, every, [this] { return stop_; })) {
       l.unlock();
-      const auto [step, waiting] = probe();
       StepReport r;
+      probe(r);
       r.rank = rank;
-      r.step = step;
       r.progress_only = true;
       r.ping = true;
-      r.waiting_seconds = waiting;
       (void)channel->ReportStep(r);  // best effort
       l.lock();
     }

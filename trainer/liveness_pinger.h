@@ -1,7 +1,8 @@
 // A thread beside the training loop that pings the coordinator about once
 // a second (StepReport.ping): the process lives, its last completed step,
-// and how long its training thread has been blocked in the gradient
-// collectives. When a generation hangs, the coordinator names the rank
+// how long its training thread has been blocked in the collectives, and
+// its flight recorder's newest collectives (which the coordinator compares
+// across ranks when a generation stalls). When a generation hangs, the coordinator names the rank
 // that is not waiting there (stopped, dead, or busy elsewhere) as the one
 // the others wait for. Pings never count as progress.
 //
@@ -24,8 +25,10 @@ namespace frameworm {
 
 class LivenessPinger {
  public:
-  // (last completed step, seconds blocked in the collectives now).
-  using Probe = std::function<std::pair<int64_t, double>()>;
+  // Fills in the ping: step (the last completed one), waiting_seconds
+  // (blocked in the collectives now), collectives (the flight recorder's
+  // newest). rank, progress_only and ping are set by the pinger.
+  using Probe = std::function<void(StepReport&)>;
   // `channel` (not owned; null: no thread) must outlive Stop().
   LivenessPinger(ControlChannel* channel, int rank, Probe probe,
                  std::chrono::milliseconds every = std::chrono::milliseconds(1000));

@@ -107,6 +107,9 @@ ABSL_FLAG(std::string, memory_checkpoint_every, "auto",
 ABSL_FLAG(bool, async_checkpoint, Defaults().async_checkpoint,
           "rank 0 copies the state in memory and writes the checkpoint in the "
           "background while training goes on; false: every rank waits for the write");
+ABSL_FLAG(int64_t, flight_recorder, Defaults().flight_recorder,
+          "collectives kept by the flight recorder (the newest 16 go with each liveness "
+          "ping; a hang compares them across ranks); 0: off");
 ABSL_FLAG(std::string, resume, Defaults().resume,
           "resume from this checkpoint, or 'latest' in --checkpoint-dir "
           "($FRAMEWORM_RESUME_FROM, set by the worker, wins)");
@@ -235,6 +238,8 @@ TrainConfig ConfigFromFlags() {
   c.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   c.checkpoint_every = AtLeast(FLAGS_checkpoint_every, 0);
   c.async_checkpoint = absl::GetFlag(FLAGS_async_checkpoint);
+  c.flight_recorder = AtLeast(FLAGS_flight_recorder, 0);
+  if (c.flight_recorder > (1 << 20)) FlagErrorExit(Config(), "--flight-recorder must be at most 1048576");
   c.memory_checkpoint_dir = absl::GetFlag(FLAGS_memory_checkpoint_dir);
   if (const std::string every = absl::GetFlag(FLAGS_memory_checkpoint_every); every == "auto") {
     c.memory_checkpoint_every = -1;

@@ -70,6 +70,27 @@ int Fail(const std::string& what) {
 // JSON has no NaN or infinity: a diverged value is null.
 std::string J(double v) { return std::isfinite(v) ? absl::StrFormat("%.6g", v) : "null"; }
 
+// The recorder's newest 16 collectives, as a ping carries them.
+StepReport::Collectives RecentCollectives(const FlightRecorder& rec) {
+  const FlightRecorder::Snapshot snap = rec.Take(16);
+  StepReport::Collectives out;
+  out.enqueued = snap.enqueued;
+  out.completed = snap.completed;
+  for (const CollectiveRecord& c : snap.recent) {
+    StepReport::Collective x;
+    x.seq = c.seq;
+    x.op = c.op;
+    x.what = c.what;
+    x.bucket = c.bucket;
+    x.bytes = c.bytes;
+    x.state = CollectiveStateName(c.state);
+    x.age_seconds = std::max<int64_t>(0, snap.now_ns - c.enqueued_ns) / 1e9;
+    x.seconds = c.ended_ns > 0 ? std::max<int64_t>(0, c.ended_ns - c.enqueued_ns) / 1e9 : 0;
+    out.recent.push_back(std::move(x));
+  }
+  return out;
+}
+
 }  // namespace
 
 int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
@@ -272,6 +293,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     o.scale_lr = f.scale_lr;
     o.find_unused_parameters = f.find_unused_parameters;
     o.intra_node_shm = f.intra_node_shm;
+    o.flight_recorder_entries = static_cast<size_t>(f.flight_recorder);
     o.trainer = to;
     auto t = DistributedTrainer::Create(model, opt, o);
     if (!t.ok()) return Fail(std::string(t.status().message()));
@@ -378,12 +400,21 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   // Liveness pings (StepReport.ping) about once a second while training:
   // how long the training thread has been blocked in the gradient
   // collectives, so a hang names the rank the others wait for.
-  LivenessPinger pinger(ping_channel.get(), rank, [&] {
-    return std::make_pair(pinged_step.load(), trainer->collective_wait_seconds());
+  LivenessPinger pinger(ping_channel.get(), rank, [&](StepReport& r) {
+    r.step = pinged_step.load();
+    r.waiting_seconds = trainer->collective_wait_seconds();
+    if (const FlightRecorder* rec = trainer->flight_recorder()) r.collectives = RecentCollectives(*rec);
   });
   absl::Status s = trainer->train(train_loader, val_loader);
   pinger.Stop();
-  if (!s.ok()) return Fail(std::string(s.message()));
+  if (!s.ok()) {
+    // Post mortem: which collectives this rank had issued and finished.
+    if (const FlightRecorder* rec = trainer->flight_recorder()) {
+      std::cerr << "=== frameworm: flight recorder of rank " << rank << " (oldest first) ===\n"
+                << rec->Dump() << "=== frameworm: end of flight recorder ===" << std::endl;
+    }
+    return Fail(std::string(s.message()));
+  }
   const TrainerState& st = trainer->state();
   std::string exported;
   if (rank == 0 && setup->script) {

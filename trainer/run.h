@@ -63,6 +63,9 @@ struct TrainConfig {
   // Rank 0 snapshots in memory and writes in the background (false: all
   // ranks wait for the write; TrainerOptions::async_checkpoint).
   bool async_checkpoint = true;
+  // Collectives kept by the flight recorder (DistributedOptions::
+  // flight_recorder_entries); 0: off.
+  int64_t flight_recorder = 256;
   // In-memory checkpoints (TrainerOptions::memory_checkpoint_dir/every;
   // -1: automatic).
   std::string memory_checkpoint_dir;

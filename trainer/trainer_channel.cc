@@ -44,6 +44,23 @@ class GrpcTrainerChannel final : public ControlChannel {
     req.set_progress_only(r.progress_only);
     req.set_ping(r.ping);
     req.set_waiting_seconds(r.waiting_seconds);
+    if (r.ping) req.set_measures_wait(true);
+    if (r.collectives) {
+      v1::CollectiveProgress* c = req.mutable_collectives();
+      c->set_enqueued(r.collectives->enqueued);
+      c->set_completed(r.collectives->completed);
+      for (const StepReport::Collective& x : r.collectives->recent) {
+        v1::CollectiveOp* o = c->add_recent();
+        o->set_seq(x.seq);
+        o->set_op(x.op);
+        o->set_what(x.what);
+        o->set_bucket(x.bucket);
+        o->set_bytes(x.bytes);
+        o->set_state(x.state);
+        o->set_age_seconds(x.age_seconds);
+        o->set_seconds(x.seconds);
+      }
+    }
     req.set_warning(r.warning);
     // The coordinator refuses non-finite values (a diverged loss): they are
     // left out here, so the step still counts; the rank's log shows them.

@@ -92,9 +92,15 @@ TEST_F(TrainerChannelTest, TheLivenessPingerPingsUntilStopped) {
   auto ch = Channel("job-7", 3);
   std::atomic<int> probes{0};
   {
-    LivenessPinger pinger(ch.get(), 1, [&] {
+    LivenessPinger pinger(ch.get(), 1, [&](StepReport& r) {
       probes++;
-      return std::make_pair(int64_t{17}, 2.5);
+      r.step = 17;
+      r.waiting_seconds = 2.5;
+      StepReport::Collectives c;
+      c.enqueued = 42;
+      c.completed = 41;
+      c.recent.push_back({42, "allreduce", "gradients", 3, 4096, "started", 2.6, 0});
+      r.collectives = c;
     }, std::chrono::milliseconds(20));
     for (int i = 0; i < 200 && service_.steps().size() < 3; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -109,9 +115,16 @@ TEST_F(TrainerChannelTest, TheLivenessPingerPingsUntilStopped) {
   EXPECT_EQ(m.rank(), 1);
   EXPECT_EQ(m.step(), 17);
   EXPECT_DOUBLE_EQ(m.waiting_seconds(), 2.5);
+  EXPECT_TRUE(m.measures_wait());
+  EXPECT_EQ(m.collectives().enqueued(), 42);
+  EXPECT_EQ(m.collectives().completed(), 41);
+  ASSERT_EQ(m.collectives().recent_size(), 1);
+  EXPECT_EQ(m.collectives().recent(0).ShortDebugString(),
+            "seq: 42 op: \"allreduce\" what: \"gradients\" bucket: 3 bytes: 4096 state: \"started\" "
+            "age_seconds: 2.6");
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(service_.steps().size(), sent) << "pinged after Stop";
-  LivenessPinger none(nullptr, 0, [&] { return std::make_pair(int64_t{0}, 0.0); });
+  LivenessPinger none(nullptr, 0, [&](StepReport&) {});
 }
 
 TEST_F(TrainerChannelTest, ReportCheckpointSendsRecord) {
