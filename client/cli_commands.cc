@@ -289,6 +289,7 @@ int Debug(const Invocation& c) {
     }
     if (found.size() < static_cast<size_t>(asked.ranks_size())) absl::SleepFor(absl::Milliseconds(500));
   }
+  c.out << FormatRecorders(asked);
   for (const auto& [r, block] : found) c.out << block;
   for (int r : asked.ranks()) {
     if (!found.count(r)) {

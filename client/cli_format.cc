@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/collective_text.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace frameworm {
@@ -162,6 +163,29 @@ std::string FormatEvents(const v1::ListEventsResponse& r) {
     absl::StrAppend(&out, absl::StrFormat("%s  %-18s  %s\n", TimeText(e.unix_ms()), e.kind(),
                                           e.message()));
   }
+  return out;
+}
+
+std::string FormatRecorders(const v1::DebugJobResponse& r) {
+  if (r.recorders().empty() && r.collectives().empty()) return "";
+  std::string out = "=== frameworm: flight recorders (as of each rank's last ping) ===\n";
+  for (const auto& rank : r.recorders()) {
+    const auto& c = rank.collectives();
+    absl::StrAppend(&out, absl::StrFormat("rank %d (its ping %.1f s ago): issued #%d, completed #%d\n",
+                                          rank.rank(), rank.ping_age_seconds(), c.enqueued(),
+                                          c.completed()));
+    for (const auto& op : c.recent()) {
+      absl::StrAppend(&out, "  ", CollectiveText(op.seq(), op.op(), op.what(), op.bucket(), op.bytes()),
+                      " ", op.state());
+      if (op.seconds() > 0) {
+        absl::StrAppend(&out, absl::StrFormat(", took %.3f s", op.seconds()));
+      } else {
+        absl::StrAppend(&out, absl::StrFormat(", enqueued %.3f s before", op.age_seconds()));
+      }
+      absl::StrAppend(&out, "\n");
+    }
+  }
+  if (!r.collectives().empty()) absl::StrAppend(&out, r.collectives(), "\n");
   return out;
 }
 

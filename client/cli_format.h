@@ -28,6 +28,11 @@ std::string FormatEvents(const v1::ListEventsResponse& r);
 std::string FormatMetricsTable(const v1::GetMetricsResponse& r);
 std::string FormatMetricsCsv(const v1::GetMetricsResponse& r);
 std::string FormatWorkers(const v1::ListWorkersResponse& r);
+// debug's flight recorders: per rank a header ("rank 0 (its ping 0.4 s
+// ago): issued #175, completed #174"), then one line per collective
+// ("  #175 allreduce gradients bucket 0 (1.6 MiB) started, enqueued 5.8 s
+// before"), then the comparison's sentence; empty when there is none.
+std::string FormatRecorders(const v1::DebugJobResponse& r);
 // Compact single-line JSON of any message (proto field names, defaults
 // printed), no newline.
 std::string ToJson(const google::protobuf::Message& m);

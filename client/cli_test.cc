@@ -121,6 +121,37 @@ TEST(CliFormat, TablesAndCsv) {
             "NAME  ADDRESS    SLOTS  FREE  ALIVE  LAST_HEARTBEAT  TASKS\n"
             "w1    127.0.0.1  2      1     yes    -               job-1/g1/r0\n");
 
+  v1::DebugJobResponse d;
+  EXPECT_EQ(FormatRecorders(d), "");
+  v1::RankRecorder* rr = d.add_recorders();
+  rr->set_rank(1);
+  rr->set_ping_age_seconds(0.42);
+  rr->mutable_collectives()->set_enqueued(41);
+  rr->mutable_collectives()->set_completed(40);
+  v1::CollectiveOp* done = rr->mutable_collectives()->add_recent();
+  done->set_seq(40);
+  done->set_op("broadcast");
+  done->set_what("step action");
+  done->set_bucket(-1);
+  done->set_bytes(16);
+  done->set_state("completed");
+  done->set_seconds(0.0021);
+  v1::CollectiveOp* pending = rr->mutable_collectives()->add_recent();
+  pending->set_seq(41);
+  pending->set_op("allreduce");
+  pending->set_what("gradients");
+  pending->set_bucket(0);
+  pending->set_bytes(3 << 20);
+  pending->set_state("started");
+  pending->set_age_seconds(1.25);
+  d.set_collectives("flight recorder: rank 0 never reached collective #41");
+  EXPECT_EQ(FormatRecorders(d),
+            "=== frameworm: flight recorders (as of each rank's last ping) ===\n"
+            "rank 1 (its ping 0.4 s ago): issued #41, completed #40\n"
+            "  #40 broadcast step action (16 B) completed, took 0.002 s\n"
+            "  #41 allreduce gradients bucket 0 (3.0 MiB) started, enqueued 1.250 s before\n"
+            "flight recorder: rank 0 never reached collective #41\n");
+
   v1::ListCheckpointsResponse c;
   v1::CheckpointRecord* cr = c.add_checkpoints();
   cr->set_step(100);

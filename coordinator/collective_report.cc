@@ -82,4 +82,22 @@ RankCollectives ToRankCollectives(const v1::CollectiveProgress& c) {
   return out;
 }
 
+v1::CollectiveProgress ToCollectiveProgress(const RankCollectives& r) {
+  v1::CollectiveProgress out;
+  out.set_enqueued(r.enqueued);
+  out.set_completed(r.completed);
+  for (const CollectiveOpView& v : r.recent) {
+    v1::CollectiveOp* op = out.add_recent();
+    op->set_seq(v.seq);
+    op->set_op(v.op);
+    op->set_what(v.what);
+    op->set_bucket(v.bucket);
+    op->set_bytes(v.bytes);
+    op->set_state(v.state);
+    op->set_age_seconds(v.age_seconds);
+    op->set_seconds(v.seconds);
+  }
+  return out;
+}
+
 }  // namespace frameworm::coordinator

@@ -20,6 +20,8 @@ namespace frameworm::coordinator {
 absl::Status CheckCollectiveProgress(const v1::CollectiveProgress& c);
 // Call after CheckCollectiveProgress; `at` is left for the caller.
 RankCollectives ToRankCollectives(const v1::CollectiveProgress& c);
+// Back to the proto, for JobService.DebugJob.
+v1::CollectiveProgress ToCollectiveProgress(const RankCollectives& r);
 
 }  // namespace frameworm::coordinator
 

@@ -366,7 +366,16 @@ absl::StatusOr<Coordinator::DebugAsked> Coordinator::DebugJob(const std::string&
     absl::StatusOr<std::vector<int>> asked = jobs_.DebugJob(job_id, rank, out.marker);
     if (!asked.ok()) return asked.status();
     out.ranks = *std::move(asked);
-    if (const Job* job = jobs_.Find(job_id)) out.generation = job->generation;
+    out.now = clock_.Now();
+    if (const Job* job = jobs_.Find(job_id)) {
+      out.generation = job->generation;
+      for (int r : out.ranks) {
+        if (r < job->progress.world() && job->progress.collectives(r) != nullptr) {
+          out.recorders.emplace_back(r, *job->progress.collectives(r));
+        }
+      }
+      if (auto v = job->progress.CompareRecorders(out.now)) out.collectives = v->text;
+    }
   }
   Flush();
   return out;

@@ -58,6 +58,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -195,6 +196,11 @@ class Coordinator {
     std::vector<int> ranks;
     int64_t generation = 0;
     std::string marker;
+    // The asked ranks' flight recorders as last pinged, and the verdict of
+    // comparing every rank's (empty: none).
+    std::vector<std::pair<int, RankCollectives>> recorders;
+    std::string collectives;
+    absl::Time now;
   };
   absl::StatusOr<DebugAsked> DebugJob(const std::string& job_id, int rank);
   absl::StatusOr<std::vector<v1::CheckpointRecord>> ListCheckpoints(

@@ -22,6 +22,7 @@
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "grpcpp/alarm.h"
 #include "coordinator/access.h"
+#include "coordinator/collective_report.h"
 #include "coordinator/paging.h"
 #include "rpc/file_stream.h"
 #include "rpc/status_util.h"
@@ -453,6 +454,13 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
       for (int rank : r->ranks) resp->add_ranks(rank);
       resp->set_generation(r->generation);
       resp->set_marker(r->marker);
+      for (const auto& [rank, rec] : r->recorders) {
+        v1::RankRecorder* out = resp->add_recorders();
+        out->set_rank(rank);
+        out->set_ping_age_seconds(absl::ToDoubleSeconds(r->now - rec.at));
+        *out->mutable_collectives() = ToCollectiveProgress(rec);
+      }
+      resp->set_collectives(r->collectives);
     }
     return Done(ctx, r.status());
   }

@@ -106,6 +106,12 @@ TEST(DiagnosisE2E, ARankSlowedFromOutsideIsFlaggedAndOnlyIt) {
   // JIT-compiled oneDNN or MKL kernel may show only its first frame).
   EXPECT_NE(debug.output.find("c10d::ProcessGroupGloo::runLoop"), std::string::npos) << debug.output;
   EXPECT_NE(debug.output.find("TID "), std::string::npos) << debug.output;
+  // With them, rank 1's flight recorder as of its last ping.
+  EXPECT_NE(debug.output.find("=== frameworm: flight recorders (as of each rank's last ping) ===\n"
+                              "rank 1 (its ping "),
+            std::string::npos)
+      << debug.output;
+  EXPECT_NE(debug.output.find(" gradients bucket 0 ("), std::string::npos) << debug.output;
   RunResult rank1 = (*c)->Cli({"logs", *id, "--rank", "1"});
   EXPECT_NE(rank1.output.find("(frameworm-cli debug #1)"), std::string::npos);
   RunResult bad = (*c)->Cli({"debug", *id, "--rank", "5"});
