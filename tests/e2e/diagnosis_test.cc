@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <set>
 
@@ -231,6 +232,54 @@ TEST(DiagnosisE2E, AStragglerIsRestartedWithoutWhenTheJobAsksForIt) {
   EXPECT_NE(events.output.find("\"kind\":\"straggler_removed\""), std::string::npos)
       << events.output;
   RunResult cancel = (*c)->Cli({"cancel", job});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
+}
+
+// The same hang with a torchrun-style Python entrypoint that reports its
+// steps with frameworm.Reporter (installed with pip from the checkout, as
+// a user would). Its reports drive the job's step and the hang timer, and
+// its Reporter pings, so the stopped rank (no pings) is named; what such a
+// program cannot give is its collective waits and a flight recorder, so
+// the reason has no recorder sentence.
+TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
+  const char* src = std::getenv("FRAMEWORM_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  const std::string python = absl::StrCat(src, "/.venv/bin/python");
+  ASSERT_EQ(access(python.c_str(), X_OK), 0) << python << ": run deploy/dev.sh install";
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string site = (*c)->dir() + "/site";
+  RunResult pip = RunCommand({python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                              "--no-deps", "--no-build-isolation", "--target", site,
+                              absl::StrCat(src, "/python")},
+                             {}, absl::Seconds(120));
+  ASSERT_EQ(pip.exit_code, 0) << pip.output;
+  auto id = (*c)->Submit(absl::StrCat(
+      "name: py-hang\nnodes: 2\nmax_restarts: 1\nheartbeat_timeout: 6\n"
+      "env:\n  PYTHONPATH: ", site, "\n"
+      "entrypoint: [\"", python, "\", \"", src, "/tests/e2e/torchrun_reporting.py\", \"100000\"]\n"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto st = (*c)->WaitFor(*id, [](const v1::JobStatus& s) { return s.step() >= 60 || IsFinal(s.state()); },
+                          absl::Seconds(120));
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->state(), v1::RUNNING) << st->ShortDebugString();
+  EXPECT_EQ(st->total_steps(), 100000) << st->ShortDebugString();
+  const pid_t stuck = TrainerOfRank(*id, 1);
+  ASSERT_GT(stuck, 0);
+  ASSERT_EQ(kill(stuck, SIGSTOP), 0);
+  auto restarted = (*c)->WaitFor(*id, [](const v1::JobStatus& s) {
+    return s.generation() >= 2 || IsFinal(s.state());
+  }, absl::Seconds(60));
+  kill(stuck, SIGKILL);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  const std::string& cause = restarted->last_cause();
+  std::cout << "last cause: " << cause << std::endl;
+  EXPECT_NE(cause.find("rank 1 hung: no step report for "), std::string::npos) << cause;
+  EXPECT_NE(cause.find("its process sends no sign of life (stopped or gone)"), std::string::npos) << cause;
+  EXPECT_EQ(cause.find("flight recorder"), std::string::npos) << cause;
+  RunResult metrics = (*c)->Cli({"metrics", *id});
+  EXPECT_NE(metrics.output.find("loss"), std::string::npos) << metrics.output;
+  RunResult cancel = (*c)->Cli({"cancel", *id});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
 }
 
