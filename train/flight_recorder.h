@@ -16,7 +16,11 @@
 // none), the bytes, and three times on this process's steady clock:
 // enqueued (issued to the backend), started (the training thread began to
 // wait for it; the CPU backends do not say when the transfer itself
-// starts) and ended (the wait returned or threw); and the state.
+// starts) and ended (the wait returned or threw); and the state. On NCCL a
+// wait returns once the compute stream is ordered after the collective, so
+// there "completed" means handed to the GPU in order, not finished on it
+// (a rank stuck on the device shows at its next host sync); device-side
+// completion (CUDA events) is not recorded.
 //
 // Cost: one uncontended mutex and one clock read per event, a few events
 // per step (bench/results/p10_recorder.md). capacity 0 turns it off:

@@ -439,7 +439,11 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
               << values("train_", st.train_metrics) << values("val_", st.val_metrics)
               << ",\"world_size\":" << world << ",\"mean_step_seconds\":"
               << J(step_time_n > 0 ? step_time_sum / step_time_n : 0.0)
-              << (exported.empty() ? "" : ",\"model\":\"" + exported + "\"") << "}" << std::endl;
+              << (exported.empty() ? "" : ",\"model\":\"" + exported + "\"")
+              << (trainer->flight_recorder() == nullptr
+                      ? ""
+                      : absl::StrCat(",\"collectives\":", trainer->flight_recorder()->Take(0).enqueued))
+              << "}" << std::endl;
   }
   if (distributed) cleanup_distributed();
   return 0;
