@@ -1,5 +1,6 @@
 #include "client/cli_commands.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -267,18 +268,26 @@ int Debug(const Invocation& c) {
   }
   const std::string end = "=== frameworm: end of stacks ===\n";
   std::map<int, std::string> found;
+  // Per rank: what was read of its log, and the offset to go on from (each
+  // poll reads only what was appended since the last).
+  std::map<int, std::string> texts;
+  std::map<int, int64_t> next;
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (found.size() < static_cast<size_t>(asked.ranks_size()) && absl::Now() < deadline) {
     for (int r : asked.ranks()) {
       if (found.count(r)) continue;
       v1::GetLogsRequest logs = ForJob<v1::GetLogsRequest>(c);
       logs.set_rank(r);
+      logs.set_offset(next[r]);
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + c.options.call_timeout));
       auto reader = c.stub.GetLogs(&ctx, logs);
       v1::LogChunk chunk;
-      std::string text;
-      while (reader->Read(&chunk)) text += chunk.data();
+      std::string& text = texts[r];
+      while (reader->Read(&chunk)) {
+        text += chunk.data();
+        next[r] = std::max(next[r], chunk.end_offset());
+      }
       (void)reader->Finish();
       const std::string head = absl::StrCat(" generation ", asked.generation(), " rank ", r, " (",
                                             asked.marker(), ")");

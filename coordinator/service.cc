@@ -268,6 +268,7 @@ class LogsReactor final
                                    " of this log were dropped (--max-log-bytes)]\n"));
       out->mutable_data()->append(chunk->data);
       offset = chunk->from + static_cast<int64_t>(chunk->data.size());
+      out->set_end_offset(offset);
       return Write();
     }
     if (!req_.follow() || final) return Finish(grpc::Status::OK);

@@ -633,6 +633,22 @@ TEST_F(ServiceTest, WatchStreamsUntilFinalAndLogsAreServed) {
   ASSERT_TRUE(stream->Write(log));
   ASSERT_TRUE(logs->Read(&chunk));
   EXPECT_EQ(chunk.data(), "done\n");
+  EXPECT_EQ(chunk.end_offset(), 22);  // past "epoch 1 loss 0.5\ndone\n"
+  {  // From that offset: only what was appended since (nothing yet).
+    grpc::ClientContext octx;
+    Deadline(&octx);
+    v1::GetLogsRequest from = lreq;
+    from.set_rank(0);
+    from.set_follow(false);
+    from.set_offset(17);
+    auto tail = jobs_->GetLogs(&octx, from);
+    v1::LogChunk t;
+    ASSERT_TRUE(tail->Read(&t));
+    EXPECT_EQ(t.data(), "done\n");
+    EXPECT_EQ(t.end_offset(), 22);
+    EXPECT_FALSE(tail->Read(&t));
+    EXPECT_TRUE(tail->Finish().ok());
+  }
 
   v1::WorkerMessage exit;
   exit.set_session_id(session);
