@@ -148,6 +148,39 @@ int main(int argc, char** argv) {
     p.push_back({f::kLogs, S(logs)});
     programs.push_back(p);
   }
+  // 4. Liveness pings with flight recorders (one rank waiting in #41, one
+  // behind it, then a malformed one), and time for the hang check.
+  {
+    std::vector<f::Call> p;
+    p.push_back({f::kRegister, S(Worker("w0", 2))});
+    p.push_back({f::kSubmit, S(Spec(1, 2))});
+    p.push_back({f::kTakeCommands, ""});
+    p.push_back({f::kReportStep, S(Step(0, 1))});
+    p.push_back({f::kReportStep, S(Step(1, 1))});
+    for (int rank = 0; rank < 3; ++rank) {
+      v1::StepMetrics ping = Step(rank % 2, 1);
+      ping.clear_values();
+      ping.set_progress_only(true);
+      ping.set_ping(true);
+      ping.set_measures_wait(rank == 0);
+      ping.set_waiting_seconds(rank == 0 ? 2.5 : 0);
+      v1::CollectiveProgress* c = ping.mutable_collectives();
+      c->set_enqueued(rank == 0 ? 41 : 40);
+      c->set_completed(40);
+      v1::CollectiveOp* op = c->add_recent();
+      op->set_seq(rank == 0 ? 41 : 40);
+      op->set_op("allreduce");
+      op->set_what("gradients");
+      op->set_bucket(0);
+      op->set_bytes(4096);
+      op->set_state(rank == 0 ? "started" : "completed");
+      op->set_age_seconds(1.5);
+      if (rank == 2) op->set_seq(99);  // beyond enqueued: refused
+      p.push_back({f::kReportStep, S(ping)});
+    }
+    p.push_back({f::kTick, std::string(40, 'x')});
+    programs.push_back(p);
+  }
   for (size_t i = 0; i < programs.size(); ++i) {
     std::ofstream(dir + "/seed-" + std::to_string(i + 1) + ".bin", std::ios::binary)
         << f::Encode(programs[i]);
