@@ -661,6 +661,42 @@ void Coordinator::ReportStepAsync(const v1::StepMetrics& m, ReportDone done) {
   Flush();
 }
 
+void Coordinator::ReportStepsAsync(const v1::StepReports& batch, ReportDone done) {
+  const int n = batch.reports_size();
+  if (n == 0 || n > kMaxStepReports) {
+    done(absl::InvalidArgumentError(absl::StrCat("a batch holds 1 to ", kMaxStepReports,
+                                                 " step reports, got ", n)));
+    return;
+  }
+  {
+    absl::MutexLock l(&mu_);
+    absl::Status refused;
+    v1::ReportStepResponse resp;
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<JobScheduler::StepOutcome> out = jobs_.ReportStep(batch.reports(i));
+      if (!out.ok()) {
+        refused = absl::Status(out.status().code(), absl::StrCat("report ", i + 1, " of ", n, ": ",
+                                                                 out.status().message()));
+        break;
+      }
+      resp.set_checkpoint_at_step(out->checkpoint_at);
+      // Staged under mu_, in order, as ReportStepAsync does.
+      writer_->Stage(std::move(out->row), [](absl::Status) {});
+    }
+    // Runs after the commit that covers every row staged above.
+    writer_->Stage(std::nullopt, [refused, resp, done = std::move(done)](absl::Status s) {
+      if (!refused.ok()) {
+        done(refused);
+      } else if (!s.ok()) {
+        done(s);
+      } else {
+        done(resp);
+      }
+    });
+  }
+  Flush();
+}
+
 absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
     const v1::CheckpointRecord& in) {
   absl::StatusOr<std::vector<std::string>> expired;

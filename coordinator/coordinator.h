@@ -258,6 +258,14 @@ class Coordinator {
   // failed (the row is retried with the next commit; a retried report is a
   // duplicate and is acknowledged once that commit succeeds).
   void ReportStepAsync(const v1::StepMetrics& m, ReportDone done);
+  // A batch of step reports (TrainerService.ReportSteps), in order under
+  // one lock hold; `done` gets OK (the newest report's checkpoint step)
+  // once every accepted row is committed, or the first refused report's
+  // error (INVALID_ARGUMENT "report i of n: ..."); the reports before it
+  // stay accepted. INVALID_ARGUMENT for an empty batch or one of more than
+  // kMaxStepReports.
+  static constexpr int kMaxStepReports = 256;
+  void ReportStepsAsync(const v1::StepReports& batch, ReportDone done);
   // ReportStepAsync, waiting for `done`. Blocks until the commit.
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::StepMetrics& m);
   // Records a complete checkpoint (rank 0) and applies retention; returns

@@ -598,6 +598,21 @@ class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
         });
     return reactor;
   }
+  grpc::ServerUnaryReactor* ReportSteps(grpc::CallbackServerContext* ctx,
+                                        const v1::StepReports* req,
+                                        v1::ReportStepResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+    impl_->core->ReportStepsAsync(
+        *req, [reactor, resp](absl::StatusOr<v1::ReportStepResponse> r) {
+          if (r.ok()) *resp = std::move(*r);
+          reactor->Finish(ToGrpcStatus(r.status()));
+        });
+    return reactor;
+  }
   grpc::ServerUnaryReactor* ReportCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::CheckpointRecord* req,
       v1::ReportCheckpointResponse* resp) override {

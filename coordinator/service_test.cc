@@ -2,6 +2,7 @@
 // generated stubs.
 #include "coordinator/service.h"
 
+#include <cmath>
 #include <sqlite3.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -549,6 +550,105 @@ TEST_F(ServiceTest, AcknowledgedReportIsCommitted) {
   // A retried (duplicate) report is acknowledged too, the row unchanged.
   ASSERT_TRUE(Step(id, 1, 1, 5, 3.0, 10, &resp).ok());
   EXPECT_EQ(stored(5).ranks_reported(), 2);
+  for (Stream* s : {s0.get(), s1.get()}) {
+    s->WritesDone();
+    while (s->Read(&msg)) {
+    }
+    EXPECT_TRUE(s->Finish().ok());
+  }
+}
+
+// ReportSteps: a batch is acknowledged once every report's row is
+// committed (read back from the database), with the newest report's
+// directive; a refused report ends the batch with its error, naming its
+// place, and those before it stay accepted; empty and oversized batches
+// and a wrong token are refused.
+TEST_F(ServiceTest, ABatchOfStepReportsIsCommittedTogether) {
+  grpc::ClientContext c0, c1;
+  std::unique_ptr<Stream> s0, s1;
+  Connect("w0", &c0, &s0);
+  Connect("w1", &c1, &s1);
+  const std::string id = Submit(Spec(2));
+  v1::CoordinatorMessage msg;
+  ASSERT_TRUE(s0->Read(&msg));
+  ASSERT_TRUE(s1->Read(&msg));
+  auto report = [&](int rank, int64_t step, double loss) {
+    v1::StepMetrics m;
+    m.mutable_ref()->set_job_id(id);
+    m.mutable_ref()->set_generation(1);
+    m.mutable_ref()->set_token(TokenOf(id, 1, rank));
+    m.set_rank(rank);
+    m.set_step(step);
+    m.set_samples(10);
+    m.set_step_seconds(0.5);
+    (*m.mutable_values())["loss"] = loss;
+    return m;
+  };
+  auto send = [&](const v1::StepReports& batch, v1::ReportStepResponse* resp) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    return trainers_->ReportSteps(&ctx, batch, resp);
+  };
+  v1::StepReports batch;
+  for (int64_t step = 1; step <= 40; ++step) {
+    *batch.add_reports() = report(0, step, 1.0);
+    *batch.add_reports() = report(1, step, 3.0);
+  }
+  v1::ReportStepResponse resp;
+  ASSERT_TRUE(send(batch, &resp).ok());
+  auto reader = SqliteStore::Open(dir_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto rows = (*reader)->LoadMetrics(id);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 40u);
+  for (const MetricRow& r : *rows) {
+    v1::AggregatedStep agg;
+    ASSERT_TRUE(agg.ParseFromString(r.aggregate));
+    EXPECT_EQ(agg.ranks_reported(), 2) << "step " << r.step;
+    EXPECT_DOUBLE_EQ(agg.mean().at("loss"), 2.0);
+  }
+  // A checkpoint asked meanwhile comes back on the next batch.
+  {
+    grpc::ClientContext ctx;
+    v1::RequestCheckpointRequest req;
+    req.set_job_id(id);
+    v1::RequestCheckpointResponse r;
+    ASSERT_TRUE(jobs_->RequestCheckpoint(&ctx, req, &r).ok());
+    v1::StepReports next;
+    *next.add_reports() = report(0, 41, 1.0);
+    ASSERT_TRUE(send(next, &resp).ok());
+    EXPECT_EQ(resp.checkpoint_at_step(), r.at_step());
+  }
+  // The third report is bad (a NaN loss): the first two stay accepted.
+  v1::StepReports bad;
+  *bad.add_reports() = report(1, 41, 3.0);
+  *bad.add_reports() = report(0, 42, 1.0);
+  *bad.add_reports() = report(1, 42, std::nan(""));
+  *bad.add_reports() = report(0, 43, 1.0);
+  grpc::Status st = send(bad, &resp);
+  EXPECT_EQ(st.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("report 3 of 4: metric 'loss' is nan"), std::string::npos)
+      << st.error_message();
+  {
+    grpc::ClientContext ctx;
+    v1::GetMetricsRequest req;
+    req.set_job_id(id);
+    v1::GetMetricsResponse m;
+    ASSERT_TRUE(jobs_->GetMetrics(&ctx, req, &m).ok());
+    ASSERT_GE(m.steps_size(), 42);
+    EXPECT_EQ(m.steps(m.steps_size() - 1).step(), 42);  // 43 never got there
+    EXPECT_EQ(m.steps(40).ranks_reported(), 2);       // step 41
+  }
+  v1::StepReports wrong;
+  *wrong.add_reports() = report(0, 44, 1.0);
+  wrong.mutable_reports(0)->mutable_ref()->set_token(TokenOf(id, 1, 1));
+  EXPECT_EQ(send(wrong, &resp).error_code(), grpc::PERMISSION_DENIED);
+  EXPECT_EQ(send(v1::StepReports(), &resp).error_code(), grpc::INVALID_ARGUMENT);
+  v1::StepReports huge;
+  for (int i = 0; i < 257; ++i) *huge.add_reports() = report(0, 50 + i, 1.0);
+  st = send(huge, &resp);
+  EXPECT_EQ(st.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("1 to 256 step reports, got 257"), std::string::npos);
   for (Stream* s : {s0.get(), s1.get()}) {
     s->WritesDone();
     while (s->Read(&msg)) {

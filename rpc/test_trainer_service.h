@@ -33,6 +33,39 @@ class RecordingTrainerService final
     }
     return reactor;
   }
+  // Each report as ReportStep would (a held rank is refused here), in
+  // order; the reply is the last one's. UNIMPLEMENTED while batches are
+  // turned off (an older coordinator).
+  grpc::ServerUnaryReactor* ReportSteps(grpc::CallbackServerContext* ctx,
+                                        const v1::StepReports* req,
+                                        v1::ReportStepResponse* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    absl::MutexLock l(&mu_);
+    if (!batches_) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no ReportSteps here"));
+      return reactor;
+    }
+    batch_sizes_.push_back(req->reports_size());
+    for (const v1::StepMetrics& m : req->reports()) {
+      steps_.push_back(m);
+      if (m.ref().job_id() == "stale") {
+        reactor->Finish(grpc::Status(grpc::StatusCode::ABORTED, "generation 1 is not current (2)"));
+        return reactor;
+      }
+      resp->set_checkpoint_at_step(m.step() + 10);
+      resp->set_stop(m.step() >= 100);
+    }
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  void set_batches(bool on) {
+    absl::MutexLock l(&mu_);
+    batches_ = on;
+  }
+  std::vector<int> batch_sizes() {
+    absl::MutexLock l(&mu_);
+    return batch_sizes_;
+  }
   grpc::ServerUnaryReactor* ReportCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::CheckpointRecord* req,
       v1::ReportCheckpointResponse* resp) override {
@@ -62,6 +95,8 @@ class RecordingTrainerService final
   std::vector<v1::StepMetrics> steps_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::CheckpointRecord> checkpoints_ ABSL_GUARDED_BY(mu_);
   std::vector<grpc::ServerUnaryReactor*> held_ ABSL_GUARDED_BY(mu_);
+  bool batches_ ABSL_GUARDED_BY(mu_) = true;
+  std::vector<int> batch_sizes_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace frameworm::testing

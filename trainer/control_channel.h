@@ -86,6 +86,19 @@ class ControlChannel {
   // (the trainer should exit), UNAVAILABLE when the coordinator is away
   // (the trainer keeps training and retries later).
   virtual absl::StatusOr<StepDirective> ReportStep(const StepReport& r) = 0;
+  // Several reports, oldest first (TrainerService.ReportSteps: one call,
+  // one commit); the directive is the newest report's. The first refused
+  // report's error ends the batch (those before it are accepted). This
+  // default sends them one by one.
+  virtual absl::StatusOr<StepDirective> ReportSteps(const std::vector<StepReport>& batch) {
+    StepDirective last;
+    for (const StepReport& r : batch) {
+      absl::StatusOr<StepDirective> d = ReportStep(r);
+      if (!d.ok()) return d.status();
+      last = *d;
+    }
+    return last;
+  }
   // Retention: the expired paths of the job are returned (rank 0 deletes
   // those within its checkpoint directory).
   virtual absl::StatusOr<std::vector<std::string>> ReportCheckpoint(

@@ -24,6 +24,7 @@
 #include "train/trainer.h"
 #include "trainer/run_setup.h"
 #include "trainer/liveness_pinger.h"
+#include "trainer/step_reporter.h"
 #include "trainer/trainer_channel.h"
 
 namespace frameworm {
@@ -169,13 +170,17 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
                            " skipped (training goes on, the previous checkpoint stays): ", why);
   };
   auto last_contact = std::chrono::steady_clock::now();
+  // Step and progress reports go through this (its own thread, batched),
+  // created when training starts, once the training thread is done with
+  // `channel` (resume); closed (flushed) before the process exits.
+  std::unique_ptr<StepReporter> reporter;
   to.on_step = [&](const StepInfo& s) -> absl::StatusOr<StepAction> {
     if (s.step > 5) {
       step_time_sum += s.seconds;
       ++step_time_n;
     }
     StepAction a;
-    if (!channel) return a;
+    if (!reporter) return a;
     StepReport r;
     r.rank = rank;
     r.step = s.step;
@@ -203,8 +208,8 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
       sent = warning;
     }
     r.warning = sent.substr(0, 512);
-    auto d = channel->ReportStep(r);
-    if (d.ok() && !sent.empty()) {
+    auto d = reporter->Submit(std::move(r));
+    if (!sent.empty()) {  // handed over (a batch that fails drops it, as before)
       std::lock_guard<std::mutex> l(warning_mu);
       if (warning == sent) warning.clear();
     }
@@ -230,7 +235,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   // During evaluation and checkpointing (no steps), a sign of life at most
   // once a second, so the coordinator does not take this rank for hung.
   to.on_progress = [&]() {
-    if (!channel) return;
+    if (!reporter) return;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_contact < std::chrono::seconds(1)) return;
     last_contact = now;
@@ -238,7 +243,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     r.rank = rank;
     r.step = last_step;
     r.progress_only = true;
-    (void)channel->ReportStep(r);  // best effort; a step report handles errors
+    (void)reporter->Submit(std::move(r));  // best effort; a step report handles errors
   };
   to.on_checkpoint = [&](int64_t step, const std::string& path, const CheckpointFileInfo& info) {
     ControlChannel* channel = ckpt_channel.get();
@@ -400,6 +405,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   // Liveness pings (StepReport.ping) about once a second while training:
   // how long the training thread has been blocked in the gradient
   // collectives, so a hang names the rank the others wait for.
+  if (channel) reporter = std::make_unique<StepReporter>(channel.get());
   LivenessPinger pinger(ping_channel.get(), rank, [&](StepReport& r) {
     r.step = pinged_step.load();
     r.waiting_seconds = trainer->collective_wait_seconds();
@@ -407,6 +413,8 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   });
   absl::Status s = trainer->train(train_loader, val_loader);
   pinger.Stop();
+  // The last steps' reports reach the coordinator before the exit does.
+  if (reporter) (void)reporter->Close(std::chrono::seconds(10));
   if (!s.ok()) {
     // Post mortem: which collectives this rank had issued and finished.
     if (const FlightRecorder* rec = trainer->flight_recorder()) {

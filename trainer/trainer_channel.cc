@@ -30,23 +30,23 @@ class GrpcTrainerChannel final : public ControlChannel {
         dial_(std::move(dial)),
         stub_(v1::TrainerService::NewStub(std::move(channel))) {}
 
-  absl::StatusOr<StepDirective> ReportStep(const StepReport& r) override {
-    v1::StepMetrics req;
-    FillRef(req.mutable_ref());
-    req.set_rank(r.rank);
-    req.set_step(r.step);
-    req.set_epoch(r.epoch);
-    req.set_samples(r.samples);
-    req.set_step_seconds(r.step_seconds);
-    req.set_wait_seconds(r.wait_seconds);
-    req.set_data_seconds(r.data_seconds);
-    req.set_total_steps(r.total_steps);
-    req.set_progress_only(r.progress_only);
-    req.set_ping(r.ping);
-    req.set_waiting_seconds(r.waiting_seconds);
-    if (r.ping) req.set_measures_wait(true);
+  // The proto of one report (this channel's job, generation and token).
+  void Fill(const StepReport& r, v1::StepMetrics* req) const {
+    FillRef(req->mutable_ref());
+    req->set_rank(r.rank);
+    req->set_step(r.step);
+    req->set_epoch(r.epoch);
+    req->set_samples(r.samples);
+    req->set_step_seconds(r.step_seconds);
+    req->set_wait_seconds(r.wait_seconds);
+    req->set_data_seconds(r.data_seconds);
+    req->set_total_steps(r.total_steps);
+    req->set_progress_only(r.progress_only);
+    req->set_ping(r.ping);
+    req->set_waiting_seconds(r.waiting_seconds);
+    if (r.ping) req->set_measures_wait(true);
     if (r.collectives) {
-      v1::CollectiveProgress* c = req.mutable_collectives();
+      v1::CollectiveProgress* c = req->mutable_collectives();
       c->set_enqueued(r.collectives->enqueued);
       c->set_completed(r.collectives->completed);
       for (const StepReport::Collective& x : r.collectives->recent) {
@@ -61,22 +61,41 @@ class GrpcTrainerChannel final : public ControlChannel {
         o->set_seconds(x.seconds);
       }
     }
-    req.set_warning(r.warning);
+    req->set_warning(r.warning);
     // The coordinator refuses non-finite values (a diverged loss): they are
     // left out here, so the step still counts; the rank's log shows them.
     for (const auto& [k, v] : r.values) {
-      if (std::isfinite(v)) (*req.mutable_values())[k] = v;
+      if (std::isfinite(v)) (*req->mutable_values())[k] = v;
     }
+  }
+
+  absl::StatusOr<StepDirective> ReportStep(const StepReport& r) override {
+    v1::StepMetrics req;
+    Fill(r, &req);
     v1::ReportStepResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     grpc::Status s = stub_->ReportStep(&ctx, req, &resp);
     Note(s);
     if (!s.ok()) return FromGrpcStatus(s, "ReportStep");
-    StepDirective d;
-    d.checkpoint_at_step = resp.checkpoint_at_step();
-    d.stop = resp.stop();
-    return d;
+    return Directive(resp);
+  }
+
+  absl::StatusOr<StepDirective> ReportSteps(const std::vector<StepReport>& batch) override {
+    if (!batched_) return ControlChannel::ReportSteps(batch);
+    v1::StepReports req;
+    for (const StepReport& r : batch) Fill(r, req.add_reports());
+    v1::ReportStepResponse resp;
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    grpc::Status s = stub_->ReportSteps(&ctx, req, &resp);
+    Note(s);
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {  // an older coordinator
+      batched_ = false;
+      return ControlChannel::ReportSteps(batch);
+    }
+    if (!s.ok()) return FromGrpcStatus(s, "ReportSteps");
+    return Directive(resp);
   }
 
   absl::StatusOr<std::vector<std::string>> ReportCheckpoint(
@@ -201,6 +220,13 @@ class GrpcTrainerChannel final : public ControlChannel {
   }
   static constexpr absl::Duration kRedialAfter = absl::Seconds(2);
 
+  static StepDirective Directive(const v1::ReportStepResponse& resp) {
+    StepDirective d;
+    d.checkpoint_at_step = resp.checkpoint_at_step();
+    d.stop = resp.stop();
+    return d;
+  }
+
   void FillRef(v1::JobRef* ref) const {
     ref->set_job_id(options_.job_id);
     ref->set_generation(options_.generation);
@@ -214,6 +240,7 @@ class GrpcTrainerChannel final : public ControlChannel {
   const TrainerChannelOptions options_;
   const std::function<std::shared_ptr<grpc::Channel>()> dial_;
   std::unique_ptr<v1::TrainerService::Stub> stub_;
+  bool batched_ = true;  // false once the coordinator said UNIMPLEMENTED
   absl::Time last_ok_ = absl::Now();
   absl::Time last_dial_ = absl::InfinitePast();
 };

@@ -1,11 +1,13 @@
 #include "trainer/trainer_channel.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
 
 #include "trainer/liveness_pinger.h"
+#include "trainer/step_reporter.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "rpc/rpc.h"
@@ -125,6 +127,98 @@ TEST_F(TrainerChannelTest, TheLivenessPingerPingsUntilStopped) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(service_.steps().size(), sent) << "pinged after Stop";
   LivenessPinger none(nullptr, 0, [&](StepReport&) {});
+}
+
+StepReport StepNumber(int64_t step) {
+  StepReport r;
+  r.rank = 0;
+  r.step = step;
+  r.values = {{"loss", 1.0 / static_cast<double>(step)}};
+  return r;
+}
+
+// The step reporter: the training thread only queues; every report
+// arrives, in order, in far fewer calls than reports (batches), and the
+// coordinator's directive comes back on a later Submit.
+TEST_F(TrainerChannelTest, TheStepReporterSendsEveryReportInOrderInBatches) {
+  auto ch = Channel("job-7", 3);
+  StepReporter reporter(ch.get());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 1; step <= 500; ++step) {
+    auto d = reporter.Submit(StepNumber(step));
+    ASSERT_TRUE(d.ok()) << d.status();
+  }
+  const double queued = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(queued, 0.5) << "Submit must not wait for the coordinator";
+  ASSERT_TRUE(reporter.Close(std::chrono::seconds(10)).ok());
+  const std::vector<v1::StepMetrics> got = service_.steps();
+  ASSERT_EQ(got.size(), 500u);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].step(), static_cast<int64_t>(i + 1));
+    EXPECT_EQ(got[i].ref().job_id(), "job-7");
+  }
+  EXPECT_EQ(reporter.sent(), 500);
+  EXPECT_EQ(reporter.dropped(), 0);
+  EXPECT_LT(reporter.calls(), 500);
+  const std::vector<int> sizes = service_.batch_sizes();
+  EXPECT_EQ(static_cast<int64_t>(sizes.size()), reporter.calls());
+  EXPECT_LE(*std::max_element(sizes.begin(), sizes.end()), 64);
+  // After a call came back, Submit returns its directive.
+  StepReporter again(ch.get());
+  (void)again.Submit(StepNumber(7));
+  ASSERT_TRUE(again.Close(std::chrono::seconds(10)).ok());
+  StepReporter third(ch.get());
+  (void)third.Submit(StepNumber(8));
+  for (int i = 0; i < 200 && third.sent() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto d = third.Submit(StepNumber(9));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->checkpoint_at_step, 18);
+}
+
+// An older coordinator without ReportSteps: the same reports, one call each.
+TEST_F(TrainerChannelTest, TheStepReporterFallsBackToSingleReports) {
+  service_.set_batches(false);
+  auto ch = Channel("job-7", 3);
+  StepReporter reporter(ch.get());
+  for (int64_t step = 1; step <= 20; ++step) ASSERT_TRUE(reporter.Submit(StepNumber(step)).ok());
+  ASSERT_TRUE(reporter.Close(std::chrono::seconds(10)).ok());
+  const std::vector<v1::StepMetrics> got = service_.steps();
+  ASSERT_EQ(got.size(), 20u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].step(), static_cast<int64_t>(i + 1));
+  EXPECT_TRUE(service_.batch_sizes().empty());
+}
+
+// A generation that is over (ABORTED) is terminal: Submit returns it from
+// then on and nothing more is sent. A coordinator that cannot be reached
+// drops reports and the trainer goes on.
+TEST_F(TrainerChannelTest, TheStepReporterStopsAtAbortedAndSurvivesAnAbsentCoordinator) {
+  auto ch = Channel("stale", 1);
+  StepReporter reporter(ch.get());
+  ASSERT_TRUE(reporter.Submit(StepNumber(1)).ok());
+  absl::StatusOr<StepDirective> d = StepDirective{};
+  for (int i = 0; i < 500 && d.ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    d = reporter.Submit(StepNumber(2 + i));
+  }
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kAborted) << d.status();
+  EXPECT_EQ(reporter.Close(std::chrono::seconds(1)).code(), absl::StatusCode::kAborted);
+  const size_t seen = service_.steps().size();
+  EXPECT_EQ(reporter.Submit(StepNumber(999)).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(service_.steps().size(), seen);
+
+  TrainerChannelOptions o;
+  o.coordinator = "127.0.0.1:1";  // nothing listens there
+  o.job_id = "job-7";
+  o.generation = 3;
+  o.call_timeout = absl::Milliseconds(300);
+  auto away = NewTrainerChannel(o);
+  ASSERT_TRUE(away.ok()) << away.status();
+  StepReporter lost(away->get());
+  for (int64_t step = 1; step <= 5; ++step) ASSERT_TRUE(lost.Submit(StepNumber(step)).ok());
+  EXPECT_TRUE(lost.Close(std::chrono::seconds(2)).ok());
+  EXPECT_EQ(lost.sent(), 0);
+  EXPECT_EQ(lost.dropped(), 5);
 }
 
 TEST_F(TrainerChannelTest, ReportCheckpointSendsRecord) {

@@ -129,15 +129,16 @@ class Client:
 
     def metrics(self, job_id, since_step=0):
         """Aggregated steps after since_step as rows: step, epoch, ranks,
-        samples, then each mean value by name (loss, accuracy, ...) and
-        stragglers (a list of ranks)."""
+        samples, unix_ms (when the step's last report came), then each mean
+        value by name (loss, accuracy, ...) and stragglers (a list of
+        ranks)."""
         rows, token = [], ""
         while True:
             resp = self._call(self._stub.GetMetrics, job_service_pb2.GetMetricsRequest(
                 job_id=job_id, since_step=since_step, page_token=token))
             for s in resp.steps:
                 row = {"step": s.step, "epoch": s.epoch, "ranks": s.ranks_reported,
-                       "samples": s.samples}
+                       "samples": s.samples, "unix_ms": s.unix_ms}
                 row.update(dict(s.mean))
                 row["stragglers"] = list(s.stragglers)
                 rows.append(row)

@@ -646,6 +646,7 @@ TEST(ClusterE2E, ThePythonClientSubmitsWatchesAndReadsMetrics) {
   for (int i = 1; i <= 30; ++i) absl::StrAppend(&steps, i == 1 ? "" : ", ", i);
   EXPECT_NE(o.find("\"steps\": [" + steps + "]"), std::string::npos) << o;
   EXPECT_NE(o.find("\"ranks\": [2]"), std::string::npos) << o;
+  EXPECT_NE(o.find("\"times_ordered\": true"), std::string::npos) << o;
   EXPECT_NE(o.find("\"listed\": true"), std::string::npos) << o;
   EXPECT_NE(o.find("\"bad_spec\": \"INVALID_ARGUMENT: "), std::string::npos) << o;
   EXPECT_NE(o.find("nodez"), std::string::npos) << o;

@@ -33,6 +33,7 @@ def main():
         out["steps"] = [r["step"] for r in rows]
         out["loss_first"], out["loss_last"] = rows[0]["loss"], rows[-1]["loss"]
         out["ranks"] = sorted({r["ranks"] for r in rows})
+        out["times_ordered"] = all(0 < a["unix_ms"] <= b["unix_ms"] for a, b in zip(rows, rows[1:]))
         out["events"] = [e["kind"] for e in c.events(job)]
         out["listed"] = job in [j["job_id"] for j in c.jobs()]
         # The newest checkpoint's weights, fetched and read as a state dict.
