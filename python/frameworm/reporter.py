@@ -17,25 +17,37 @@ a checkpoint or a stop:
             break
     reporter.close()
 
-A thread pings the coordinator about once a second while the Reporter is
-open, so a hang names a rank whose process stopped or died. What a Python
+`step` only queues the report: a thread sends what queued while its
+previous call was in flight as one batch (TrainerService.ReportSteps), so
+the training loop never waits for the coordinator's commit, and the
+Directive is the newest answer (every rank that checkpoints when it says
+so should agree on the step: broadcast rank 0's decision, as the built-in
+trainer does). `close()` sends what is left (up to 10 s). Another thread
+pings the coordinator about once a second while the Reporter is open, so
+a hang names a rank whose process stopped or died. What a Python
 program's reports cannot tell (the built-in trainer's can): how long a rank
 waits in the collectives (stragglers are judged by step time alone, which
 sees only slowness outside the synchronous step) and which collective each
 rank is in (no flight recorder); when every silent rank still pings, the
 hang's reason says the culprit is not known.
 
-Errors: `step` raises FramewormError("ABORTED", ...) when this generation is
-no longer the job's current one (the program should exit); a coordinator
-that cannot be reached is retried at the next step, training goes on.
+Errors: `step` raises FramewormError("ABORTED", ...) once the coordinator
+said this generation is no longer the job's current one (the program
+should exit), and PERMISSION_DENIED for a refused rank; reports that
+cannot be delivered (the coordinator away) are dropped and training goes
+on.
 """
+import collections
 import os
 import threading
+import time
 
 import grpc
 
 from frameworm.client import FramewormError, _COORDINATOR_TLS_NAME
-from frameworm.v1 import common_pb2, trainer_service_pb2_grpc
+from frameworm.v1 import common_pb2, trainer_service_pb2, trainer_service_pb2_grpc
+
+_MAX_BATCH = 64
 
 
 class Directive:
@@ -66,8 +78,15 @@ class Reporter:
         self.timeout = timeout
         self._last_step = 0
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._queue = collections.deque()   # guarded by _lock
+        self._in_flight = False              # guarded by _lock
+        self._latest = (0, False)            # (checkpoint_at_step, stop); guarded by _lock
+        self._terminal = None                # FramewormError; guarded by _lock
+        self._batched = True
         self._closed = threading.Event()
         self._thread = None
+        self._sender = None
         if not self.enabled:
             return
         try:
@@ -88,6 +107,8 @@ class Reporter:
         else:
             self._channel = grpc.insecure_channel(self.coordinator)
         self._stub = trainer_service_pb2_grpc.TrainerServiceStub(self._channel)
+        self._sender = threading.Thread(target=self._send_loop, name="frameworm-report", daemon=True)
+        self._sender.start()
         if ping_every and ping_every > 0:
             self._thread = threading.Thread(target=self._ping_loop, args=(ping_every,),
                                             name="frameworm-ping", daemon=True)
@@ -110,14 +131,52 @@ class Reporter:
             if v == v and v not in (float("inf"), float("-inf")):
                 m.values[k] = v
         with self._lock:
+            if self._terminal is not None:
+                raise self._terminal
             self._last_step = int(step)
-        try:
-            resp = self._stub.ReportStep(m, timeout=self.timeout)
-        except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.UNAVAILABLE or e.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                return Directive(step=int(step))
-            raise FramewormError(e.code().name, e.details()) from None
-        return Directive(resp.checkpoint_at_step, resp.stop, int(step))
+            self._queue.append(m)
+            while len(self._queue) > 4096:
+                self._queue.popleft()
+            if not self._in_flight:
+                self._changed.notify()
+            at, stop = self._latest
+        return Directive(at, stop, int(step))
+
+    def _send_loop(self):
+        while True:
+            with self._lock:
+                while not self._queue and not self._closed.is_set():
+                    self._changed.wait()
+                if not self._queue:
+                    return
+                batch = [self._queue.popleft() for _ in range(min(_MAX_BATCH, len(self._queue)))]
+                self._in_flight = True
+            resp, error = None, None
+            try:
+                if self._batched:
+                    try:
+                        resp = self._stub.ReportSteps(
+                            trainer_service_pb2.StepReports(reports=batch), timeout=self.timeout)
+                    except grpc.RpcError as e:
+                        if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                            raise
+                        self._batched = False  # an older coordinator
+                if not self._batched:
+                    for m in batch:
+                        resp = self._stub.ReportStep(m, timeout=self.timeout)
+            except grpc.RpcError as e:
+                error = e
+            with self._lock:
+                self._in_flight = False
+                if resp is not None and error is None:
+                    self._latest = (resp.checkpoint_at_step, resp.stop)
+                elif error is not None and error.code() in (grpc.StatusCode.ABORTED,
+                                                            grpc.StatusCode.PERMISSION_DENIED):
+                    self._terminal = FramewormError(error.code().name, error.details())
+                    self._queue.clear()
+                self._changed.notify_all()
+            if error is not None and self._terminal is None and not self._closed.is_set():
+                time.sleep(0.2)  # the coordinator away: do not spin on it
 
     def _ping_loop(self, every):
         while not self._closed.wait(every):
@@ -130,8 +189,20 @@ class Reporter:
             except grpc.RpcError:
                 pass  # best effort, as the built-in trainer's pings
 
-    def close(self):
-        """Stops the pings; idempotent."""
+    def close(self, flush=10.0):
+        """Sends what is queued (waiting at most `flush` seconds), stops the
+        threads; idempotent."""
+        if self._sender is not None:
+            deadline = time.monotonic() + flush
+            with self._lock:
+                while ((self._queue or self._in_flight) and self._terminal is None
+                       and time.monotonic() < deadline):
+                    self._changed.wait(max(0.0, deadline - time.monotonic()))
+                self._queue.clear()
+                self._closed.set()
+                self._changed.notify_all()
+            self._sender.join()
+            self._sender = None
         self._closed.set()
         if self._thread is not None:
             self._thread.join()
