@@ -11,17 +11,21 @@ a checkpoint or a stop:
     for step in range(1, steps + 1):
         ...                                     # forward, backward, optimizer step
         d = reporter.step(step, loss=loss.item(), samples=len(x), step_seconds=dt)
-        if d.checkpoint:                        # every rank is asked after the same step
+        # Each rank learns of a request when its own answer comes: let rank
+        # 0's decide, so every rank acts after the same step.
+        flags = torch.tensor([int(d.checkpoint), int(d.stop)])
+        torch.distributed.broadcast(flags, src=0)
+        if flags[0]:
             save(...)
-        if d.stop:
+        if flags[1]:
             break
     reporter.close()
 
 `step` only queues the report: a thread sends what queued while its
 previous call was in flight as one batch (TrainerService.ReportSteps), so
 the training loop never waits for the coordinator's commit, and the
-Directive is the newest answer (every rank that checkpoints when it says
-so should agree on the step: broadcast rank 0's decision, as the built-in
+Directive is from the newest answer (ranks learn of a request at
+different steps: broadcast rank 0's decision, as above and as the built-in
 trainer does). `close()` sends what is left (up to 10 s). Another thread
 pings the coordinator about once a second while the Reporter is open, so
 a hang names a rank whose process stopped or died. What a Python
@@ -55,10 +59,12 @@ class Directive:
 
     __slots__ = ("checkpoint", "checkpoint_at_step", "stop")
 
-    def __init__(self, checkpoint_at_step=0, stop=False, step=0):
+    def __init__(self, checkpoint_at_step=0, stop=False, checkpoint=False):
+        # The step the coordinator asked a checkpoint after (0: none).
         self.checkpoint_at_step = checkpoint_at_step
-        # True when the checkpoint every rank takes is due after this step.
-        self.checkpoint = checkpoint_at_step > 0 and step >= checkpoint_at_step
+        # True once per request: the first step this rank reports at or
+        # past checkpoint_at_step after learning of it.
+        self.checkpoint = checkpoint
         self.stop = stop
 
     def __repr__(self):
@@ -82,6 +88,7 @@ class Reporter:
         self._queue = collections.deque()   # guarded by _lock
         self._in_flight = False              # guarded by _lock
         self._latest = (0, False)            # (checkpoint_at_step, stop); guarded by _lock
+        self._acted = 0                      # the last checkpoint_at_step said due; guarded by _lock
         self._terminal = None                # FramewormError; guarded by _lock
         self._batched = True
         self._closed = threading.Event()
@@ -140,7 +147,10 @@ class Reporter:
             if not self._in_flight:
                 self._changed.notify()
             at, stop = self._latest
-        return Directive(at, stop, int(step))
+            due = at > self._acted and int(step) >= at
+            if due:
+                self._acted = at
+        return Directive(at, stop, due)
 
     def _send_loop(self):
         while True:

@@ -264,6 +264,22 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   ASSERT_TRUE(st.ok()) << st.status();
   ASSERT_EQ(st->state(), v1::RUNNING) << st->ShortDebugString();
   EXPECT_EQ(st->total_steps(), 100000) << st->ShortDebugString();
+  // A checkpoint request reaches the program once, on every rank at the
+  // same step (rank 0's Directive broadcast).
+  RunResult asked = (*c)->Cli({"checkpoint", *id});
+  ASSERT_EQ(asked.exit_code, 0) << asked.output;
+  std::string taken[2];
+  for (int i = 0; i < 100; ++i) {
+    for (int r = 0; r < 2; ++r) {
+      RunResult logs = (*c)->Cli({"logs", *id, "--rank", std::to_string(r)});
+      const size_t at = logs.output.find("checkpoint asked for step ");
+      if (at != std::string::npos) taken[r] = logs.output.substr(at, logs.output.find('\n', at) - at);
+    }
+    if (!taken[0].empty() && !taken[1].empty()) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_FALSE(taken[0].empty());
+  EXPECT_EQ(taken[0], taken[1]);
   const pid_t stuck = TrainerOfRank(*id, 1);
   ASSERT_GT(stuck, 0);
   ASSERT_EQ(kill(stuck, SIGSTOP), 0);

@@ -33,7 +33,13 @@ def main():
             time.sleep(0.02)  # a step of ~25 ms, like a small real model's
             d = reporter.step(step, loss=loss.item(), samples=32,
                               step_seconds=time.perf_counter() - t0, total_steps=steps)
-            if d.stop:
+            # Rank 0's answer decides, so every rank acts after the same step.
+            flags = torch.tensor([int(d.checkpoint), int(d.stop), d.checkpoint_at_step])
+            dist.broadcast(flags, src=0)
+            if flags[0]:
+                print(f"checkpoint asked for step {int(flags[2])} taken after step {step}",
+                      flush=True)
+            if flags[1]:
                 break
     print(f"done at step {step}", flush=True)
     dist.destroy_process_group()
