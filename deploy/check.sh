@@ -4,7 +4,8 @@
 # complaint fails), the Kubernetes manifests against the Kubernetes schemas
 # (kubernetes-validate --strict, from .venv), the container's staged root
 # (deploy/docker/stage.sh: every library a daemon loads is in it or is
-# glibc's, and each daemon runs from it). Each checker is first shown a
+# glibc's, and each daemon runs from it), the build context (.dockerignore
+# leaves out what .gitignore does). Each checker is first shown a
 # broken copy, so a checker that accepts anything fails this script.
 #   deploy/check.sh BIN_DIR
 set -euo pipefail
@@ -37,6 +38,19 @@ fi
 "$PY" -m kubernetes_validate --strict --quiet "$ROOT"/deploy/kubernetes/*.yaml \
   || fail "a Kubernetes manifest does not validate"
 echo "ok: deploy/kubernetes/*.yaml (kubernetes-validate --strict)"
+
+# The container build's context: every top-level directory .gitignore
+# keeps out (/build/, /.venv/, ...) is in .dockerignore too.
+context_leaks() {  # .dockerignore -> the .gitignore directories it lets in
+  sed -n 's|^/\([^/]*\)/$|\1|p' "$ROOT/.gitignore" | while read -r d; do
+    grep -qxF "$d" "$1" || echo "$d"
+  done
+}
+grep -vx '.venv' "$ROOT/.dockerignore" > "$TMP/broken.dockerignore"
+[ -n "$(context_leaks "$TMP/broken.dockerignore")" ] || fail "the .dockerignore check misses .venv"
+leaks="$(context_leaks "$ROOT/.dockerignore")"
+[ -z "$leaks" ] || fail ".dockerignore lets into the build context: $leaks"
+echo "ok: .dockerignore (the build context leaves out $(sed -n 's|^/\([^/]*\)/$|\1|p' "$ROOT/.gitignore" | tr '\n' ' '))"
 
 # The container's root: the daemons with their libraries (frameworm-train's
 # LibTorch libraries only resolved, not copied: gigabytes).
