@@ -1,7 +1,12 @@
-"""Shared by the Python reports of bench/*.sh: the machine line and medians."""
+"""Shared by the Python parts of bench/*.sh: the machine line, medians, and
+a local cluster to run jobs on."""
 import json
 import os
+import signal
+import socket
 import statistics
+import subprocess
+import time
 
 
 def cpu_model():
@@ -36,3 +41,41 @@ def write_report(path, lines):
     with open(path, "w") as f:
         f.write(text)
     print(text, end="")
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start_cluster(bin_dir, state, workers=("w0", "w1")):
+    """A frameworm-coordinator and single-slot workers on 127.0.0.1, their
+    state and logs under `state`; returns (processes, coordinator address),
+    the coordinator first. Give the processes to stop_cluster."""
+    addr = f"127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen([f"{bin_dir}/frameworm-coordinator", f"--listen={addr}",
+                               f"--state-dir={state}/state", "--metrics-listen=none",
+                               "--dashboard-listen=none"],
+                              stdout=open(f"{state}/c.log", "w"), stderr=subprocess.STDOUT)]
+    time.sleep(1)
+    for w in workers:
+        procs.append(subprocess.Popen([f"{bin_dir}/frameworm-worker", f"--coordinator={addr}",
+                                       f"--name={w}", "--slots=1", f"--work-dir={state}/{w}"],
+                                      stdout=open(f"{state}/{w}.log", "w"), stderr=subprocess.STDOUT))
+    time.sleep(2)  # the workers register
+    return procs, addr
+
+
+def stop_cluster(procs):
+    """SIGTERM, workers first; SIGKILL whatever is left after 20 s."""
+    for p in procs[::-1]:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()

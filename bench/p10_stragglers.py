@@ -14,13 +14,12 @@ import json
 import os
 import random
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 
 import frameworm
+from benchlib import start_cluster, stop_cluster
 
 JOB = """name: p10
 nodes: 2
@@ -33,14 +32,6 @@ train:
   max_steps: {steps}
   batch_size: 32
 """
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def trainer_pid(job, rank):
@@ -76,20 +67,9 @@ def main():
     bin_dir, trials, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     rng = random.Random(seed)
     d = tempfile.mkdtemp(prefix="p10-")
-    port = free_port()
-    addr = f"127.0.0.1:{port}"
-    procs = [subprocess.Popen([f"{bin_dir}/frameworm-coordinator", f"--listen={addr}",
-                               f"--state-dir={d}/state", "--metrics-listen=none",
-                               "--dashboard-listen=none"],
-                              stdout=open(f"{d}/c.log", "w"), stderr=subprocess.STDOUT)]
-    time.sleep(1)
-    for w in ("w0", "w1"):
-        procs.append(subprocess.Popen([f"{bin_dir}/frameworm-worker", f"--coordinator={addr}",
-                                       f"--name={w}", "--slots=1", f"--work-dir={d}/{w}"],
-                                      stdout=open(f"{d}/{w}.log", "w"), stderr=subprocess.STDOUT))
+    procs, addr = start_cluster(bin_dir, d)
     c = frameworm.Client(addr)
     try:
-        time.sleep(2)
         undisturbed_steps = undisturbed_flags = 0
         for t in range(trials):
             job = c.submit(JOB.format(steps=100000))
@@ -129,14 +109,7 @@ def main():
                           "undisturbed_flagged_steps": undisturbed_flags,
                           "undisturbed_job": final.get("state")}), flush=True)
     finally:
-        for p in procs[::-1]:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
+        stop_cluster(procs)
 
 if __name__ == "__main__":
     main()

@@ -17,25 +17,17 @@ usage: p1_cluster.py BIN_DIR RUNS [LABEL=TRAIN_BINARY ...]
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 import frameworm
+from benchlib import start_cluster, stop_cluster
 
 CONFIGS = {"mlp": 2000, "cnn": 300}
 FLAGS = ["--dataset=fashion-mnist", "--batch-size=64", "--threads=1", "--backend=gloo",
          "--seed=42", "--log-every=1000000"]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def done_line(text):
@@ -56,19 +48,9 @@ def main():
     bin_dir, runs = sys.argv[1], int(sys.argv[2])
     trainers = dict(a.split("=", 1) for a in sys.argv[3:]) or {"this": f"{bin_dir}/frameworm-train"}
     d = tempfile.mkdtemp(prefix="p1c-")
-    addr = f"127.0.0.1:{free_port()}"
-    procs = [subprocess.Popen([f"{bin_dir}/frameworm-coordinator", f"--listen={addr}",
-                               f"--state-dir={d}/state", "--metrics-listen=none",
-                               "--dashboard-listen=none"],
-                              stdout=open(f"{d}/c.log", "w"), stderr=subprocess.STDOUT)]
-    time.sleep(1)
-    for w in ("w0", "w1"):
-        procs.append(subprocess.Popen([f"{bin_dir}/frameworm-worker", f"--coordinator={addr}",
-                                       f"--name={w}", "--slots=1", f"--work-dir={d}/{w}"],
-                                      stdout=open(f"{d}/{w}.log", "w"), stderr=subprocess.STDOUT))
+    procs, addr = start_cluster(bin_dir, d)
     c = frameworm.Client(addr)
     try:
-        time.sleep(2)
         for run in range(runs):
             for model, steps in CONFIGS.items():
                 for label, train in trainers.items():
@@ -114,11 +96,7 @@ def main():
                                   "steps_per_s_before": rate, "steps_in_5s_stopped": during,
                                   "ratio": during / (5 * rate)}), flush=True)
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=30)
-
+        stop_cluster(procs)
 
 if __name__ == "__main__":
     main()

@@ -581,37 +581,21 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
 class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
  public:
   explicit TrainerServiceImpl(Impl* impl) : impl_(impl) {}
+  // Both finish once the reports' aggregates are committed (by the core's
+  // metric writer thread) or refused: the reactor never waits on disk.
   grpc::ServerUnaryReactor* ReportStep(grpc::CallbackServerContext* ctx,
                                        const v1::StepMetrics* req,
                                        v1::ReportStepResponse* resp) override {
-    // Finished once the report's aggregate is committed (by the core's
-    // metric writer thread) or refused: the reactor never waits on disk.
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) {
-      reactor->Finish(ToGrpcStatus(s));
-      return reactor;
-    }
-    impl_->core->ReportStepAsync(
-        *req, [reactor, resp](absl::StatusOr<v1::ReportStepResponse> r) {
-          if (r.ok()) *resp = std::move(*r);
-          reactor->Finish(ToGrpcStatus(r.status()));
-        });
-    return reactor;
+    return Report(ctx, resp, [&](Coordinator::ReportDone done) {
+      impl_->core->ReportStepAsync(*req, std::move(done));
+    });
   }
   grpc::ServerUnaryReactor* ReportSteps(grpc::CallbackServerContext* ctx,
                                         const v1::StepReports* req,
                                         v1::ReportStepResponse* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) {
-      reactor->Finish(ToGrpcStatus(s));
-      return reactor;
-    }
-    impl_->core->ReportStepsAsync(
-        *req, [reactor, resp](absl::StatusOr<v1::ReportStepResponse> r) {
-          if (r.ok()) *resp = std::move(*r);
-          reactor->Finish(ToGrpcStatus(r.status()));
-        });
-    return reactor;
+    return Report(ctx, resp, [&](Coordinator::ReportDone done) {
+      impl_->core->ReportStepsAsync(*req, std::move(done));
+    });
   }
   grpc::ServerUnaryReactor* ReportCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::CheckpointRecord* req,
@@ -647,6 +631,23 @@ class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
   }
 
  private:
+  // A trainer's report call: the caller is checked, then `start` hands the
+  // core a callback that finishes the reactor with the core's answer.
+  template <class Start>
+  grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* ctx, v1::ReportStepResponse* resp,
+                                   Start&& start) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) {
+      reactor->Finish(ToGrpcStatus(s));
+      return reactor;
+    }
+    start([reactor, resp](absl::StatusOr<v1::ReportStepResponse> r) {
+      if (r.ok()) *resp = std::move(*r);
+      reactor->Finish(ToGrpcStatus(r.status()));
+    });
+    return reactor;
+  }
+
   Impl* const impl_;
 };
 

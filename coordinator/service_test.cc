@@ -134,11 +134,9 @@ class ServiceTest : public ::testing::Test {
     }
     return st;
   }
-  grpc::Status Step(const std::string& id, int64_t gen, int rank,
-                    int64_t step, double loss, int64_t samples,
-                    v1::ReportStepResponse* resp) {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
+  // A step report of `rank` with its real token.
+  v1::StepMetrics Report(const std::string& id, int64_t gen, int rank, int64_t step, double loss,
+                         int64_t samples) {
     v1::StepMetrics m;
     m.mutable_ref()->set_job_id(id);
     m.mutable_ref()->set_generation(gen);
@@ -148,7 +146,14 @@ class ServiceTest : public ::testing::Test {
     m.set_samples(samples);
     m.set_step_seconds(0.5);
     (*m.mutable_values())["loss"] = loss;
-    return trainers_->ReportStep(&ctx, m, resp);
+    return m;
+  }
+  grpc::Status Step(const std::string& id, int64_t gen, int rank,
+                    int64_t step, double loss, int64_t samples,
+                    v1::ReportStepResponse* resp) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    return trainers_->ReportStep(&ctx, Report(id, gen, rank, step, loss, samples), resp);
   }
 
   std::string dir_;
@@ -572,18 +577,7 @@ TEST_F(ServiceTest, ABatchOfStepReportsIsCommittedTogether) {
   v1::CoordinatorMessage msg;
   ASSERT_TRUE(s0->Read(&msg));
   ASSERT_TRUE(s1->Read(&msg));
-  auto report = [&](int rank, int64_t step, double loss) {
-    v1::StepMetrics m;
-    m.mutable_ref()->set_job_id(id);
-    m.mutable_ref()->set_generation(1);
-    m.mutable_ref()->set_token(TokenOf(id, 1, rank));
-    m.set_rank(rank);
-    m.set_step(step);
-    m.set_samples(10);
-    m.set_step_seconds(0.5);
-    (*m.mutable_values())["loss"] = loss;
-    return m;
-  };
+  auto report = [&](int rank, int64_t step, double loss) { return Report(id, 1, rank, step, loss, 10); };
   auto send = [&](const v1::StepReports& batch, v1::ReportStepResponse* resp) {
     grpc::ClientContext ctx;
     Deadline(&ctx);

@@ -33,6 +33,17 @@ def _is_loopback(host):
         return False
 
 
+def _secure_channel(coordinator, tls_dir):
+    """A mutual-TLS channel to the coordinator with the certificate
+    directory's ca.crt, tls.crt and tls.key (also the Reporter's)."""
+    def read(name):
+        with open(os.path.join(tls_dir, name), "rb") as f:
+            return f.read()
+    creds = grpc.ssl_channel_credentials(read("ca.crt"), read("tls.key"), read("tls.crt"))
+    return grpc.secure_channel(coordinator, creds,
+                               options=[("grpc.ssl_target_name_override", _COORDINATOR_TLS_NAME)])
+
+
 def _as_dict(message):
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
@@ -46,13 +57,7 @@ class Client:
         self.timeout = timeout
         host = self.coordinator.rsplit(":", 1)[0]
         if tls_dir:
-            def read(name):
-                with open(os.path.join(tls_dir, name), "rb") as f:
-                    return f.read()
-            creds = grpc.ssl_channel_credentials(read("ca.crt"), read("tls.key"), read("tls.crt"))
-            self._channel = grpc.secure_channel(
-                self.coordinator, creds,
-                options=[("grpc.ssl_target_name_override", _COORDINATOR_TLS_NAME)])
+            self._channel = _secure_channel(self.coordinator, tls_dir)
         elif _is_loopback(host) or insecure:
             self._channel = grpc.insecure_channel(self.coordinator)
         else:

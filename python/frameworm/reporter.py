@@ -48,7 +48,7 @@ import time
 
 import grpc
 
-from frameworm.client import FramewormError, _COORDINATOR_TLS_NAME
+from frameworm.client import FramewormError, _secure_channel
 from frameworm.v1 import common_pb2, trainer_service_pb2, trainer_service_pb2_grpc
 
 _MAX_BATCH = 64
@@ -104,14 +104,8 @@ class Reporter:
                                       token=env.get("FRAMEWORM_TOKEN", ""))
         tls_dir = env.get("FRAMEWORM_TLS_DIR", "")
         if tls_dir:
-            def read(name):
-                with open(os.path.join(tls_dir, name), "rb") as f:
-                    return f.read()
-            creds = grpc.ssl_channel_credentials(read("ca.crt"), read("tls.key"), read("tls.crt"))
-            self._channel = grpc.secure_channel(
-                self.coordinator, creds,
-                options=[("grpc.ssl_target_name_override", _COORDINATOR_TLS_NAME)])
-        else:
+            self._channel = _secure_channel(self.coordinator, tls_dir)
+        else:  # the worker's choice: it set no TLS directory
             self._channel = grpc.insecure_channel(self.coordinator)
         self._stub = trainer_service_pb2_grpc.TrainerServiceStub(self._channel)
         self._sender = threading.Thread(target=self._send_loop, name="frameworm-report", daemon=True)
@@ -213,7 +207,7 @@ class Reporter:
                 self._changed.notify_all()
             self._sender.join()
             self._sender = None
-        self._closed.set()
+        self._closed.set()  # also stops the pings (no sender outside a job)
         if self._thread is not None:
             self._thread.join()
             self._thread = None

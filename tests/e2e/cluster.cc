@@ -62,6 +62,22 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
   return c;
 }
 
+absl::StatusOr<std::string> Cluster::InstallPythonPackage() {
+  const char* src = std::getenv("FRAMEWORM_SOURCE_DIR");
+  if (src == nullptr) return absl::FailedPreconditionError("FRAMEWORM_SOURCE_DIR is not set");
+  const std::string python = absl::StrCat(src, "/.venv/bin/python");
+  if (::access(python.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(python, ": run deploy/dev.sh install"));
+  }
+  const std::string site = dir_ + "/site";
+  RunResult pip = RunCommand({python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                              "--no-deps", "--no-build-isolation", "--target", site,
+                              absl::StrCat(src, "/python")},
+                             {}, absl::Seconds(120));
+  if (pip.exit_code != 0) return absl::InternalError(absl::StrCat("pip install failed: ", pip.output));
+  return site;
+}
+
 absl::StatusOr<std::string> Cluster::TlsDir(const std::string& role, const std::string& name) {
   const std::string dir = absl::StrCat(dir_, "/tls/", name);
   if (::access((dir + "/tls.key").c_str(), F_OK) == 0) return dir;

@@ -51,6 +51,12 @@ class Cluster {
   // With options_.tls: the TLS directory of `role`:`name`, issued on first
   // use (a worker restarted under its name reuses its certificate).
   absl::StatusOr<std::string> TlsDir(const std::string& role, const std::string& name);
+  // The frameworm Python package, pip-installed from the checkout
+  // ($FRAMEWORM_SOURCE_DIR/python) with its .venv's Python, as a user
+  // would, into <dir>/site; returns that directory (for PYTHONPATH).
+  // FAILED_PRECONDITION without the source dir or .venv, INTERNAL naming
+  // pip's output when it fails.
+  absl::StatusOr<std::string> InstallPythonPackage();
   // The dashboard's URL, "http(s)://HOST:PORT/" (empty: none).
   const std::string& dashboard_url() const { return dashboard_url_; }
   // The coordinator's Prometheus endpoint, HOST:PORT (empty: none).

@@ -628,12 +628,9 @@ TEST(ClusterE2E, ThePythonClientSubmitsWatchesAndReadsMetrics) {
   ASSERT_EQ(access(python.c_str(), X_OK), 0) << python << ": run deploy/dev.sh install";
   auto c = Cluster::Start({});
   ASSERT_TRUE(c.ok()) << c.status();
-  const std::string site = (*c)->dir() + "/site";
-  RunResult pip = RunCommand({python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                              "--no-deps", "--no-build-isolation", "--target", site,
-                              absl::StrCat(src, "/python")},
-                             {}, absl::Seconds(120));
-  ASSERT_EQ(pip.exit_code, 0) << pip.output;
+  auto installed = (*c)->InstallPythonPackage();
+  ASSERT_TRUE(installed.ok()) << installed.status();
+  const std::string& site = *installed;
   auto tls = (*c)->TlsDir("user", "alice");
   ASSERT_TRUE(tls.ok()) << tls.status();
   RunResult run = RunCommand({python, absl::StrCat(src, "/tests/e2e/python_client_check.py"),

@@ -48,6 +48,17 @@ train:
   return *id;
 }
 
+// The job's last cause once its generation 1 has ended (printed), or the
+// failure to get there within 60 s.
+absl::StatusOr<std::string> CauseOfRestart(Cluster& c, const std::string& id) {
+  auto restarted = c.WaitFor(id, [](const v1::JobStatus& s) {
+    return s.generation() >= 2 || IsFinal(s.state());
+  }, absl::Seconds(60));
+  if (!restarted.ok()) return restarted.status();
+  std::cout << "last cause: " << restarted->last_cause() << std::endl;
+  return restarted->last_cause();
+}
+
 // The pid of the job's trainer of `rank` (0: none).
 pid_t TrainerOfRank(const std::string& job, int rank) {
   for (pid_t p : TrainerPidsWithJobId(job)) {
@@ -138,12 +149,9 @@ TEST(DiagnosisE2E, AStoppedRankIsNamedAsTheCulpritOfTheHang) {
   const pid_t stuck = TrainerOfRank(*id, 1);
   ASSERT_GT(stuck, 0);
   ASSERT_EQ(kill(stuck, SIGSTOP), 0);
-  auto restarted = (*c)->WaitFor(*id, [](const v1::JobStatus& s) {
-    return s.generation() >= 2 || IsFinal(s.state());
-  }, absl::Seconds(60));
+  auto restarted = CauseOfRestart(**c, *id);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
-  const std::string& cause = restarted->last_cause();
-  std::cout << "last cause: " << cause << std::endl;
+  const std::string& cause = *restarted;
   EXPECT_NE(cause.find("rank 1 hung"), std::string::npos) << cause;
   EXPECT_NE(cause.find("rank 0 ("), std::string::npos) << cause;
   EXPECT_NE(cause.find("waits for it in the gradient collectives"), std::string::npos) << cause;
@@ -248,12 +256,9 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   ASSERT_EQ(access(python.c_str(), X_OK), 0) << python << ": run deploy/dev.sh install";
   auto c = Cluster::Start({});
   ASSERT_TRUE(c.ok()) << c.status();
-  const std::string site = (*c)->dir() + "/site";
-  RunResult pip = RunCommand({python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                              "--no-deps", "--no-build-isolation", "--target", site,
-                              absl::StrCat(src, "/python")},
-                             {}, absl::Seconds(120));
-  ASSERT_EQ(pip.exit_code, 0) << pip.output;
+  auto installed = (*c)->InstallPythonPackage();
+  ASSERT_TRUE(installed.ok()) << installed.status();
+  const std::string& site = *installed;
   auto id = (*c)->Submit(absl::StrCat(
       "name: py-hang\nnodes: 2\nmax_restarts: 1\nheartbeat_timeout: 6\n"
       "env:\n  PYTHONPATH: ", site, "\n"
@@ -283,13 +288,10 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   const pid_t stuck = TrainerOfRank(*id, 1);
   ASSERT_GT(stuck, 0);
   ASSERT_EQ(kill(stuck, SIGSTOP), 0);
-  auto restarted = (*c)->WaitFor(*id, [](const v1::JobStatus& s) {
-    return s.generation() >= 2 || IsFinal(s.state());
-  }, absl::Seconds(60));
+  auto restarted = CauseOfRestart(**c, *id);
   kill(stuck, SIGKILL);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
-  const std::string& cause = restarted->last_cause();
-  std::cout << "last cause: " << cause << std::endl;
+  const std::string& cause = *restarted;
   EXPECT_NE(cause.find("rank 1 hung: no step report for "), std::string::npos) << cause;
   EXPECT_NE(cause.find("its process sends no sign of life (stopped or gone)"), std::string::npos) << cause;
   EXPECT_EQ(cause.find("flight recorder"), std::string::npos) << cause;
