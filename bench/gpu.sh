@@ -513,6 +513,10 @@ setup_env() {
   export PKG_CONFIG_LIBDIR="$FW_PREFIX/usr/lib/$ARCH_DIR/pkgconfig:$FW_PREFIX/usr/share/pkgconfig:$FW_PREFIX/usr/lib/pkgconfig"
   unset PKG_CONFIG_PATH
   export LD_LIBRARY_PATH="$FW_PREFIX/usr/lib/$ARCH_DIR:$FW_PREFIX/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # The prefix's multiarch headers (openssl/opensslconf.h, ...): the compiler
+  # searches only the system's /usr/include/<arch> on its own, and CMake's
+  # OPENSSL_INCLUDE_DIR names <prefix>/usr/include alone.
+  export CPATH="$FW_PREFIX/usr/include/$ARCH_DIR${CPATH:+:$CPATH}"
   export FW_DATA="$FW_PREFIX/usr/share/datasets/fashion-mnist"
   export FRAMEWORM_DATA_DIR="$FW_DATA"
   export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
