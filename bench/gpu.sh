@@ -26,7 +26,9 @@
 # Variables: PYTHON (python3; the rehearsal: .venv/bin/python if there),
 # GPU_BATCH (256), GPU_STEPS (230, at most one epoch of full batches),
 # GPU_WARMUP (30 steps excluded), GPU_BUDGET_S (540), GPU_JOBS (nproc),
-# GPU_FRESH=1 (build from scratch; the GPU run's build folder is new anyway).
+# GPU_FRESH=1 (build from scratch; the GPU run's build folder is new anyway),
+# GPU_ONLY="nccl_test p5-checkpoint" (run only these steps after the build),
+# GPU_P5_MIB (the P5 model's MiB: GPU 1024, rehearsal 64).
 # The prefix is /tmp/fw-deps (rehearsal: /tmp/fw-deps-rehearse; GPU_PREFIX
 # sets it); never /.
 set -uo pipefail
@@ -34,7 +36,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SELF="$ROOT/bench/gpu.sh"
 ARCH_DIR=x86_64-linux-gnu
 TARGETS=(frameworm-train nccl_test frameworm-coordinator frameworm-worker frameworm-cli
-  gpu_cluster_e2e_test)
+  gpu_cluster_e2e_test p5_checkpoint)
 
 usage() { sed -n '2,/^set -uo/p' "$SELF" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
@@ -453,6 +455,22 @@ step_bench() {
   return $rc
 }
 
+# P5 on the run's device: how long a checkpoint of a synthetic model blocks
+# training, synchronous against asynchronous (on the GPU the snapshot copies
+# into pinned host memory). GPU_P5_MIB MiB of parameters (GPU run 1024,
+# rehearsal 64), as many again of momentum.
+step_p5() {
+  [ -x "$FW_BUILD/bin/p5_checkpoint" ] || skip "p5_checkpoint not built"
+  local mib=${GPU_P5_MIB:-64}
+  [ "$FW_MODE" = gpu ] && mib=${GPU_P5_MIB:-1024}
+  rm -rf "$FW_WORK/p5" && mkdir -p "$FW_WORK/p5"
+  local cmd=("$FW_BUILD/bin/p5_checkpoint" --dir="$FW_WORK/p5" --mib="$mib" --trials=3 --device="$FW_DEV")
+  echo "\$ ${cmd[*]}"
+  "${cmd[@]}" | tee "$FW_WORK/p5.jsonl"
+  local rc=${PIPESTATUS[0]}
+  rm -rf "$FW_WORK/p5"
+  return "$rc"
+}
 
 report() {
   FW_FINAL="${1:-0}" py "$FW_ROOT/bench/gpu_report.py" "$FW_WORK" "$FW_OUT/$FW_REPORT" "$FW_ROOT/bench/results/$FW_REPORT" ||
@@ -466,6 +484,12 @@ run_step() {
   local name=$1 cap=$2
   shift 2
   local left=$((FW_DEADLINE - $(date +%s)))
+  case "$name" in hide | env | unpack | configure | build | linkcheck) ;; *)
+    if [ -n "${GPU_ONLY:-}" ] && [[ " $GPU_ONLY " != *" $name "* ]]; then
+      printf '%s\tnot run\t\t0\tnot in GPU_ONLY\n' "$name" >> "$FW_WORK/steps.tsv"
+      return 0
+    fi ;;
+  esac
   if [ "$left" -lt 20 ]; then
     printf '%s\tnot run\t\t0\tno time left of the %ss budget\n' "$name" "$FW_BUDGET" >> "$FW_WORK/steps.tsv"
     cp "$FW_WORK/steps.tsv" "$FW_OUT/steps.tsv"
@@ -573,6 +597,7 @@ main() {
   done
   (cd "$FW_WORK" && tar czf "$FW_OUT/bench.tar.gz" bench tests env.summary torch.txt 2> /dev/null)
   run_step gpu_cluster_e2e 200 step_test gpu_cluster_e2e_test || rc=1
+  run_step p5-checkpoint 150 step_p5 || rc=1
   cp "$FW_WORK/steps.tsv" "$FW_OUT/steps.tsv"
   (cd "$FW_WORK" && tar czf "$FW_OUT/bench.tar.gz" bench tests env.summary torch.txt 2> /dev/null)
   echo

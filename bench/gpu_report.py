@@ -143,6 +143,23 @@ if any(res.values()):
         else:
             L.append(f"| {m} | n/a | n/a | n/a | n/a | {ov(p, pd, 'img_wall')} |")
     L.append("")
+p5 = [json.loads(l) for l in read(f"{work}/p5.jsonl").splitlines() if l.startswith("{")]
+p5s = [r for r in p5 if r.get("summary")]
+if p5s:
+    r = p5s[0]
+    L += ["## P5 on this device: checkpoint blocking time", ""]
+    L += [f"`p5_checkpoint --device={r.get('device', '?')} --mib={r['param_mib']} --trials=3`: a synthetic model of"
+          f" {r['param_mib']} MiB of parameters (SGD with momentum: as many again), a {r['bytes'] / 2**20:.0f} MiB"
+          " checkpoint file; medians of the trials. *sync block*: save_checkpoint (serialize, checksum, write, fsync,"
+          " rename: training waits for all of it); *async block*: save_checkpoint_async until it returns (the snapshot"
+          + (", into pinned host memory" if r.get("device") == "cuda" else "") + "); *async write*: from then until the"
+          " file is durable, in the background. Target: async block at most 5% of sync block.", ""]
+    L += ["| device | sync block (s) | async block (s) | async / sync | async write (s) | first async block (s) |",
+          "|---|---|---|---|---|---|"]
+    ratio = r["async_block_s"] / r["sync_block_s"] if r["sync_block_s"] > 0 else float("nan")
+    L.append(f"| {r.get('device', '?')} | {r['sync_block_s']:.4f} | {r['async_block_s']:.4f} | {ratio * 100:.1f}% |"
+             f" {r['async_write_s']:.4f} | {r['first_async_block_s']:.4f} |")
+    L.append("")
 if not gpu:
     L += ["## What the rehearsal shows", "",
           "- The carried set is complete: with the system's copies hidden, configure found every package in the prefix"

@@ -1,11 +1,14 @@
 #include "train/checkpoint_snapshot.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <functional>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <sstream>
 
@@ -21,22 +24,27 @@ class Pool {
  public:
   explicit Pool(std::vector<torch::Tensor> v) : free_(std::move(v)) {}
   // A tensor like `t` (same sizes and type, on `device`) that will hold t's
-  // values once Copier::Run has run.
+  // values once CopyAll has run. A host copy of a GPU tensor is in pinned
+  // (page-locked) memory, so the copy is a DMA that does not stage through
+  // a driver buffer.
   torch::Tensor CopyOf(const torch::Tensor& t, const torch::Device& device,
                        std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies) {
     const torch::Tensor src = t.detach();
+    const bool pinned = device.is_cpu() && src.is_cuda();
     torch::Tensor out;
     for (size_t i = next_; i < free_.size() && !out.defined(); ++i) {
       torch::Tensor& c = free_[i];
       if (c.defined() && c.sizes() == src.sizes() && c.scalar_type() == src.scalar_type() &&
-          c.device() == device && c.is_contiguous()) {
+          c.device() == device && c.is_contiguous() && (!pinned || c.is_pinned())) {
         out = std::move(c);
         next_ = i + 1;
       }
     }
     if (!out.defined()) {
-      out = torch::empty(src.sizes(), src.options().device(device).memory_format(
-                                          torch::MemoryFormat::Contiguous));
+      out = torch::empty(src.sizes(), src.options()
+                                          .device(device)
+                                          .pinned_memory(pinned)
+                                          .memory_format(torch::MemoryFormat::Contiguous));
     }
     copies.emplace_back(out, src);
     return out;
@@ -49,12 +57,16 @@ class Pool {
 
 // Makes every (dst, src) copy, large ones split into slices, over up to 4
 // threads (a snapshot is bound by memory bandwidth, which one core does
-// not fill).
+// not fill). Copies from a GPU are queued without waiting (into pinned
+// memory, or within the GPU), then each GPU involved is synchronized once:
+// on return every copy holds its values.
 void CopyAll(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies) {
   constexpr int64_t kSlice = 8 << 20;  // bytes
   std::vector<std::pair<torch::Tensor, torch::Tensor>> slices;
+  std::set<c10::DeviceIndex> gpus;
   int64_t total = 0;
   for (const auto& [dst, src] : copies) {
+    if (src.is_cuda()) gpus.insert(src.device().index());
     const int64_t bytes = src.numel() * src.element_size();
     total += bytes;
     if (bytes <= kSlice || !src.is_contiguous() || !src.device().is_cpu()) {
@@ -77,7 +89,7 @@ void CopyAll(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies)
     torch::NoGradGuard ng;
     for (size_t i; (i = next.fetch_add(1)) < slices.size();) {
       try {
-        slices[i].first.copy_(slices[i].second);
+        slices[i].first.copy_(slices[i].second, /*non_blocking=*/slices[i].second.is_cuda());
       } catch (...) {
         std::lock_guard<std::mutex> l(error_mu);
         if (!error) error = std::current_exception();
@@ -88,16 +100,16 @@ void CopyAll(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies)
   for (int i = 1; i < threads; ++i) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
+  for (c10::DeviceIndex d : gpus) torch::cuda::synchronize(d);
   if (error) std::rethrow_exception(error);
 }
 
-// After optimizer.save(archive): gives the optimizer copies of every state
-// tensor it updates in place (from `pool` where it can) and returns the
-// originals, which the archive holds. Nothing changes (and false) for an
-// optimizer state type this does not know.
-bool GiveOptimizerCopies(torch::optim::Optimizer& optimizer, Pool& pool,
-                         std::vector<torch::Tensor>& originals,
-                         std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies) {
+// Calls f(state tensor, setter) for every state tensor of the optimizer,
+// always in the same order, and returns true; returns false (and calls
+// nothing) when a state type is not one of SGD, Adam, AdamW, Adagrad,
+// RMSprop.
+template <typename F>
+bool ForEachStateTensor(torch::optim::Optimizer& optimizer, F f) {
   using namespace torch::optim;  // NOLINT: the optimizer state types
   for (const auto& kv : optimizer.state()) {
     OptimizerParamState* st = kv.second.get();
@@ -107,32 +119,74 @@ bool GiveOptimizerCopies(torch::optim::Optimizer& optimizer, Pool& pool,
       return false;
     }
   }
-  // Each field: keep the original, give the optimizer a copy.
-  auto swap = [&](const torch::Tensor& t, auto set) {
-    if (!t.defined()) return;
-    originals.push_back(t);
-    set(pool.CopyOf(t, t.device(), copies));
+  auto each = [&](const torch::Tensor& t, auto set) {
+    if (t.defined()) f(t, std::function<void(torch::Tensor)>(set));
   };
   for (const auto& kv : optimizer.state()) {
     OptimizerParamState* st = kv.second.get();
     if (auto* s = dynamic_cast<SGDParamState*>(st)) {
-      swap(s->momentum_buffer(), [&](torch::Tensor c) { s->momentum_buffer(c); });
+      each(s->momentum_buffer(), [s](torch::Tensor c) { s->momentum_buffer(c); });
     } else if (auto* a = dynamic_cast<AdamParamState*>(st)) {
-      swap(a->exp_avg(), [&](torch::Tensor c) { a->exp_avg(c); });
-      swap(a->exp_avg_sq(), [&](torch::Tensor c) { a->exp_avg_sq(c); });
-      swap(a->max_exp_avg_sq(), [&](torch::Tensor c) { a->max_exp_avg_sq(c); });
+      each(a->exp_avg(), [a](torch::Tensor c) { a->exp_avg(c); });
+      each(a->exp_avg_sq(), [a](torch::Tensor c) { a->exp_avg_sq(c); });
+      each(a->max_exp_avg_sq(), [a](torch::Tensor c) { a->max_exp_avg_sq(c); });
     } else if (auto* w = dynamic_cast<AdamWParamState*>(st)) {
-      swap(w->exp_avg(), [&](torch::Tensor c) { w->exp_avg(c); });
-      swap(w->exp_avg_sq(), [&](torch::Tensor c) { w->exp_avg_sq(c); });
-      swap(w->max_exp_avg_sq(), [&](torch::Tensor c) { w->max_exp_avg_sq(c); });
+      each(w->exp_avg(), [w](torch::Tensor c) { w->exp_avg(c); });
+      each(w->exp_avg_sq(), [w](torch::Tensor c) { w->exp_avg_sq(c); });
+      each(w->max_exp_avg_sq(), [w](torch::Tensor c) { w->max_exp_avg_sq(c); });
     } else if (auto* g = dynamic_cast<AdagradParamState*>(st)) {
-      swap(g->sum(), [&](torch::Tensor c) { g->sum(c); });
+      each(g->sum(), [g](torch::Tensor c) { g->sum(c); });
     } else if (auto* r = dynamic_cast<RMSpropParamState*>(st)) {
-      swap(r->square_avg(), [&](torch::Tensor c) { r->square_avg(c); });
-      swap(r->momentum_buffer(), [&](torch::Tensor c) { r->momentum_buffer(c); });
-      swap(r->grad_avg(), [&](torch::Tensor c) { r->grad_avg(c); });
+      each(r->square_avg(), [r](torch::Tensor c) { r->square_avg(c); });
+      each(r->momentum_buffer(), [r](torch::Tensor c) { r->momentum_buffer(c); });
+      each(r->grad_avg(), [r](torch::Tensor c) { r->grad_avg(c); });
     }
   }
+  return true;
+}
+
+// Saves the optimizer into `archive` so that the archive does not share
+// tensors with the optimizer's further steps; `held` gets the tensors the
+// archive holds (the next snapshot's pool). Host state: saved as is, then
+// the optimizer is given copies and goes on with them (a copy either way;
+// no extra serialization). GPU state: pinned host copies are put in the
+// state for the save and the optimizer's own tensors put back after it, so
+// the archive is all host memory and the GPU holds nothing extra. Returns
+// false, having saved nothing, for an unknown optimizer state type.
+bool SaveOptimizerApart(torch::optim::Optimizer& optimizer, torch::serialize::OutputArchive& archive,
+                        Pool& pool, std::vector<torch::Tensor>& held,
+                        std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies) {
+  bool on_gpu = false;
+  if (!ForEachStateTensor(optimizer, [&](const torch::Tensor& t, const auto&) {
+        on_gpu = on_gpu || t.is_cuda();
+      })) {
+    return false;
+  }
+  if (on_gpu) {
+    std::vector<torch::Tensor> own;
+    ForEachStateTensor(optimizer, [&](const torch::Tensor& t, const auto& set) {
+      own.push_back(t);
+      held.push_back(pool.CopyOf(t, torch::kCPU, copies));
+      set(held.back());
+    });
+    size_t i = 0;
+    auto put_back = [&] {
+      ForEachStateTensor(optimizer, [&](const torch::Tensor&, const auto& set) { set(own[i++]); });
+    };
+    try {
+      optimizer.save(archive);
+    } catch (...) {
+      put_back();
+      throw;
+    }
+    put_back();
+    return true;
+  }
+  optimizer.save(archive);
+  ForEachStateTensor(optimizer, [&](const torch::Tensor& t, const auto& set) {
+    held.push_back(t);
+    set(pool.CopyOf(t, t.device(), copies));
+  });
   return true;
 }
 
@@ -189,9 +243,12 @@ absl::StatusOr<std::unique_ptr<CheckpointSnapshot>> CheckpointSnapshot::Take(
       s->rng_ = gen.get_state();  // a new tensor: a copy already
     }
     s->optimizer_ = std::make_unique<torch::serialize::OutputArchive>();
-    optimizer.save(*s->optimizer_);
-    const bool handed_over =
-        !freeze || GiveOptimizerCopies(optimizer, optimizer_pool, s->handed_over_, copies);
+    // Not frozen: the archive may refer to the live state.
+    bool handed_over = !freeze;
+    if (freeze) {
+      handed_over = SaveOptimizerApart(optimizer, *s->optimizer_, optimizer_pool, s->handed_over_, copies);
+    }
+    if (!freeze || !handed_over) optimizer.save(*s->optimizer_);
     CopyAll(copies);
     if (!handed_over) {
       // Unknown optimizer state: serialize everything now.

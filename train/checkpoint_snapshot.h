@@ -4,13 +4,15 @@
 // reads: model/param/*, model/buffer/*, optimizer, state/*).
 //
 // Take(freeze = true) makes the snapshot independent of later training:
-// parameters, buffers and the RNG state are copied to CPU memory; the
-// optimizer's state tensors (SGD, Adam, AdamW, Adagrad, RMSprop) are handed
-// to the snapshot and the optimizer goes on with copies of them (the same
-// cost as copying, no extra serialization). Any other optimizer is
-// serialized to bytes at once (frozen_in_memory() says which). With
-// freeze = false the snapshot refers to the live tensors: write it before
-// the next step.
+// parameters, buffers and the RNG state are copied to CPU memory (pinned
+// memory for tensors on a GPU: one DMA per tensor, then one wait). The
+// optimizer's state tensors (SGD, Adam, AdamW, Adagrad, RMSprop): on the
+// CPU they are handed to the snapshot and the optimizer goes on with copies
+// of them (the same cost as copying, no extra serialization); on a GPU the
+// snapshot holds pinned host copies, so it uses no GPU memory and its write
+// never touches the GPU. Any other optimizer is serialized to bytes at once
+// (serialized_at_take() says which). With freeze = false the snapshot
+// refers to the live tensors: write it before the next step.
 //
 // WriteTo streams the archive straight into a CheckpointFileWriter (no
 // in-memory copy of the payload); the result is as WriteCheckpointFile's.
@@ -60,6 +62,13 @@ class CheckpointSnapshot {
 
   // True when Take serialized the whole checkpoint (unknown optimizer).
   bool serialized_at_take() const { return !payload_.empty(); }
+
+  // The parameters as held (frozen: CPU copies), by name; empty when
+  // serialized_at_take(). For tests and diagnostics.
+  const std::vector<std::pair<std::string, torch::Tensor>>& params() const { return params_; }
+  // The optimizer state tensors it holds (frozen, known optimizer: apart
+  // from the optimizer's own); empty otherwise. For tests and diagnostics.
+  const std::vector<torch::Tensor>& optimizer_tensors() const { return handed_over_; }
 
  private:
   CheckpointSnapshot() = default;

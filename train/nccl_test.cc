@@ -1,7 +1,8 @@
 // The NCCL backend and the training library on a real GPU, at world size 1
 // (label "nccl"): a DDP step on the GPU equals the CPU step, a checkpoint
-// written on the GPU loads on the CPU and back, and bf16 autocast training
-// reaches fp32's accuracy on Fashion-MNIST.
+// written on the GPU loads on the CPU and back, a snapshot of GPU state is
+// held in pinned host memory and keeps its step while training goes on, and
+// bf16 autocast training reaches fp32's accuracy on Fashion-MNIST.
 //
 // Without CUDA the GPU tests are skipped, unless FRAMEWORM_REQUIRE_CUDA=1
 // (bench/gpu.sh sets it on the GPU machine): then a missing device, or an
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "train/checkpoint_snapshot.h"
 #include "train/data.h"
 #include "train/launch.h"
 #include "train/models.h"
@@ -319,6 +321,90 @@ TEST(NcclTest, CheckpointWrittenOnGpuLoadsOnCpuAndBack) {
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_TRUE(a.ok()) << a.status();
   ExpectParamsClose(*back_model, *cpu_model, 1e-4, 1e-6, "step 4, GPU from the CPU's checkpoint");
+  testutil::RemoveTree(dir);
+}
+
+// An asynchronous save's snapshot of GPU state: parameters and momentum in
+// pinned host memory (reused, still pinned, by the next snapshot), while
+// the optimizer keeps its own GPU tensors; unchanged by the training steps
+// that follow it; the file written from it afterwards holds its step,
+// momentum included (a CPU trainer loaded from it takes the next step as
+// the GPU did).
+TEST(NcclTest, SnapshotOfGpuStateIsPinnedAndKeepsItsStep) {
+  FRAMEWORM_NEED_CUDA();
+  NoTf32 exact;
+  const std::string dir = testutil::MakeTempDir("nccl-snapshot");
+  torch::manual_seed(3);
+  auto gpu_model = MakeCnn();
+  auto opt = Sgd(*gpu_model);
+  Trainer gpu(gpu_model, opt, torch::Device(torch::kCUDA, 0));
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(gpu.train_step({RandomBatch(64)}).ok());
+  std::vector<torch::Tensor> at_step2;
+  for (const auto& p : gpu_model->parameters()) at_step2.push_back(p.detach().to(torch::kCPU));
+
+  auto momentum = [&] {
+    std::vector<torch::Tensor> m;
+    for (const auto& kv : opt->state()) {
+      m.push_back(static_cast<torch::optim::SGDParamState&>(*kv.second).momentum_buffer());
+    }
+    return m;
+  };
+  const std::vector<torch::Tensor> own = momentum();
+  ASSERT_FALSE(own.empty());
+  CheckpointPosition pos;
+  pos.step = 2;
+  auto snap = CheckpointSnapshot::Take(*gpu_model, *opt, pos, /*freeze=*/true);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_FALSE((*snap)->serialized_at_take());
+  ASSERT_EQ((*snap)->optimizer_tensors().size(), own.size());
+  for (const torch::Tensor& t : (*snap)->optimizer_tensors()) {
+    EXPECT_TRUE(t.is_cpu() && t.is_pinned()) << "momentum held " << t.device() << ", not pinned host memory";
+  }
+  const std::vector<torch::Tensor> after = momentum();
+  for (size_t i = 0; i < own.size(); ++i) {
+    EXPECT_TRUE(after[i].is_cuda());
+    EXPECT_TRUE(after[i].is_same(own[i])) << "the optimizer lost its own momentum tensor " << i;
+  }
+  ASSERT_EQ((*snap)->params().size(), at_step2.size());
+  for (size_t i = 0; i < at_step2.size(); ++i) {
+    const torch::Tensor& held = (*snap)->params()[i].second;
+    EXPECT_TRUE(held.is_cpu()) << (*snap)->params()[i].first;
+    EXPECT_TRUE(held.is_pinned()) << (*snap)->params()[i].first << " is not in pinned memory";
+  }
+  // Training goes on (step 3) before the snapshot is written.
+  const Batch b3 = RandomBatch(64);
+  ASSERT_TRUE(gpu.train_step({b3}).ok());
+  for (size_t i = 0; i < at_step2.size(); ++i) {
+    EXPECT_TRUE(torch::equal((*snap)->params()[i].second, at_step2[i]))
+        << "snapshot parameter " << i << " changed after its step";
+  }
+  const std::string path = dir + "/ckpt-2.pt";
+  auto info = (*snap)->WriteTo(path);
+  ASSERT_TRUE(info.ok()) << info.status();
+
+  torch::manual_seed(99);
+  auto cpu_model = MakeCnn();
+  Trainer cpu(cpu_model, Sgd(*cpu_model), torch::kCPU);
+  absl::Status s = cpu.load_checkpoint(path);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(cpu.state().step, 2);
+  auto loaded = cpu_model->parameters();
+  for (size_t i = 0; i < at_step2.size(); ++i) {
+    EXPECT_TRUE(torch::equal(loaded[i].detach(), at_step2[i])) << "loaded parameter " << i;
+  }
+  ASSERT_TRUE(cpu.train_step({b3}).ok());
+  ExpectParamsClose(*cpu_model, *gpu_model, 1e-4, 1e-6, "step 3 from the snapshot of step 2");
+
+  // The next snapshot reuses the first one's pinned memory.
+  pos.step = 3;
+  auto next = CheckpointSnapshot::Take(*gpu_model, *opt, pos, true, std::move(*snap));
+  ASSERT_TRUE(next.ok()) << next.status();
+  auto now = gpu_model->parameters();
+  for (size_t i = 0; i < now.size(); ++i) {
+    const torch::Tensor& held = (*next)->params()[i].second;
+    EXPECT_TRUE(held.is_pinned()) << "recycled parameter " << i << " is not pinned";
+    EXPECT_TRUE(torch::equal(held, now[i].detach().to(torch::kCPU))) << "parameter " << i;
+  }
   testutil::RemoveTree(dir);
 }
 
