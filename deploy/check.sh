@@ -5,8 +5,9 @@
 # (kubernetes-validate --strict, from .venv), the container's staged root
 # (deploy/docker/stage.sh: every library a daemon loads is in it or is
 # glibc's, and each daemon runs from it), the build context (.dockerignore
-# leaves out what .gitignore does). Each checker is first shown a
-# broken copy, so a checker that accepts anything fails this script.
+# leaves out what .gitignore does), the build's CUDA toolkit check
+# (deploy/dev.sh check-cuda). Each checker is first shown a broken copy, so
+# a checker that accepts anything fails this script.
 #   deploy/check.sh BIN_DIR
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -68,3 +69,24 @@ for b in frameworm-coordinator frameworm-worker frameworm-cli; do
 done
 if ldd "$BIN/frameworm-train" | grep -q "not found"; then fail "frameworm-train has unresolved libraries"; fi
 echo "ok: deploy/docker/stage.sh (3 daemons self-contained, frameworm-train resolves)"
+
+# The build's CUDA toolkit check (deploy/dev.sh check-cuda): passes here,
+# where the build ran, and names the missing toolkit where none is found
+# (a PATH holding only dirname, CUDA_HOME at nothing).
+FRAMEWORM_JOBS=1 "$ROOT/deploy/dev.sh" check-cuda || fail "dev.sh check-cuda fails on the machine that built"
+mkdir -p "$TMP/bare-bin"
+ln -s "$(command -v dirname)" "$TMP/bare-bin/dirname"
+if out="$(PATH="$TMP/bare-bin" CUDA_HOME="$TMP/no-cuda" FRAMEWORM_JOBS=1 "$BASH" "$ROOT/deploy/dev.sh" check-cuda 2>&1)"; then
+  fail "dev.sh check-cuda passes without a CUDA toolkit"
+fi
+grep -q "no CUDA toolkit: neither nvcc on PATH nor $TMP/no-cuda/bin/nvcc" <<< "$out" ||
+  fail "dev.sh check-cuda without a toolkit says: $out"
+# A toolkit off PATH (as /usr/local/cuda usually is) goes on PATH for CMake.
+mkdir -p "$TMP/off-path-cuda/bin"
+printf '#!/bin/sh\nexit 0\n' > "$TMP/off-path-cuda/bin/nvcc"
+chmod +x "$TMP/off-path-cuda/bin/nvcc"
+out="$(PATH="$TMP/bare-bin" CUDA_HOME="$TMP/off-path-cuda" FRAMEWORM_JOBS=1 "$BASH" "$ROOT/deploy/dev.sh" check-cuda 2>&1)" ||
+  fail "dev.sh check-cuda refuses a toolkit in CUDA_HOME: $out"
+grep -q "CUDA toolkit: $TMP/off-path-cuda (its bin/ put on PATH" <<< "$out" ||
+  fail "dev.sh check-cuda with a toolkit off PATH says: $out"
+echo "ok: deploy/dev.sh check-cuda (finds the toolkit, on PATH or in CUDA_HOME; names it when missing)"

@@ -5,6 +5,7 @@
 #   deploy/dev.sh test      install, build, run every test through ctest, then
 #                           every fuzz target for a few seconds (fuzz/run.sh)
 #   deploy/dev.sh demo      install, build, run the main job
+#   deploy/dev.sh check-cuda  whether the CUDA toolkit the build needs is there
 # Every step is idempotent: a second run checks and skips what is there.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,8 +51,27 @@ install_venv() {
 
 install() { install_debs; install_venv; }
 
+# The torch wheel is its CUDA 13 build: LibTorch's CMake files need a CUDA
+# toolkit (nvcc) to configure, GPU or not, and CMake looks for nvcc on PATH
+# only. nvcc on PATH: nothing to do; else $CUDA_HOME/bin/nvcc (default
+# /usr/local/cuda) goes on PATH for the build; else fails saying what to do.
+check_cuda_toolkit() {
+  local home="${CUDA_HOME:-/usr/local/cuda}"
+  command -v nvcc > /dev/null 2>&1 && return 0
+  if [ -x "$home/bin/nvcc" ]; then
+    export PATH="$home/bin:$PATH"
+    log "CUDA toolkit: $home (its bin/ put on PATH for the build)"
+    return 0
+  fi
+  log "no CUDA toolkit: neither nvcc on PATH nor $home/bin/nvcc. LibTorch from the torch"
+  log "wheel (its CUDA 13 build) needs one to configure, with or without a GPU: install"
+  log "NVIDIA's CUDA 13 toolkit (cuda-toolkit-13-0) or set CUDA_HOME to one"
+  return 1
+}
+
 build() {
   install
+  check_cuda_toolkit
   if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
   fi
@@ -73,5 +93,6 @@ case "$cmd" in
   build) build ;;
   test) run_tests "$@" ;;
   demo) build; exec "$ROOT/deploy/demo.sh" "$@" ;;
-  *) echo "usage: deploy/dev.sh {install|build|test|demo}" >&2; exit 2 ;;
+  check-cuda) check_cuda_toolkit ;;
+  *) echo "usage: deploy/dev.sh {install|build|test|demo|check-cuda}" >&2; exit 2 ;;
 esac
