@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# P4: sustained TrainerService.ReportStep calls plus WorkerService Session
-# heartbeats against a real frameworm-coordinator on 127.0.0.1: reports/s,
-# ReportStep latency p50/p99, heartbeats/s; then a breakdown of the
+# P4: sustained TrainerService.ReportStep calls (and, in E and F, ReportSteps
+# batches) plus WorkerService Session heartbeats against a real
+# frameworm-coordinator on 127.0.0.1: reports/s, call latency p50/p99,
+# heartbeats/s; then a breakdown of the
 # server-side cost without gRPC (p4_core_bench). Writes
 # bench/results/p4_reports.md (medians over P4_RUNS runs per configuration).
 #
 # Needs: ${FRAMEWORM_BUILD_DIR:-build}/bin/{frameworm-coordinator,
 # p4_reports_bench,p4_core_bench}. Takes about
-# P4_RUNS * 4 * (P4_DURATION_S + 4) seconds.
+# P4_RUNS * 6 * (P4_DURATION_S + 4) seconds.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 RUNS="${P4_RUNS:-3}"
 DURATION="${P4_DURATION_S:-10}"
@@ -20,6 +21,8 @@ CONFIGS=(
   "B: 8 ranks, 8 callers, heartbeats 1/s per worker|--workers=8 --callers=8 --heartbeat-interval-ms=1000"
   "C: 256 ranks, 32 callers, heartbeats 20/s per worker|--workers=256 --callers=32 --heartbeat-interval-ms=50"
   "D (stress): 64 ranks, 64 callers, heartbeats back to back on 64 sessions|--workers=64 --callers=64 --heartbeat-interval-ms=0 --drain-timeout-s=5"
+  "E: as B, each call a ReportSteps batch of 16 steps (as a trainer's StepReporter sends)|--workers=8 --callers=8 --heartbeat-interval-ms=1000 --batch=16"
+  "F: as A, each call a ReportSteps batch of 16 steps|--workers=8 --callers=32 --heartbeat-interval-ms=1000 --batch=16"
 )
 for i in "${!CONFIGS[@]}"; do
   flags="${CONFIGS[$i]#*|}"
@@ -61,7 +64,8 @@ L = ["# P4: ReportStep and heartbeat load on the coordinator", "",
      "(nodes = K); the job id and generation come from the StartTask they received, "
      "and each report carries its rank's token (TaskSpec.token) from that rank's StartTask. "
      "Load: `callers` closed-loop callers, each with one `TrainerService.ReportStep` "
-     "in flight (gRPC callback client API, calls spread over 8 connections), "
+     "(E, F: one `ReportSteps` carrying 16 consecutive steps of one rank, as a trainer's "
+     "StepReporter batches them; reports/s counts steps) in flight (gRPC callback client API, calls spread over 8 connections), "
      "caller i reporting ranks i, i+callers, ... (mod K) in turn, each with that "
      "rank's next step (2 metric values), so every rank reports. "
      "Heartbeats are Session stream messages without a reply: after the window "
@@ -71,7 +75,7 @@ L = ["# P4: ReportStep and heartbeat load on the coordinator", "",
      "written in the window / (window + that drain time). The coordinator reads at most 10 heartbeats "
      "per heartbeat interval per session (HeartbeatPacer): a session sending faster leaves a backlog in "
      "its stream, which configurations C and D drain slowly (D: not within 5 s, so no heartbeats/s). "
-     "Latency is client-side, issue -> completion callback. "
+     "Latency is client-side, issue -> completion callback, per call (E, F: per batch). "
      "Every report in the window was accepted (any refusal fails the run) and the "
      "job is still RUNNING afterwards.", "",
      "Target: >= 20,000 messages/s with ReportStep p99 < 10 ms.", "",

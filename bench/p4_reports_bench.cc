@@ -7,16 +7,19 @@
 // each rank's FRAMEWORM_TOKEN (TaskSpec.token) from the StartTask of the
 // worker running that rank; every report carries its rank's token in
 // JobRef.token, as a real trainer's would.
-// Load: `callers` closed-loop callers, each with one ReportStep in flight at
-// a time (callback client API); caller i reports ranks i, i + callers, ...
-// (mod K) in turn, each with that rank's next step, so every rank reports; meanwhile every session sends heartbeats, either every
+// Load: `callers` closed-loop callers, each with one call in flight at a
+// time (callback client API); caller i reports ranks i, i + callers, ...
+// (mod K) in turn, each with that rank's next step, so every rank reports.
+// With --batch=1 (the default) a call is one ReportStep; with --batch=N > 1
+// it is one ReportSteps carrying N consecutive steps of one rank, as a
+// trainer's StepReporter sends them. Meanwhile every session sends heartbeats, either every
 // --heartbeat-interval-ms or back to back (--heartbeat-interval-ms=0).
 // After --warmup-s, latencies and counts are taken for --duration-s; then
 // the callers stop and everything shuts down. Prints one JSON line; exits 1
 // when set-up fails or a report is refused.
 //
-// Figures: reports/s and ReportStep latency p50/p90/p99/max (client-side,
-// from issue to completion callback); heartbeats/s (client writes
+// Figures: reports/s (steps accepted, N per call with --batch=N) and call
+// latency p50/p90/p99/max (client-side, from issue to completion callback); heartbeats/s (client writes
 // completed; HTTP/2 flow control keeps that within a window of what the
 // server read; null when the backlog was not read within --drain-timeout-s,
 // as with sessions flooding faster than the coordinator's pacing); CPU
@@ -60,6 +63,7 @@ struct Shared {
   int world = 0;
   std::vector<std::string> tokens;  // per rank, from its StartTask
   std::vector<std::atomic<int64_t>>* steps = nullptr;  // per rank
+  int batch = 1;  // step reports per call (1: ReportStep; >1: ReportSteps)
   std::atomic<int64_t> measure_from_ns{INT64_MAX};     // since epoch
   std::atomic<int64_t> stop_at_ns{INT64_MAX};
   absl::Mutex mu;
@@ -75,7 +79,7 @@ int64_t NowNs() {
       .count();
 }
 
-// One closed-loop caller: one ReportStep in flight at a time.
+// One closed-loop caller: one call in flight at a time.
 class Caller {
  public:
   // Reports ranks first_rank, first_rank + stride, ... (mod the world).
@@ -91,20 +95,27 @@ class Caller {
     ctx_[cur_] = std::make_unique<grpc::ClientContext>();
     ctx_[cur_]->set_deadline(std::chrono::system_clock::now() +
                              std::chrono::seconds(10));
-    req_.Clear();
-    *req_.mutable_ref() = shared_->ref;
-    req_.mutable_ref()->set_token(shared_->tokens[rank_]);
-    req_.set_rank(rank_);
-    req_.set_step((*shared_->steps)[rank_].fetch_add(1) + 1);
+    batch_.Clear();
+    const int64_t first = (*shared_->steps)[rank_].fetch_add(shared_->batch) + 1;
+    for (int i = 0; i < shared_->batch; ++i) {
+      v1::StepMetrics* r = batch_.add_reports();
+      *r->mutable_ref() = shared_->ref;
+      r->mutable_ref()->set_token(shared_->tokens[rank_]);
+      r->set_rank(rank_);
+      r->set_step(first + i);
+      r->set_epoch(0);
+      r->set_samples(32);
+      r->set_step_seconds(0.01);
+      (*r->mutable_values())["loss"] = 1.0 / (1 + r->step());
+      (*r->mutable_values())["accuracy"] = 0.5;
+    }
     rank_ = (rank_ + stride_) % shared_->world;
-    req_.set_epoch(0);
-    req_.set_samples(32);
-    req_.set_step_seconds(0.01);
-    (*req_.mutable_values())["loss"] = 1.0 / (1 + req_.step());
-    (*req_.mutable_values())["accuracy"] = 0.5;
     start_ns_ = NowNs();
-    stub_->async()->ReportStep(ctx_[cur_].get(), &req_, &resp_,
-                               [this](grpc::Status s) { OnDone(s); });
+    auto done = [this](grpc::Status s) { OnDone(s); };
+    if (shared_->batch == 1)
+      stub_->async()->ReportStep(ctx_[cur_].get(), &batch_.reports(0), &resp_, done);
+    else
+      stub_->async()->ReportSteps(ctx_[cur_].get(), &batch_, &resp_, done);
   }
 
   const std::vector<uint32_t>& latencies_us() const { return latencies_us_; }
@@ -117,14 +128,15 @@ class Caller {
       if (start_ns_ >= shared_->measure_from_ns.load() &&
           end <= shared_->stop_at_ns.load()) {
         latencies_us_.push_back(static_cast<uint32_t>((end - start_ns_) / 1000));
-        ++ok_measured_;
+        ok_measured_ += batch_.reports_size();
       }
     } else {
       absl::MutexLock l(&shared_->mu);
       shared_->errors[s.error_code()]++;
       if (shared_->first_error.empty())
         shared_->first_error =
-            absl::StrCat("ReportStep rank ", req_.rank(), " step ", req_.step(), ": ",
+            absl::StrCat(shared_->batch == 1 ? "ReportStep" : "ReportSteps", " rank ",
+                         batch_.reports(0).rank(), " step ", batch_.reports(0).step(), ": ",
                          s.error_code(), " ", s.error_message());
     }
     if (end < shared_->stop_at_ns.load() && s.ok()) {
@@ -142,7 +154,7 @@ class Caller {
   const int stride_;
   std::unique_ptr<grpc::ClientContext> ctx_[2];
   int cur_ = 0;
-  v1::StepMetrics req_;
+  v1::StepReports batch_;  // one report when the call is ReportStep
   v1::ReportStepResponse resp_;
   int64_t start_ns_ = 0;
   std::vector<uint32_t> latencies_us_;
@@ -161,18 +173,22 @@ double Percentile(std::vector<uint32_t>& v, double p) {
 int main(int argc, char** argv) {
   const std::vector<std::string> known = {
       "workers", "callers", "channels", "duration-s", "warmup-s",
-      "heartbeat-interval-ms", "coordinator", "state-dir", "drain-timeout-s"};
+      "heartbeat-interval-ms", "coordinator", "state-dir", "drain-timeout-s",
+      "batch"};
   if (absl::Status s = fb::CheckKnownFlags(argc, argv, known); !s.ok())
     return Fail(std::string(s.message()));
   auto flag = [&](const std::string& name, const std::string& def) {
     return *fb::FlagValue(argc, argv, name, def);
   };
-  int workers, callers, channels, hb_ms;
+  int workers, callers, channels, hb_ms, batch;
   double duration_s, warmup_s;
   if (!absl::SimpleAtoi(flag("workers", "8"), &workers) || workers < 1)
     return Fail("--workers must be a positive integer");
   if (!absl::SimpleAtoi(flag("callers", "32"), &callers) || callers < 1)
     return Fail("--callers must be a positive integer");
+  // The coordinator takes at most 256 reports per ReportSteps call.
+  if (!absl::SimpleAtoi(flag("batch", "1"), &batch) || batch < 1 || batch > 256)
+    return Fail("--batch must be in [1, 256]");
   if (!absl::SimpleAtoi(flag("channels", "8"), &channels) || channels < 1)
     return Fail("--channels must be a positive integer");
   if (!absl::SimpleAtoi(flag("heartbeat-interval-ms", "1000"), &hb_ms) ||
@@ -242,6 +258,7 @@ int main(int argc, char** argv) {
     }
     std::vector<std::atomic<int64_t>> steps(shared.world);
     shared.steps = &steps;
+    shared.batch = batch;
 
     std::vector<std::shared_ptr<grpc::Channel>> chans;
     std::vector<std::unique_ptr<v1::TrainerService::Stub>> stubs;
@@ -323,7 +340,8 @@ int main(int argc, char** argv) {
                  p99 = Percentile(lat, 0.99), pmax = Percentile(lat, 1.0);
     json = absl::StrCat(
         "{\"workers\":", workers, ",\"callers\":", callers,
-        ",\"channels\":", channels, ",\"heartbeat_interval_ms\":", hb_ms,
+        ",\"channels\":", channels, ",\"batch\":", batch,
+        ",\"heartbeat_interval_ms\":", hb_ms,
         ",\"duration_s\":", duration_s, ",\"reports_ok\":", ok,
         ",\"reports_per_s\":", ok / duration_s, ",\"p50_ms\":", p50,
         ",\"p90_ms\":", p90, ",\"p99_ms\":", p99, ",\"max_ms\":", pmax,

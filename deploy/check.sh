@@ -6,7 +6,8 @@
 # (deploy/docker/stage.sh: every library a daemon loads is in it or is
 # glibc's, and each daemon runs from it), the build context (.dockerignore
 # leaves out what .gitignore does), the build's CUDA toolkit check
-# (deploy/dev.sh check-cuda). Each checker is first shown a broken copy, so
+# (deploy/dev.sh check-cuda), the image script's argument errors
+# (deploy/docker/build.sh). Each checker is first shown a broken copy, so
 # a checker that accepts anything fails this script.
 #   deploy/check.sh BIN_DIR
 set -euo pipefail
@@ -90,3 +91,18 @@ out="$(PATH="$TMP/bare-bin" CUDA_HOME="$TMP/off-path-cuda" FRAMEWORM_JOBS=1 "$BA
 grep -q "CUDA toolkit: $TMP/off-path-cuda (its bin/ put on PATH" <<< "$out" ||
   fail "dev.sh check-cuda with a toolkit off PATH says: $out"
 echo "ok: deploy/dev.sh check-cuda (finds the toolkit, on PATH or in CUDA_HOME; names it when missing)"
+
+# deploy/docker/build.sh refuses bad arguments before it needs an engine.
+refuses() {  # expected message, arguments...
+  local want="$1" out
+  shift
+  if out="$("$ROOT/deploy/docker/build.sh" "$@" 2>&1)"; then fail "build.sh $* was accepted"; fi
+  grep -qF -e "$want" <<< "$out" || fail "build.sh $* says: $out (expected: $want)"
+}
+refuses "unknown argument '--bogus'" --bogus
+refuses "--engine must be docker or podman, not 'lxc'" --engine lxc
+refuses "--cuda-toolkit $TMP/no-cuda has no bin/nvcc" --cuda-toolkit "$TMP/no-cuda"
+refuses "--from-build $TMP has no bin/frameworm-coordinator" --from-build "$TMP"
+refuses "--ca-file $TMP/no.crt cannot be read" --ca-file "$TMP/no.crt"
+refuses "--cuda-toolkit needs podman" --engine docker --cuda-toolkit "$TMP/off-path-cuda"
+echo "ok: deploy/docker/build.sh (refuses bad arguments, naming them)"
