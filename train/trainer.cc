@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include "common/private_dir.h"
+#include "train/json_values.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
@@ -26,8 +27,8 @@ absl::Status FromTorch(const std::exception& e, const std::string& what) {
 
 
 // Nine significant digits: enough to compare loss curves against a peer at
-// 1e-6. JSON has no NaN or infinity: a diverged value is null.
-std::string Fmt(double v) { return std::isfinite(v) ? absl::StrFormat("%.9g", v) : "null"; }
+// 1e-6 (a diverged value is null).
+std::string Fmt(double v) { return JsonNumber(v, 9); }
 
 }  // namespace
 
@@ -511,13 +512,10 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
   bool evaluated = false;
   const bool talk = rank() == 0 && options_.verbose;
   const size_t nm = options_.metrics.size();
+  std::vector<std::string> metric_names;
+  for (const auto& [name, fn] : options_.metrics) metric_names.push_back(name);
   auto metrics_json = [&](const std::string& prefix, const std::map<std::string, double>& m) {
-    std::string out;
-    for (const auto& [name, fn] : options_.metrics) {
-      auto it = m.find(name);
-      if (it != m.end()) absl::StrAppend(&out, ",\"", prefix, name, "\":", Fmt(it->second));
-    }
-    return out;
+    return JsonValues(prefix, m, metric_names, 9);
   };
   while (!stop && state_.epoch < options_.epochs) {
     if (options_.max_steps > 0 && state_.step >= options_.max_steps) break;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "train/data.h"
+#include "train/json_values.h"
 #include "train/trainer.h"
 #include "trainer/run_setup.h"
 #include "trainer/liveness_pinger.h"
@@ -68,8 +69,8 @@ int Fail(const std::string& what) {
   return 1;
 }
 
-// JSON has no NaN or infinity: a diverged value is null.
-std::string J(double v) { return std::isfinite(v) ? absl::StrFormat("%.6g", v) : "null"; }
+// Six significant digits (a diverged value is null).
+std::string J(double v) { return JsonNumber(v, 6); }
 
 // The recorder's newest 16 collectives, as a ping carries them.
 StepReport::Collectives RecentCollectives(const FlightRecorder& rec) {
@@ -434,14 +435,10 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     const int64_t epochs = st.epoch + (st.batch_in_epoch > 0 ? 1 : 0);
     // loss, then each metric, as the trainer computed them (missing ones,
     // e.g. train metrics before a full epoch, are left out).
+    std::vector<std::string> names = {"loss"};
+    for (const auto& [k, fn] : to.metrics) names.push_back(k);
     auto values = [&](const char* prefix, const std::map<std::string, double>& m) {
-      std::string out;
-      auto add = [&](const std::string& k) {
-        if (auto it = m.find(k); it != m.end()) absl::StrAppend(&out, ",\"", prefix, k, "\":", J(it->second));
-      };
-      add("loss");
-      for (const auto& [k, fn] : to.metrics) add(k);
-      return out;
+      return JsonValues(prefix, m, names, 6);
     };
     std::cout << "{\"event\":\"done\",\"epochs\":" << epochs << ",\"steps\":" << st.step
               << values("train_", st.train_metrics) << values("val_", st.val_metrics)
