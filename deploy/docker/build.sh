@@ -24,8 +24,8 @@
 #   --from-build DIR    skip the image's build stage: stage the binaries of a
 #                       build made on this host (a Debian bookworm build dir,
 #                       e.g. build/) with deploy/docker/stage.sh into an image
-#                       of its own and build the runtime stage from it
-#                       (--build-arg STAGE_FROM)
+#                       of its own, and build the Dockerfile with its build
+#                       stage replaced by that image (the runtime stage as is)
 #   --debootstrap-base  where no registry serves debian:bookworm (air-gapped,
 #                       or Docker Hub unreachable): makes it from Debian's
 #                       mirror with debootstrap (--variant=minbase), tags it
@@ -117,15 +117,23 @@ fi
 build_s=0
 if [ "$BUILD" = 1 ]; then
   t0=$(date +%s)
-  args=(build "${pull[@]}" -f "$ROOT/deploy/docker/Dockerfile" -t "$TAG")
+  dockerfile="$ROOT/deploy/docker/Dockerfile"
   if [ -n "$FROM_BUILD" ]; then
     ctx="$(mktemp -d /tmp/frameworm-stage.XXXXXX)"
     "$ROOT/deploy/docker/stage.sh" "$ctx/stage" "$(readlink -f "$FROM_BUILD")"
     printf 'FROM scratch\nCOPY stage /stage\n' > "$ctx/Containerfile"
     "${engine[@]}" build -q -f "$ctx/Containerfile" -t localhost/frameworm-stage:latest "$ctx" > /dev/null
-    rm -rf "$ctx"
-    args+=(--build-arg STAGE_FROM=localhost/frameworm-stage:latest)
+    # The Dockerfile with its build stage (from "FROM ... AS build" to the
+    # next FROM) replaced by the staged image.
+    awk '/^FROM .* AS build$/ {print "FROM localhost/frameworm-stage:latest AS build"; skip = 1; next}
+         /^FROM / {skip = 0}
+         !skip' "$dockerfile" > "$ctx/Dockerfile"
+    grep -q '^FROM localhost/frameworm-stage:latest AS build$' "$ctx/Dockerfile" ||
+      die "deploy/docker/Dockerfile has no 'FROM ... AS build' stage to replace"
+    rm -rf "$ctx/stage"
+    dockerfile="$ctx/Dockerfile"
   fi
+  args=(build "${pull[@]}" -f "$dockerfile" -t "$TAG")
   if [ "$ENGINE" = podman ]; then
     # The build's RUN steps need the network (Debian packages, the wheel).
     args+=(--network=host "${limits[@]}")
@@ -135,6 +143,7 @@ if [ "$BUILD" = 1 ]; then
   fi
   echo "build.sh: ${engine[*]} ${args[*]} $ROOT"
   "${engine[@]}" "${args[@]}" "$ROOT"
+  [ -n "$FROM_BUILD" ] && rm -rf "$ctx"
   build_s=$(( $(date +%s) - t0 ))
 fi
 "${engine[@]}" image inspect "$TAG" > /dev/null 2>&1 || die "no image $TAG (build it first)"
