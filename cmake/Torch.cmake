@@ -21,7 +21,13 @@ find_path(GLOO_INCLUDE_DIR gloo/algorithm.h REQUIRED)
 # CUDA/NCCL headers for the NCCL backend's one translation unit.
 find_path(NCCL_INCLUDE_DIR nccl.h
   HINTS "${_torch_prefix}/../../../nvidia/nccl/include" /usr/local/cuda/include /usr/include)
-find_package(CUDAToolkit QUIET)
+# Torch's own CMake files (its CUDA build) have found the toolkit already;
+# finding it a second time fails with Debian's CMake 3.25 where the toolkit
+# has no nvToolsExt (CUDA 13): torch made CUDA::nvToolsExt an alias, which
+# FindCUDAToolkit then tries to set a property on.
+if(NOT CUDAToolkit_FOUND)
+  find_package(CUDAToolkit QUIET)
+endif()
 
 add_library(frameworm_torch INTERFACE)
 target_link_libraries(frameworm_torch INTERFACE ${TORCH_LIBRARIES})
