@@ -99,12 +99,15 @@ below() { if [ "$1" = unlimited ] || [ "$1" -gt 16384 ]; then echo 16384; else e
 limits=(--ulimit "nofile=$(below "$(ulimit -Sn)"):$(below "$(ulimit -Sn)")"
   --ulimit "nproc=$(below "$(ulimit -Su)"):$(below "$(ulimit -Su)")")
 
+# Temporary folders, removed however the script ends.
+scratch=()
+trap 'rm -rf "${scratch[@]}"' EXIT
 pull=()
 if [ "$DEBOOTSTRAP" = 1 ]; then
   [ "$(id -u)" = 0 ] || die "--debootstrap-base needs root"
   command -v debootstrap > /dev/null || die "--debootstrap-base needs debootstrap (apt-get install debootstrap)"
   rootfs="$(mktemp -d /tmp/frameworm-rootfs.XXXXXX)"
-  trap 'rm -rf "$rootfs"' EXIT
+  scratch+=("$rootfs")  # its .log stays when debootstrap fails
   echo "build.sh: debootstrap bookworm (minbase) into $rootfs"
   debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian > "$rootfs.log" 2>&1 ||
     { tail -20 "$rootfs.log" >&2; die "debootstrap failed (log: $rootfs.log)"; }
@@ -120,6 +123,7 @@ if [ "$BUILD" = 1 ]; then
   dockerfile="$ROOT/deploy/docker/Dockerfile"
   if [ -n "$FROM_BUILD" ]; then
     ctx="$(mktemp -d /tmp/frameworm-stage.XXXXXX)"
+    scratch+=("$ctx")
     "$ROOT/deploy/docker/stage.sh" "$ctx/stage" "$(readlink -f "$FROM_BUILD")"
     printf 'FROM scratch\nCOPY stage /stage\n' > "$ctx/Containerfile"
     "${engine[@]}" build -q -f "$ctx/Containerfile" -t localhost/frameworm-stage:latest "$ctx" > /dev/null
@@ -143,7 +147,6 @@ if [ "$BUILD" = 1 ]; then
   fi
   echo "build.sh: ${engine[*]} ${args[*]} $ROOT"
   "${engine[@]}" "${args[@]}" "$ROOT"
-  [ -n "$FROM_BUILD" ] && rm -rf "$ctx"
   build_s=$(( $(date +%s) - t0 ))
 fi
 "${engine[@]}" image inspect "$TAG" > /dev/null 2>&1 || die "no image $TAG (build it first)"
@@ -201,6 +204,7 @@ SH
 run=(run --rm --network=none "${limits[@]}" -v "$DATA:$DATA:ro" "$TAG" bash -c "$CHECK")
 echo "build.sh: ${engine[*]} run --rm --network=none ... $TAG bash -c <the check>"
 log="$(mktemp)"
+scratch+=("$log")
 t0=$(date +%s)
 rc=0
 "${engine[@]}" "${run[@]}" 2>&1 | tee "$log" || rc=$?
@@ -225,6 +229,5 @@ check_s=$(( $(date +%s) - t0 ))
   cat "$log"
   echo '```'
 } > "$OUT"
-rm -f "$log"
 echo "build.sh: wrote $OUT"
 exit "$rc"
