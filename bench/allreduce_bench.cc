@@ -3,7 +3,9 @@
 // allreduce the trainer uses when every rank is local (ShmAllreduce, 256
 // KiB slots as in the trainer; P2_SHM_CAPACITY overrides), against the ring bound
 // 2(n-1)/n * S / B with B the loopback TCP bandwidth measured in the same
-// run (rank 0, one stream, before the collectives).
+// run (rank 0, one stream, before the collectives). The sizes are 0.94
+// (the MLP's gradients), 4, 25 and 100 MB; P2_SIZES=<bytes>,<bytes>,.. replaces them (e.g. 940000, the
+// MLP's gradients) and P2_ITERS the 7 timed calls per size.
 //
 // Run as every rank with torchrun's variables (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT); bench/p2_allreduce.sh starts the ranks.
@@ -86,6 +88,22 @@ int main() {
   o.master_addr = std::getenv("MASTER_ADDR") ? std::getenv("MASTER_ADDR") : "127.0.0.1";
   o.master_port = EnvInt("MASTER_PORT", 29500);
   const int iters = EnvInt("P2_ITERS", 7);
+  std::vector<size_t> sizes;
+  if (const char* v = std::getenv("P2_SIZES")) {
+    for (const char* p = v; *p != 0;) {
+      char* end = nullptr;
+      const unsigned long long b = std::strtoull(p, &end, 10);
+      if (end == p || b < 4 || b > (size_t{1} << 34) || (*end != 0 && *end != ',')) {
+        std::fprintf(stderr, "allreduce_bench: P2_SIZES must be byte counts from 4 to 16 GiB "
+                             "separated by commas, not '%s'\n", v);
+        return 2;
+      }
+      sizes.push_back(static_cast<size_t>(b));
+      p = *end == ',' ? end + 1 : end;
+    }
+  } else {
+    sizes = {940000, 4000000, 25000000, 100000000};
+  }
   double loopback = 0;
   if (o.rank == 0) {
     std::vector<double> bws;
@@ -120,8 +138,7 @@ int main() {
   }
   for (const char* path : {"gloo", "shm"}) {
     const bool use_shm = std::string(path) == "shm";
-    for (size_t mb : {4, 25, 100}) {
-      size_t bytes = mb * 1000 * 1000;
+    for (size_t bytes : sizes) {
       std::vector<at::Tensor> t{torch::ones({static_cast<int64_t>(bytes / 4)})};
       std::vector<double> times;
       for (int i = 0; i < iters + 1; ++i) {

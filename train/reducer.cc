@@ -260,7 +260,9 @@ absl::Status Reducer::Finalize() {
       const int64_t seq = options_.recorder ? options_.recorder->Enqueue(
           "allreduce(shm)", "gradients", static_cast<int>(bi), b.flat.numel() * 4) : 0;
       if (options_.recorder) options_.recorder->Started(seq);
-      absl::Status s = options_.intra_node->Allreduce(b.flat.data_ptr<float>(), b.flat.numel());
+      // The mean in the same pass as the sum: no div_ over the bucket below.
+      absl::Status s = options_.intra_node->Allreduce(
+          b.flat.data_ptr<float>(), b.flat.numel(), static_cast<float>(pg_->getSize()));
       if (options_.recorder) {
         if (s.ok()) {
           options_.recorder->Completed(seq);
@@ -280,7 +282,7 @@ absl::Status Reducer::Finalize() {
         Wait(b.work, b.seq);
         b.work.reset();
       }
-      if (world > 1) b.flat.div_(world);
+      if (world > 1 && !b.shm) b.flat.div_(world);
     }
     torch::Tensor used_cpu;
     if (used_work) Wait(used_work, used_seq);

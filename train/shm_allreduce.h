@@ -18,12 +18,17 @@
 // (its pid and a monotonically increasing barrier counter), then one input
 // slot per rank and a result area, each capacity_bytes long.
 //
-// Allreduce(data, n) sums `data` element-wise across ranks, in place, in
-// chunks of capacity_bytes: copy the chunk into this rank's slot, barrier,
-// reduce this rank's 1/world share of the chunk over all slots (in rank
-// order, so every rank gets bit-identical results) into the result area
-// (and straight into its own buffer), barrier, copy the other ranks'
-// shares out. The next chunk's (or call's) first barrier
+// Allreduce(data, n, divisor) sums `data` element-wise across ranks and
+// divides each sum by `divisor` (the world size gives the mean; 1, the
+// default, the plain sum): element i becomes (x_0[i] + ... + x_w-1[i]) /
+// divisor, computed in float in that order on every rank (the loops are
+// vectorized for the CPU that runs them; per element the arithmetic is the
+// same). It works in place, in chunks of capacity_bytes: copy the parts of
+// the chunk that other ranks reduce into this rank's slot, barrier, reduce
+// this rank's 1/world share of the chunk over all slots (this rank's own
+// addend read from `data`; in rank order, so every rank gets bit-identical
+// results) into the result area (and straight into its own buffer),
+// barrier, copy the other ranks' shares out. The next chunk's (or call's) first barrier
 // keeps anyone from overwriting the result before all ranks copied it out.
 //
 // Waiting spins briefly and then sched_yield()s (ranks may share a core).
@@ -80,8 +85,10 @@ class ShmAllreduce {
   ShmAllreduce(const ShmAllreduce&) = delete;
   ShmAllreduce& operator=(const ShmAllreduce&) = delete;
 
-  // Sums data[0, n) across ranks in place (see above for the errors).
-  absl::Status Allreduce(float* data, int64_t n);
+  // Sums data[0, n) across ranks in place and divides by `divisor` (see
+  // above for the errors; INVALID_ARGUMENT for a bad buffer or a divisor
+  // that is 0 or not finite, which leaves the instance usable).
+  absl::Status Allreduce(float* data, int64_t n, float divisor = 1.0f);
 
   int rank() const { return rank_; }
   int world_size() const { return world_; }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -92,6 +93,24 @@ int SumsRank(const std::string& dir, int rank, int world) {
           std::cerr << "rank " << rank << " n=" << n << " i=" << i << ": " << v[i]
                     << " != " << want << std::endl;
           return 23;
+        }
+      }
+      // The mean: the same sum divided by the world size, in float, as
+      // the gradient path (which then skips its own division) asks for.
+      for (int64_t i = 0; i < n; ++i) v[i] = Value(rank, i, rep);
+      st = (*s)->Allreduce(v.data(), n, static_cast<float>(world));
+      if (!st.ok()) {
+        std::cerr << st << std::endl;
+        return 24;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        float sum = Value(0, i, rep);
+        for (int r = 1; r < world; ++r) sum += Value(r, i, rep);
+        const float want = sum / static_cast<float>(world);
+        if (v[i] != want) {
+          std::cerr << "mean: rank " << rank << " n=" << n << " i=" << i << ": " << v[i]
+                    << " != " << want << std::endl;
+          return 25;
         }
       }
     }
@@ -220,6 +239,18 @@ TEST(ShmAllreduceTest, BadOptionsAndTooLargeSegmentAreErrors) {
   EXPECT_TRUE((*ok)->Allreduce(x, 3).ok());
   EXPECT_EQ(x[2], 3.0f);
   EXPECT_EQ((*ok)->Allreduce(nullptr, 3).code(), absl::StatusCode::kInvalidArgument);
+  // A divisor of 0 or not finite is refused and changes nothing; the
+  // instance stays usable.
+  for (float d : {0.0f, std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN()}) {
+    absl::Status bad = (*ok)->Allreduce(x, 3, d);
+    EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << d;
+    EXPECT_NE(bad.message().find("divisor"), std::string::npos) << bad;
+    EXPECT_EQ(x[0], 1.0f);
+  }
+  EXPECT_TRUE((*ok)->Allreduce(x, 3, 2.0f).ok());
+  EXPECT_EQ(x[0], 0.5f);
+  EXPECT_EQ(x[2], 1.5f);
 }
 
 }  // namespace

@@ -547,7 +547,8 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
         std::cout << "{\"event\":\"step\",\"epoch\":" << state_.epoch + 1
                   << ",\"step\":" << state_.step << ",\"loss\":" << Fmt(info->loss)
                   << metrics_json("", info->metrics) << ",\"lr\":" << Fmt(info->lr)
-                  << ",\"step_seconds\":" << Fmt(info->seconds) << "}" << std::endl;
+                  << ",\"step_seconds\":" << Fmt(info->seconds)
+                  << ",\"wait_seconds\":" << Fmt(info->wait_seconds) << "}" << std::endl;
       }
       auto st = AfterStep(*info);
       if (!st.ok()) return st.status();

@@ -149,7 +149,8 @@ TEST(FramewormTrainTest, CheckpointEveryAndResumeLatest) {
 }
 
 TEST(FramewormTrainTest, TwoRanksOnFashionMnistViaNprocs) {
-  Result r = RunTrain("--model=cnn --dataset=fashion-mnist --nprocs=2 --batch-size=32 --max-steps=4");
+  Result r = RunTrain(
+      "--model=cnn --dataset=fashion-mnist --nprocs=2 --batch-size=32 --max-steps=4 --log-every=1");
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string last = r.last_line();
   EXPECT_EQ(last.rfind("{\"event\":\"done\"", 0), 0u) << last;
@@ -159,6 +160,18 @@ TEST(FramewormTrainTest, TwoRanksOnFashionMnistViaNprocs) {
   EXPECT_EQ(r.out.find("\"event\":\"done\""), r.out.rfind("\"event\":\"done\""));
   // Both ranks on this machine: gradients are averaged in shared memory.
   EXPECT_NE(r.out.find("\"gradient_allreduce\":\"shm\""), std::string::npos) << r.out;
+  // Every step line splits the step: the allreduce wait is part of it.
+  std::istringstream lines(r.out);
+  int steps = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("{\"event\":\"step\"", 0) != 0) continue;
+    ++steps;
+    const double step = Field(line, "step_seconds"), wait = Field(line, "wait_seconds");
+    EXPECT_GT(step, 0) << line;
+    EXPECT_GE(wait, 0) << line;
+    EXPECT_LE(wait, step) << line;
+  }
+  EXPECT_EQ(steps, 4) << r.out;
 }
 
 TEST(FramewormTrainTest, NoShmEnvironmentKeepsGradientsOnGloo) {

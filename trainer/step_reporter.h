@@ -40,7 +40,7 @@ namespace frameworm {
 class StepReporter {
  public:
   StepReporter(ControlChannel* channel, size_t max_batch = 64, size_t max_queued = 4096);
-  ~StepReporter() { Close(std::chrono::milliseconds(0)); }
+  ~StepReporter() { Close(std::chrono::milliseconds(0)).IgnoreError(); }
   StepReporter(const StepReporter&) = delete;
   StepReporter& operator=(const StepReporter&) = delete;
 
