@@ -35,8 +35,12 @@ size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 // loader picks the one this CPU runs (target_clones). Per element the
 // additions happen in the same order as the scalar loop, so results stay
 // bit-identical on every rank and every CPU.
+#if defined(__x86_64__)
 #define FRAMEWORM_VECTOR_LOOP \
   __attribute__((target_clones("avx512f", "avx2", "default"), optimize("tree-vectorize")))
+#else
+#define FRAMEWORM_VECTOR_LOOP __attribute__((optimize("tree-vectorize")))
+#endif
 
 // own[j] = dst[j] = (own[j] + other[j]) / d (for two ranks the order of
 // the two addends does not change a float sum)
