@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -42,6 +43,7 @@
 #include "tests/e2e/hosts.h"
 #include "trainer/trainer_channel.h"
 #include "common/received_file.h"
+#include "common/token.h"
 #include "rpc/rpc.h"
 #include "worker/checkpoint_holdings.h"
 #include "worker/peer_service.h"
@@ -183,6 +185,7 @@ int Serve(long long mib) {
   h.path = path;
   h.bytes = mib << 20;
   h.checksum = frameworm::Crc32Text(crc);
+  h.secret = frameworm::NewToken();  // a fetcher must present it, as a replica's hold does
   if (!held.Add(h).ok()) return 1;
   auto tls = frameworm::LoadTlsDir(frameworm::e2e::kTlsDir);
   if (!tls.ok()) {
@@ -198,14 +201,15 @@ int Serve(long long mib) {
     std::fprintf(stderr, "p9 serve: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  std::printf("serving %s\n", h.checksum.c_str());
+  std::printf("serving %s %s\n", h.checksum.c_str(), h.secret.c_str());
   std::fflush(stdout);
   server->server->Wait();
   return 0;
 }
 
-// --fetch HOST MIB CHECKSUM: fetches the served file as a replica would,
-// prints MiB/s (fetch, write, fsync and rename included).
+// --fetch HOST MIB CHECKSUM: fetches the served file as a replica would
+// (with the hold's secret from P9_SECRET), prints MiB/s (fetch, write,
+// fsync and rename included).
 int Fetch(const std::string& host, long long mib, const std::string& checksum) {
   auto tls = frameworm::LoadTlsDir(frameworm::e2e::kTlsDir);
   if (!tls.ok()) {
@@ -221,6 +225,7 @@ int Fetch(const std::string& host, long long mib, const std::string& checksum) {
   h.path = absl::StrCat(dst != nullptr && *dst == '/' ? dst : "/tmp/p9-dst", "/ckpt-1.pt");
   h.bytes = mib << 20;
   h.checksum = checksum;
+  h.secret = std::getenv("P9_SECRET") != nullptr ? std::getenv("P9_SECRET") : "";
   h.sources = {absl::StrCat(host, ":", kPeerPort)};
   std::filesystem::remove(h.path);
   std::atomic<bool> stop{false};
@@ -313,9 +318,11 @@ int Bench(int trials, long long mib) {
       return 1;
     }
     const std::string checksum = serving->substr(serving->find("crc32:"), 14);
+    const std::string secret = std::string(absl::StripAsciiWhitespace(
+        serving->substr(std::min(serving->size(), serving->find("crc32:") + 15))));
     frameworm::e2e::RunResult fetched = frameworm::e2e::RunCommand(
-        c.net().OnHost(2, {self, "--fetch", peer_host, absl::StrCat(mib), checksum}), {},
-        absl::Seconds(300));
+        c.net().OnHost(2, {self, "--fetch", peer_host, absl::StrCat(mib), checksum}),
+        {{"P9_SECRET", secret}}, absl::Seconds(300));
     server->reset();  // kills the server
     const double pl = Field(sent2.output, "link_mib_s");
     const double p = Field(fetched.output, "peer_mib_s");

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <atomic>
 #include <cctype>
@@ -12,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/crc32.h"
 
 namespace frameworm {
 namespace fs = std::filesystem;
@@ -19,19 +19,17 @@ namespace fs = std::filesystem;
 std::string Crc32Text(uint32_t crc) { return absl::StrFormat("crc32:%08x", crc); }
 
 uint32_t UpdateCrc32(uint32_t crc, const std::string& data) {
-  return static_cast<uint32_t>(
-      crc32(crc, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
+  return Crc32(crc, data.data(), data.size());
 }
 
 absl::StatusOr<std::pair<int64_t, std::string>> FileChecksum(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  uint32_t crc = crc32(0L, Z_NULL, 0);
+  uint32_t crc = 0;
   std::string buf(1 << 20, '\0');
   int64_t total = 0;
   for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), f)) > 0;) {
-    crc = static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(buf.data()),
-                                      static_cast<uInt>(n)));
+    crc = Crc32(crc, buf.data(), n);
     total += static_cast<int64_t>(n);
   }
   const bool failed = std::ferror(f) != 0;
@@ -73,7 +71,7 @@ absl::StatusOr<std::unique_ptr<ReceivedFile>> ReceivedFile::Create(const std::st
   in->final_ = path;
   in->partial_ = absl::StrCat(path, ".partial-", ::getpid(), "-", counter.fetch_add(1));
   in->expected_ = expected_bytes;
-  in->crc_ = crc32(0L, Z_NULL, 0);
+  in->crc_ = 0;
   std::error_code ec;
   const fs::path dir = fs::path(path).parent_path();
   fs::create_directories(dir, ec);

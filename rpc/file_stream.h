@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/received_file.h"
@@ -43,7 +44,11 @@ class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
   }
   void OnWriteDone(bool ok) override {
     if (!ok) return this->Finish(grpc::Status::OK);  // the client went away
+    // Only the data goes on; its buffer stays, so the next resize does not
+    // zero-fill a megabyte that the read overwrites anyway.
+    std::string keep = std::move(*chunk_.mutable_data());
     chunk_.Clear();
+    *chunk_.mutable_data() = std::move(keep);
     Next();
   }
   void OnDone() override { delete this; }

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/crc32.h"
 
 namespace frameworm {
 namespace {
@@ -22,14 +23,9 @@ namespace {
 constexpr char kMagic[8] = {'F', 'W', 'C', 'K', 'P', 'T', '0', '1'};
 constexpr size_t kHeader = 24;
 
-// zlib's crc32 over any length (it takes at most 4 GiB at a time).
+// zlib's CRC-32 over any length (common/crc32.h).
 uLong UpdateCrc(uLong crc, const char* p, size_t n) {
-  for (size_t off = 0; off < n;) {
-    const size_t k = std::min<size_t>(n - off, 1u << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(p + off), static_cast<uInt>(k));
-    off += k;
-  }
-  return crc;
+  return Crc32(static_cast<uint32_t>(crc), p, n);
 }
 
 uint32_t Crc(const std::string& s) {

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/crc32.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"
 #include "rpc/rpc.h"
 #include "rpc/status_util.h"
@@ -153,11 +154,14 @@ class GrpcTrainerChannel final : public ControlChannel {
         (void)writer->Finish();
         return absl::InternalError(absl::StrCat("reading checkpoint ", path, " failed"));
       }
-      crc = crc32(crc, reinterpret_cast<const Bytef*>(data->data()), data->size());
+      crc = Crc32(static_cast<uint32_t>(crc), data->data(), data->size());
       left -= data->size();
       if (left == 0) chunk.set_checksum(absl::StrFormat("crc32:%08x", static_cast<uint32_t>(crc)));
       sent_ok = writer->Write(chunk);
+      // Only the data goes on: its buffer stays (no zero-filling resize).
+      std::string keep = std::move(*chunk.mutable_data());
       chunk.Clear();
+      *chunk.mutable_data() = std::move(keep);
     } while (sent_ok && left > 0);
     writer->WritesDone();
     grpc::Status s = writer->Finish();

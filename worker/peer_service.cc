@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "common/private_dir.h"
+#include "common/queued_file.h"
 #include "common/received_file.h"
 #include "common/token.h"
 #include "rpc/file_stream.h"
@@ -81,7 +82,8 @@ absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const 
   req.set_secret(h.secret);
   std::unique_ptr<grpc::ClientReader<v1::CheckpointChunk>> reader = stub->FetchCheckpoint(&ctx, req);
   v1::CheckpointChunk chunk;
-  std::unique_ptr<ReceivedFile> file;
+  // Written and checksummed on its own thread while the next chunk arrives.
+  std::unique_ptr<QueuedFile> file;
   absl::Status failed;
   while (failed.ok() && reader->Read(&chunk)) {
     if (stop.load()) {
@@ -94,7 +96,7 @@ absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const 
             "it serves ", chunk.total_bytes(), " bytes; the checkpoint has ", h.bytes));
         break;
       }
-      absl::StatusOr<std::unique_ptr<ReceivedFile>> f = ReceivedFile::Create(h.path, h.bytes);
+      absl::StatusOr<std::unique_ptr<QueuedFile>> f = QueuedFile::Create(h.path, h.bytes);
       if (!f.ok()) {  // the local disk: no other source helps
         ctx.TryCancel();
         reader->Finish();
@@ -102,7 +104,9 @@ absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const 
       }
       file = *std::move(f);
     }
-    failed = file->Append(chunk.data());
+    std::string data = file->Spare();
+    data.swap(*chunk.mutable_data());
+    failed = file->Append(std::move(data));
   }
   if (!failed.ok()) {
     ctx.TryCancel();
