@@ -449,9 +449,11 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {
 
 // ---------------------------------------------------------------- workers
 
-absl::StatusOr<std::vector<v1::Event>> Coordinator::ListEvents(
-    const std::optional<std::string>& job_id, int64_t after_seq, int limit) const {
-  absl::StatusOr<std::vector<EventRow>> rows = store_.LoadEvents(job_id, after_seq, limit);
+namespace {
+
+// Stored rows as events, in order; a row that does not parse stays, saying so.
+absl::StatusOr<std::vector<v1::Event>> EventsOfRows(
+    const absl::StatusOr<std::vector<EventRow>>& rows) {
   if (!rows.ok()) return rows.status();
   std::vector<v1::Event> out;
   for (const EventRow& row : *rows) {
@@ -464,6 +466,18 @@ absl::StatusOr<std::vector<v1::Event>> Coordinator::ListEvents(
     out.push_back(std::move(e));
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<v1::Event>> Coordinator::ListEvents(
+    const std::optional<std::string>& job_id, int64_t after_seq, int limit) const {
+  return EventsOfRows(store_.LoadEvents(job_id, after_seq, limit));
+}
+
+absl::StatusOr<std::vector<v1::Event>> Coordinator::ListNewestEvents(
+    const std::optional<std::string>& job_id, int limit) const {
+  return EventsOfRows(store_.LoadNewestEvents(job_id, limit));
 }
 
 std::map<std::string, std::string> Coordinator::JobOwners() const {

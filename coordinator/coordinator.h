@@ -215,6 +215,9 @@ class Coordinator {
   // store; the store's errors.
   absl::StatusOr<std::vector<v1::Event>> ListEvents(const std::optional<std::string>& job_id,
                                                     int64_t after_seq, int limit) const;
+  // The newest `limit` events, oldest first (the dashboard's view).
+  absl::StatusOr<std::vector<v1::Event>> ListNewestEvents(
+      const std::optional<std::string>& job_id, int limit) const;
   // The owners of every job now known (for filtering events by access).
   std::map<std::string, std::string> JobOwners() const;
   bool JobExists(const std::string& job_id) const;

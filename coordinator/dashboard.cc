@@ -101,19 +101,12 @@ HttpResponse Dashboard::Job(const HttpRequest& r, const std::string& id,
     return Json(out);
   }
   if (what == "events") {
-    std::vector<v1::Event> all;
-    for (int64_t after = 0;;) {
-      auto page = core_->ListEvents(id, after, 1000);
-      if (!page.ok()) return Error(page.status());
-      if (page->empty()) break;
-      after = page->back().seq();
-      for (auto& e : *page) all.push_back(std::move(e));
-      if (all.size() > 4 * kEventsShown) all.erase(all.begin(), all.end() - kEventsShown);
-    }
+    // Only the newest are read (a job keeps up to max_events_per_job).
+    auto all = core_->ListNewestEvents(id, kEventsShown);
+    if (!all.ok()) return Error(all.status());
     v1::ListEventsResponse out;
-    const size_t from = all.size() > kEventsShown ? all.size() - kEventsShown : 0;
-    for (size_t i = from; i < all.size(); ++i) *out.add_events() = std::move(all[i]);
-    if (!all.empty()) out.set_next_after_seq(all.back().seq());
+    if (!all->empty()) out.set_next_after_seq(all->back().seq());
+    for (auto& e : *all) *out.add_events() = std::move(e);
     return Json(out);
   }
   if (what == "logs") {

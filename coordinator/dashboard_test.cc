@@ -73,7 +73,12 @@ TEST_F(DashboardTest, UsersSeeTheirOwnJobsLocalCallersEveryJob) {
   EXPECT_EQ(Get("/api/jobs/" + bobs_ + "/logs", User("alice")).status, 403);
   EXPECT_EQ(Get("/api/jobs/" + alices_, User("alice")).status, 200);
   EXPECT_EQ(Get("/api/jobs/" + alices_ + "/events", User("alice")).status, 200);
-  EXPECT_THAT(Get("/api/jobs/" + alices_ + "/events", User("alice")).body, HasSubstr("job_submitted"));
+  const std::string events = Get("/api/jobs/" + alices_ + "/events", User("alice")).body;
+  EXPECT_THAT(events, HasSubstr("job_submitted"));
+  // Where the next poll starts: the newest event shown (a seq of 0 would
+  // leave the field out).
+  EXPECT_THAT(events, HasSubstr("\"next_after_seq\":\"1\""));
+  EXPECT_THAT(events, Not(HasSubstr(bobs_)));
   // A worker's certificate, or one of no role, reads nothing.
   EXPECT_EQ(Get("/api/jobs", Caller{Caller::Role::kWorker, "node-1"}).status, 403);
   EXPECT_EQ(Get("/api/workers", Caller{}).status, 403);

@@ -83,6 +83,31 @@ TEST_P(EventStoreTest, TrimKeepsTheNewestOfEveryJobAndTheHighWaterMark) {
   EXPECT_EQ(*max, 11);
 }
 
+TEST_P(EventStoreTest, TheNewestEventsComeOldestFirstWithoutTheOlderOnes) {
+  std::vector<EventRow> rows;
+  for (int64_t i = 1; i <= 30; ++i) rows.push_back(Row(i, i % 3 ? "job-a" : "job-b"));
+  ASSERT_TRUE(store_->AddEvents(rows).ok());
+  Open();
+  auto newest = [&](const std::optional<std::string>& job, int limit) {
+    auto got = store_->LoadNewestEvents(job, limit);
+    EXPECT_TRUE(got.ok()) << got.status();
+    std::vector<int64_t> out;
+    if (got.ok())
+      for (const EventRow& r : *got) out.push_back(r.seq);
+    return out;
+  };
+  EXPECT_EQ(newest("job-b", 3), (std::vector<int64_t>{24, 27, 30}));
+  EXPECT_EQ(newest("job-a", 4), (std::vector<int64_t>{25, 26, 28, 29}));
+  EXPECT_EQ(newest(std::nullopt, 2), (std::vector<int64_t>{29, 30}));
+  EXPECT_EQ(newest("job-b", 100).size(), 10u);  // fewer than the limit: all of them
+  EXPECT_TRUE(newest("job-c", 5).empty());
+  auto rows_b = store_->LoadNewestEvents("job-b", 1);
+  ASSERT_TRUE(rows_b.ok());
+  ASSERT_EQ(rows_b->size(), 1u);
+  EXPECT_EQ((*rows_b)[0].event, "event-30");
+  EXPECT_EQ((*rows_b)[0].unix_ms, 1030);
+}
+
 TEST_P(EventStoreTest, AnEmptyStoreHasNoEvents) {
   EXPECT_TRUE(Seqs(std::nullopt, 0, 10).empty());
   auto max = store_->MaxEventSeq();

@@ -145,6 +145,18 @@ absl::StatusOr<std::vector<EventRow>> MemoryStore::LoadEvents(
   return out;
 }
 
+absl::StatusOr<std::vector<EventRow>> MemoryStore::LoadNewestEvents(
+    const std::optional<std::string>& job_id, int limit) {
+  absl::MutexLock l(&mu_);
+  std::vector<EventRow> out;
+  for (auto it = events_.rbegin(); it != events_.rend() && static_cast<int>(out.size()) < limit;
+       ++it) {
+    if (!job_id || it->second.job_id == *job_id) out.push_back(it->second);
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 absl::StatusOr<int64_t> MemoryStore::MaxEventSeq() {
   absl::MutexLock l(&mu_);
   return max_event_seq_;

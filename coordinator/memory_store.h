@@ -71,6 +71,8 @@ class MemoryStore final : public Store {
   absl::Status TrimEvents(int64_t keep) override;
   absl::StatusOr<std::vector<EventRow>> LoadEvents(const std::optional<std::string>& job_id,
                                                    int64_t after_seq, int limit) override;
+  absl::StatusOr<std::vector<EventRow>> LoadNewestEvents(const std::optional<std::string>& job_id,
+                                                         int limit) override;
   absl::StatusOr<int64_t> MaxEventSeq() override;
   // every table
   absl::Status DeleteJob(const std::string& job_id) override;

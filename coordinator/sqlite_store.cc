@@ -416,6 +416,26 @@ absl::StatusOr<std::vector<EventRow>> SqliteStore::LoadEvents(
   return Rows<EventRow>(st, read);
 }
 
+absl::StatusOr<std::vector<EventRow>> SqliteStore::LoadNewestEvents(
+    const std::optional<std::string>& job_id, int limit) {
+  absl::MutexLock l(&mu_);
+  auto read = [](Stmt& r) { return EventRow{r.Int(0), r.Str(1), r.Int(2), r.Str(3)}; };
+  absl::StatusOr<std::vector<EventRow>> rows;
+  if (job_id) {
+    Stmt st(db_,
+            "SELECT seq, job_id, unix_ms, event FROM events WHERE job_id=? "
+            "ORDER BY seq DESC LIMIT ?");
+    st.Bind(*job_id).Bind(int64_t{limit});
+    rows = Rows<EventRow>(st, read);
+  } else {
+    Stmt st(db_, "SELECT seq, job_id, unix_ms, event FROM events ORDER BY seq DESC LIMIT ?");
+    st.Bind(int64_t{limit});
+    rows = Rows<EventRow>(st, read);
+  }
+  if (rows.ok()) std::reverse(rows->begin(), rows->end());
+  return rows;
+}
+
 absl::StatusOr<int64_t> SqliteStore::MaxEventSeq() {
   absl::MutexLock l(&mu_);
   Stmt st(db_, "SELECT COALESCE(MAX(max_seq), 0) FROM event_seq");

@@ -78,6 +78,8 @@ class SqliteStore final : public Store {
   absl::Status TrimEvents(int64_t keep) override;
   absl::StatusOr<std::vector<EventRow>> LoadEvents(const std::optional<std::string>& job_id,
                                                    int64_t after_seq, int limit) override;
+  absl::StatusOr<std::vector<EventRow>> LoadNewestEvents(const std::optional<std::string>& job_id,
+                                                         int limit) override;
   absl::StatusOr<int64_t> MaxEventSeq() override;
   absl::StatusOr<std::vector<JobRow>> LoadJobs() override;
   absl::StatusOr<GenerationRow> LoadGeneration(const std::string& job_id,

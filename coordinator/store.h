@@ -153,6 +153,11 @@ class Store {
   // every event when `job_id` is nullopt.
   virtual absl::StatusOr<std::vector<EventRow>> LoadEvents(
       const std::optional<std::string>& job_id, int64_t after_seq, int limit) = 0;
+  // The newest `limit` events (the job's, or every event with nullopt),
+  // oldest first: what a view of the latest events shows, without reading
+  // the older ones.
+  virtual absl::StatusOr<std::vector<EventRow>> LoadNewestEvents(
+      const std::optional<std::string>& job_id, int limit) = 0;
   // The highest event seq ever stored (0: none).
   virtual absl::StatusOr<int64_t> MaxEventSeq() = 0;
 };
