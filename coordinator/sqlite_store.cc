@@ -400,10 +400,15 @@ absl::Status SqliteStore::TrimEvents(int64_t keep) {
       .Run();
 }
 
+namespace {
+// A row of "SELECT seq, job_id, unix_ms, event FROM events".
+EventRow ReadEventRow(Stmt& r) { return EventRow{r.Int(0), r.Str(1), r.Int(2), r.Str(3)}; }
+}  // namespace
+
 absl::StatusOr<std::vector<EventRow>> SqliteStore::LoadEvents(
     const std::optional<std::string>& job_id, int64_t after_seq, int limit) {
   absl::MutexLock l(&mu_);
-  auto read = [](Stmt& r) { return EventRow{r.Int(0), r.Str(1), r.Int(2), r.Str(3)}; };
+  const auto read = ReadEventRow;
   if (job_id) {
     Stmt st(db_,
             "SELECT seq, job_id, unix_ms, event FROM events WHERE job_id=? AND seq>? "
@@ -419,7 +424,7 @@ absl::StatusOr<std::vector<EventRow>> SqliteStore::LoadEvents(
 absl::StatusOr<std::vector<EventRow>> SqliteStore::LoadNewestEvents(
     const std::optional<std::string>& job_id, int limit) {
   absl::MutexLock l(&mu_);
-  auto read = [](Stmt& r) { return EventRow{r.Int(0), r.Str(1), r.Int(2), r.Str(3)}; };
+  const auto read = ReadEventRow;
   absl::StatusOr<std::vector<EventRow>> rows;
   if (job_id) {
     Stmt st(db_,

@@ -25,6 +25,16 @@
 
 namespace frameworm {
 
+// Clears every field of `chunk` but its data, whose buffer stays: the next
+// chunk's resize then reuses it instead of allocating and zero-filling a
+// megabyte that the read overwrites anyway.
+template <typename Chunk>
+void ClearAllButData(Chunk& chunk) {
+  std::string keep = std::move(*chunk.mutable_data());
+  chunk.Clear();
+  *chunk.mutable_data() = std::move(keep);
+}
+
 template <typename Chunk>
 class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
  public:
@@ -44,11 +54,7 @@ class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
   }
   void OnWriteDone(bool ok) override {
     if (!ok) return this->Finish(grpc::Status::OK);  // the client went away
-    // Only the data goes on; its buffer stays, so the next resize does not
-    // zero-fill a megabyte that the read overwrites anyway.
-    std::string keep = std::move(*chunk_.mutable_data());
-    chunk_.Clear();
-    *chunk_.mutable_data() = std::move(keep);
+    ClearAllButData(chunk_);
     Next();
   }
   void OnDone() override { delete this; }

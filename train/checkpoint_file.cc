@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/crc32.h"
+#include "common/received_file.h"
 
 namespace frameworm {
 namespace {
@@ -23,14 +24,7 @@ namespace {
 constexpr char kMagic[8] = {'F', 'W', 'C', 'K', 'P', 'T', '0', '1'};
 constexpr size_t kHeader = 24;
 
-// zlib's CRC-32 over any length (common/crc32.h).
-uLong UpdateCrc(uLong crc, const char* p, size_t n) {
-  return Crc32(static_cast<uint32_t>(crc), p, n);
-}
-
-uint32_t Crc(const std::string& s) {
-  return static_cast<uint32_t>(UpdateCrc(crc32(0L, Z_NULL, 0), s.data(), s.size()));
-}
+uint32_t Crc(const std::string& s) { return Crc32(0, s.data(), s.size()); }
 
 void PutLE(char* p, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
@@ -86,7 +80,7 @@ constexpr size_t kWriteBuffer = 8 << 20;
 constexpr size_t kMaxQueued = 3;
 
 CheckpointFileWriter::CheckpointFileWriter(std::string path, std::string tmp, int fd)
-    : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd), crc_(crc32(0L, Z_NULL, 0)) {
+    : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd), crc_(0) {
   buf_.reserve(kWriteBuffer);
 }
 
@@ -166,7 +160,7 @@ absl::Status CheckpointFileWriter::Append(const void* data, size_t n) {
   if (!status_.ok()) return status_;
   const char* p = static_cast<const char*>(data);
   length_ += n;
-  crc_ = UpdateCrc(crc_, p, n);
+  crc_ = Crc32(static_cast<uint32_t>(crc_), p, n);
   while (n > 0) {
     const size_t k = std::min(n, kWriteBuffer - buf_.size());
     buf_.append(p, k);
@@ -212,9 +206,9 @@ absl::StatusOr<CheckpointFileInfo> CheckpointFileWriter::Commit() {
   info.bytes = static_cast<int64_t>(kHeader + length_);
   // The whole file's CRC (header, then payload), so any copy of the file is
   // checked against it byte for byte (common/received_file.h).
-  const uLong whole = crc32_combine(UpdateCrc(crc32(0L, Z_NULL, 0), header, kHeader), crc_,
+  const uLong whole = crc32_combine(Crc32(0, header, kHeader), crc_,
                                     static_cast<z_off_t>(length_));
-  info.checksum = absl::StrFormat("crc32:%08x", static_cast<uint32_t>(whole));
+  info.checksum = Crc32Text(static_cast<uint32_t>(whole));
   return info;
 }
 

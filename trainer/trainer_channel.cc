@@ -13,9 +13,10 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/crc32.h"
+#include "common/received_file.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"
+#include "rpc/file_stream.h"
 #include "rpc/rpc.h"
 #include "rpc/status_util.h"
 
@@ -156,12 +157,9 @@ class GrpcTrainerChannel final : public ControlChannel {
       }
       crc = Crc32(static_cast<uint32_t>(crc), data->data(), data->size());
       left -= data->size();
-      if (left == 0) chunk.set_checksum(absl::StrFormat("crc32:%08x", static_cast<uint32_t>(crc)));
+      if (left == 0) chunk.set_checksum(Crc32Text(static_cast<uint32_t>(crc)));
       sent_ok = writer->Write(chunk);
-      // Only the data goes on: its buffer stays (no zero-filling resize).
-      std::string keep = std::move(*chunk.mutable_data());
-      chunk.Clear();
-      *chunk.mutable_data() = std::move(keep);
+      ClearAllButData(chunk);
     } while (sent_ok && left > 0);
     writer->WritesDone();
     grpc::Status s = writer->Finish();
