@@ -1,7 +1,9 @@
 // P2: allreduce bus bandwidth between ranks over Frameworm's process group
 // (CreateProcessGroup, Gloo on CPUs) and over the intra-node shared-memory
 // allreduce the trainer uses when every rank is local (ShmAllreduce, 256
-// KiB slots as in the trainer; P2_SHM_CAPACITY overrides), against the ring bound
+// KiB slots as in the trainer; P2_SHM_CAPACITY overrides; "shm" copies a
+// buffer through the slots, "shm-inplace" sums one that lies in the shared
+// region, as the trainer's gradient buckets do), against the ring bound
 // 2(n-1)/n * S / B with B the loopback TCP bandwidth measured in the same
 // run (rank 0, one stream, before the collectives). The sizes are 0.94
 // (the MLP's gradients), 4, 25 and 100 MB; P2_SIZES=<bytes>,<bytes>,.. replaces them (e.g. 940000, the
@@ -10,7 +12,7 @@
 // Run as every rank with torchrun's variables (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT); bench/p2_allreduce.sh starts the ranks.
 // Rank 0 prints one JSON line per size:
-//   {"path":"gloo"|"shm","bytes":..,"median_s":..,"bus_gbps":..,
+//   {"path":"gloo"|"shm"|"shm-inplace","bytes":..,"median_s":..,"bus_gbps":..,
 //    "loopback_gbps":..,"efficiency":..}
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -129,6 +131,7 @@ int main() {
     sa.rank = o.rank;
     sa.world_size = n;
     sa.capacity_bytes = EnvInt("P2_SHM_CAPACITY", 256 << 10);
+    sa.shared_bytes = static_cast<int64_t>(*std::max_element(sizes.begin(), sizes.end()));
     auto s = frameworm::ShmAllreduce::Create(sa, store);
     if (!s.ok()) {
       std::fprintf(stderr, "allreduce_bench: %s\n", s.status().ToString().c_str());
@@ -136,17 +139,22 @@ int main() {
     }
     shm = std::move(*s);
   }
-  for (const char* path : {"gloo", "shm"}) {
+  for (const char* path : {"gloo", "shm", "shm-inplace"}) {
     const bool use_shm = std::string(path) == "shm";
+    const bool in_place = std::string(path) == "shm-inplace";
     for (size_t bytes : sizes) {
-      std::vector<at::Tensor> t{torch::ones({static_cast<int64_t>(bytes / 4)})};
+      const int64_t count = static_cast<int64_t>(bytes / 4);
+      std::vector<at::Tensor> t{in_place ? torch::from_blob(shm->shared_buffer(), {count})
+                                         : torch::ones({count})};
+      if (in_place) t[0].fill_(1.0f);
       std::vector<double> times;
       for (int i = 0; i < iters + 1; ++i) {
         std::vector<at::Tensor> barrier{torch::zeros({1})};
         (*pg)->allreduce(barrier)->wait();
         auto t0 = std::chrono::steady_clock::now();
-        if (use_shm) {
-          absl::Status st = shm->Allreduce(t[0].data_ptr<float>(), t[0].numel());
+        if (use_shm || in_place) {
+          absl::Status st = in_place ? shm->AllreduceShared(0, count)
+                                     : shm->Allreduce(t[0].data_ptr<float>(), t[0].numel());
           if (!st.ok()) {
             std::fprintf(stderr, "allreduce_bench: %s\n", st.ToString().c_str());
             return 1;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # P2: allreduce of 0.94 (the MLP's gradients), 4, 25 and 100 MB between 2
 # ranks, over Gloo (TCP loopback) and over the intra-node shared-memory
-# allreduce that frameworm-train uses when all ranks are local: bus
+# allreduce that frameworm-train uses when all ranks are local (through
+# its slots, and in place in the shared region as gradients are): bus
 # bandwidth against the same ring bound, B = loopback TCP bandwidth
 # measured in the same run. P2_BASELINE=<another build's allreduce_bench>
 # runs it too, alternating, and adds its shm rows as "shm (baseline)".
@@ -64,7 +65,10 @@ lines += ["", "Target: >= 70% of the ring bound 2(n-1)/n * S / B.", "",
           "slots, larger tensors in chunks): each rank copies the half the other sums into its slot, sums",
           "its own half (read in place) with the other's slot into a result area with vectorized loops,",
           "and copies the other half of the result back, with no kernel crossing; the same bound is kept",
-          "as the yardstick so the two rows compare directly."]
+          "as the yardstick so the two rows compare directly.",
+          "shm-inplace: how frameworm-train's gradient buckets are summed (they lie in each rank's shared",
+          "region): each rank sums its half reading the other rank's buffer where it lies, writes the mean",
+          "into its own, and copies the other half from the other rank's buffer: no copy in, no result area."]
 if any(p == "shm (baseline)" for p, _ in rows):
     lines += ["", f"shm (baseline): `P2_BASELINE={os.environ.get('P2_BASELINE', '')}`, run alternately with this build in each run."]
 from benchlib import write_report; write_report(out, lines)

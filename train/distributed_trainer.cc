@@ -24,6 +24,14 @@ c10::intrusive_ptr<c10d::Backend> g_pg;  // guarded by g_pg_mu
 // rank creates its trainers in the same order).
 std::atomic<int> g_shm_seq{0};
 
+// Gradients up to this size per rank live in the intra-node allreduce's
+// shared region (larger ones are copied through its slots).
+constexpr int64_t kMaxSharedGradientBytes = int64_t{256} << 20;
+
+absl::StatusOr<std::shared_ptr<ShmAllreduce>> CreateIntraNode(
+    const c10::intrusive_ptr<c10d::Backend>& pg, const std::string& master_addr, int master_port,
+    int64_t float_bytes, int64_t shared_bytes, const DistributedOptions& o);
+
 // The intra-node allreduce for `pg` when every rank is on this machine;
 // null when not applicable. Errors: setup failures (the caller falls back).
 absl::StatusOr<std::shared_ptr<ShmAllreduce>> MaybeIntraNode(
@@ -34,26 +42,51 @@ absl::StatusOr<std::shared_ptr<ShmAllreduce>> MaybeIntraNode(
       env->world_size != pg->getSize() || env->rank != pg->getRank()) {
     return std::shared_ptr<ShmAllreduce>();
   }
-  int64_t float_bytes = 0;
+  int64_t float_bytes = 0, float_params = 0;
   for (const auto& p : module.parameters(true)) {
-    if (p.requires_grad() && p.scalar_type() == torch::kFloat32) float_bytes += p.numel() * 4;
+    if (p.requires_grad() && p.scalar_type() == torch::kFloat32) {
+      float_bytes += p.numel() * 4;
+      ++float_params;
+    }
   }
   if (float_bytes == 0) return std::shared_ptr<ShmAllreduce>();
+  // The gradients themselves go in the segment (summed in place) unless
+  // they are large; a segment /dev/shm cannot hold falls back to slots only.
+  int64_t shared_bytes = float_bytes + 64 * float_params;  // + each bucket's alignment
+  if (shared_bytes > kMaxSharedGradientBytes) shared_bytes = 0;
+  auto shm = CreateIntraNode(pg, env->master_addr, env->master_port, float_bytes, shared_bytes, o);
+  if (!shm.ok() && shared_bytes > 0) {
+    const absl::Status first = shm.status();
+    shm = CreateIntraNode(pg, env->master_addr, env->master_port, float_bytes, 0, o);
+    if (shm.ok() && pg->getRank() == 0) {
+      std::cerr << "frameworm: the gradients do not fit in shared memory (" << first
+                << "); the intra-node allreduce is copying them through its slots" << std::endl;
+    }
+  }
+  return shm;
+}
+
+// One collective attempt at creating the intra-node allreduce (all ranks
+// get the same verdict).
+absl::StatusOr<std::shared_ptr<ShmAllreduce>> CreateIntraNode(
+    const c10::intrusive_ptr<c10d::Backend>& pg, const std::string& master_addr, int master_port,
+    int64_t float_bytes, int64_t shared_bytes, const DistributedOptions& o) {
   const int seq = g_shm_seq.fetch_add(1);
   absl::StatusOr<std::unique_ptr<ShmAllreduce>> shm;
   try {
     c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(env->master_port);
+    so.port = static_cast<uint16_t>(master_port);
     so.isServer = false;
     so.waitWorkers = false;
     so.timeout = o.timeout;
-    c10d::TCPStore store(env->master_addr, so);
+    c10d::TCPStore store(master_addr, so);
     ShmAllreduceOptions sa;
     sa.name = absl::StrCat("frameworm-shm/", seq);
     sa.rank = pg->getRank();
     sa.world_size = pg->getSize();
     sa.capacity_bytes = std::max<int64_t>(64, std::min<int64_t>(float_bytes, sa.capacity_bytes));
     sa.timeout = o.timeout;
+    sa.shared_bytes = shared_bytes;
     shm = ShmAllreduce::Create(sa, store);
   } catch (const c10::Error& e) {
     shm = absl::UnavailableError(

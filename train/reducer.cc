@@ -106,11 +106,37 @@ void Reducer::BuildBuckets() {
       off += params_[pi].second.numel();
     }
     const torch::Tensor& first = params_[bucket.params[0]].second;
-    bucket.flat = torch::zeros({off}, first.options().requires_grad(false));
-    bucket.shm = options_.intra_node != nullptr && bucket.flat.device().is_cpu() &&
-                 bucket.flat.scalar_type() == torch::kFloat32;
+    bucket.shm = options_.intra_node != nullptr && first.device().is_cpu() &&
+                 first.scalar_type() == torch::kFloat32;
     if (bucket.shm) ++intra_node_buckets_;
+    bucket.flat = torch::Tensor();
+    bucket.numel = off;
     buckets_.push_back(std::move(bucket));
+  }
+  // Intra-node buckets live in this rank's shared region when they all fit
+  // (each starting on a cache line), so the allreduce reads them in place.
+  int64_t shared_needed = 0;
+  for (const Bucket& b : buckets_) {
+    if (b.shm) shared_needed += (b.numel + 15) / 16 * 16;
+  }
+  const bool in_region = intra_node_buckets_ > 0 && options_.intra_node->shared_buffer() != nullptr &&
+                         shared_needed <= options_.intra_node->shared_floats();
+  int64_t region_off = 0;
+  for (Bucket& b : buckets_) {
+    const torch::Tensor& first = params_[b.params[0]].second;
+    const auto opts = first.options().requires_grad(false);
+    if (b.shm && in_region) {
+      // The deleter keeps the mapping alive while any gradient views it.
+      std::shared_ptr<ShmAllreduce> keep = options_.intra_node;
+      b.flat = torch::from_blob(keep->shared_buffer() + region_off, {b.numel},
+                                [keep](void*) {}, opts);
+      b.flat.zero_();
+      b.shared_offset = region_off;
+      region_off += (b.numel + 15) / 16 * 16;
+      ++shared_buckets_;
+    } else {
+      b.flat = torch::zeros({b.numel}, opts);
+    }
   }
   views_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -122,26 +148,6 @@ void Reducer::BuildBuckets() {
     views_[i] = b.flat.narrow(0, b.offsets[param_slot_[i]], p.numel())
                     .view(p.sizes())
                     .detach();
-  }
-}
-
-void Reducer::BindGradsLocked() {
-  torch::NoGradGuard ng;
-  for (Bucket& b : buckets_) {
-    bool all_undefined = true;
-    for (size_t pi : b.params) all_undefined &= !params_[pi].second.grad().defined();
-    if (all_undefined) b.flat.zero_();  // one memset instead of one per slice
-    for (size_t pi : b.params) {
-      torch::Tensor& p = params_[pi].second;
-      const torch::Tensor g = p.grad();
-      if (g.defined() && g.is_same(views_[pi])) continue;
-      if (g.defined()) {
-        views_[pi].copy_(g);
-      } else if (!all_undefined) {
-        views_[pi].zero_();
-      }
-      p.mutable_grad() = views_[pi];
-    }
   }
 }
 
@@ -158,34 +164,31 @@ void Reducer::PrepareForBackward(bool sync) {
     b.pending = b.params.size();
     b.work.reset();
   }
-  if (sync) BindGradsLocked();
 }
 
 void Reducer::OnGradReady(size_t index) {
   std::lock_guard<std::mutex> l(mu_);
   if (!armed_ || ready_[index]) return;
   used_[index] = true;
-  MarkReadyLocked(index, /*zero=*/false);
+  MarkReadyLocked(index);
   LaunchReadyLocked();
 }
 
-void Reducer::MarkReadyLocked(size_t index, bool zero) {
+void Reducer::MarkReadyLocked(size_t index) {
   Bucket& b = buckets_[param_bucket_[index]];
-  const torch::Tensor& p = params_[index].second;
+  torch::Tensor& p = params_[index].second;
   torch::NoGradGuard ng;
   torch::Tensor& slot = views_[index];
   const torch::Tensor g = p.grad();
   if (!g.defined()) {
-    slot.zero_();
+    slot.zero_();  // unused on this rank: it contributes zeros
   } else if (!g.is_same(slot)) {
-    // The caller replaced .grad during backward: take its value.
-    if (zero) {
-      slot.zero_();
-    } else {
-      slot.copy_(g);
-    }
+    // Autograd's fresh gradient (or one accumulated locally, or set by the
+    // caller): one copy into the bucket, and .grad becomes the bucket's
+    // slice from here on.
+    slot.copy_(g);
+    p.mutable_grad() = slot;
   }
-  // A bound .grad already holds this rank's gradient (zeros if unused).
   ready_[index] = true;
   --b.pending;
 }
@@ -231,7 +234,7 @@ absl::Status Reducer::Finalize() {
   }
   try {
     for (size_t i = 0; i < params_.size(); ++i) {
-      if (!ready_[i]) MarkReadyLocked(i, /*zero=*/true);
+      if (!ready_[i]) MarkReadyLocked(i);
     }
     LaunchReadyLocked();
     c10::intrusive_ptr<c10d::Work> used_work;
@@ -261,8 +264,10 @@ absl::Status Reducer::Finalize() {
           "allreduce(shm)", "gradients", static_cast<int>(bi), b.flat.numel() * 4) : 0;
       if (options_.recorder) options_.recorder->Started(seq);
       // The mean in the same pass as the sum: no div_ over the bucket below.
-      absl::Status s = options_.intra_node->Allreduce(
-          b.flat.data_ptr<float>(), b.flat.numel(), static_cast<float>(pg_->getSize()));
+      const float world = static_cast<float>(pg_->getSize());
+      absl::Status s = b.shared_offset >= 0
+                           ? options_.intra_node->AllreduceShared(b.shared_offset, b.numel, world)
+                           : options_.intra_node->Allreduce(b.flat.data_ptr<float>(), b.numel, world);
       if (options_.recorder) {
         if (s.ok()) {
           options_.recorder->Completed(seq);

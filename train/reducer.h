@@ -8,11 +8,13 @@
 // a bucket and every bucket before it are complete, launches their
 // asynchronous allreduces strictly in bucket-index order, so every rank
 // issues the same collectives in the same order while backward is still
-// running. Gradients live in the buckets (PyTorch DDP's
-// gradient_as_bucket_view): before a synced backward each parameter's .grad
-// is bound to its slice of the bucket, so autograd accumulates straight into
-// the buffer that is allreduced, with no copy in or out; a .grad the caller
-// replaced is copied into the slice first. Finalize() (after backward
+// running. Gradients end in the buckets (PyTorch DDP's
+// gradient_as_bucket_view): when a parameter's gradient is ready and its
+// .grad is not yet its slice of the bucket (autograd's fresh gradient after
+// zero_grad(set_to_none), one accumulated locally, or one the caller set),
+// the hook copies it into the slice and rebinds .grad to the slice; a .grad
+// that already is the slice was accumulated in place. So a step costs one
+// copy per gradient and no zeroing of the buckets. Finalize() (after backward
 // returns) completes the rest: with
 // find_unused_parameters a parameter that received no gradient contributes
 // zeros (and a parameter unused on every rank keeps an undefined grad);
@@ -26,7 +28,11 @@
 // backward, and then averages them. Other buckets (other dtypes/devices) and
 // the find_unused_parameters used-map still go through the process group.
 // On 2 cores there is nothing to overlap with, and the shm copy is several
-// times faster than Gloo over loopback.
+// times faster than Gloo over loopback. When options.intra_node has a
+// shared region big enough for all of them (ShmAllreduceOptions::
+// shared_bytes), those buckets are allocated in it and summed in place
+// (AllreduceShared): the gradients are then in shared memory, and a
+// gradient tensor keeps the mapping alive after the reducer is gone.
 //
 // Thread safety: the hooks may run on autograd engine threads; the
 // reducer's state is guarded by one mutex (mu_). PrepareForBackward and
@@ -102,6 +108,8 @@ class Reducer {
   int last_launched_during_backward() const;
   // Number of buckets summed through options.intra_node.
   int intra_node_buckets() const { return intra_node_buckets_; }
+  // How many of them lie in its shared region (summed without copying in).
+  int shared_buckets() const { return shared_buckets_; }
 
  private:
   struct Bucket {
@@ -112,17 +120,18 @@ class Reducer {
     c10::intrusive_ptr<c10d::Work> work;
     int64_t seq = 0;  // its flight-recorder number (0: none)
     size_t pending = 0;
+    int64_t numel = 0;
     bool shm = false;  // summed by options_.intra_node in Finalize
+    int64_t shared_offset = -1;  // >= 0: flat lies there in intra_node's shared region
   };
 
   Reducer(std::vector<std::pair<std::string, torch::Tensor>> params,
           c10::intrusive_ptr<c10d::Backend> pg, const ReducerOptions& o);
   void BuildBuckets();
-  // Binds every parameter's .grad to its bucket slice (zeroing slices of
-  // parameters whose .grad is undefined).
-  void BindGradsLocked();
   void OnGradReady(size_t index);
-  void MarkReadyLocked(size_t index, bool zero);
+  // Puts parameter `index`'s gradient into its bucket slice (zeros when it
+  // has none) and binds its .grad to the slice.
+  void MarkReadyLocked(size_t index);
   void LaunchReadyLocked();
   // work->wait(), recorded as started/completed (or failed) under `seq`.
   void Wait(const c10::intrusive_ptr<c10d::Work>& work, int64_t seq);
@@ -137,6 +146,7 @@ class Reducer {
   std::vector<size_t> param_slot_;     // param index -> position in bucket
   std::vector<torch::Tensor> views_;   // param index -> its bucket slice
   int intra_node_buckets_ = 0;
+  int shared_buckets_ = 0;
 
   mutable std::mutex mu_;
   std::vector<Bucket> buckets_;        // guarded by mu_

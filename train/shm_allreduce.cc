@@ -74,6 +74,17 @@ FRAMEWORM_VECTOR_LOOP void DivideCopy(float* __restrict dst, float* __restrict o
   }
 }
 
+// own[j] = (own[j] + other[j]) / d
+FRAMEWORM_VECTOR_LOOP void AddPairInto(float* __restrict own, const float* __restrict other,
+                                       int64_t m, float d) {
+  for (int64_t j = 0; j < m; ++j) own[j] = (own[j] + other[j]) / d;
+}
+
+// dst[j] /= d
+FRAMEWORM_VECTOR_LOOP void Divide(float* __restrict dst, int64_t m, float d) {
+  for (int64_t j = 0; j < m; ++j) dst[j] /= d;
+}
+
 std::string Errno(const char* what) {
   return absl::StrCat(what, ": ", std::strerror(errno));
 }
@@ -128,6 +139,10 @@ float* ShmAllreduce::slot(int r) const {
 
 float* ShmAllreduce::result() const { return slot(world_); }
 
+float* ShmAllreduce::region(int r) const {
+  return slot(world_ + 1) + shared_floats_ * r;
+}
+
 absl::StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(
     const ShmAllreduceOptions& o, c10d::Store& store) {
   if (o.world_size < 1) {
@@ -144,8 +159,14 @@ absl::StatusOr<std::unique_ptr<ShmAllreduce>> ShmAllreduce::Create(
   s->world_ = o.world_size;
   s->capacity_ = static_cast<int64_t>(RoundUp(o.capacity_bytes, kLine));
   s->timeout_ = o.timeout;
+  if (o.shared_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("shm allreduce: shared_bytes must be >= 0, got ", o.shared_bytes));
+  }
+  const int64_t shared = static_cast<int64_t>(RoundUp(static_cast<size_t>(o.shared_bytes), 4096));
+  s->shared_floats_ = shared / static_cast<int64_t>(sizeof(float));
   s->size_ = RoundUp(sizeof(Header), kLine) + RoundUp(sizeof(RankBlock) * s->world_, 4096) +
-             static_cast<size_t>(s->capacity_) * (s->world_ + 1);
+             static_cast<size_t>(s->capacity_) * (s->world_ + 1) +
+             static_cast<size_t>(shared) * s->world_;
   const std::string name_key = o.name + "/segment";
   auto status_key = [&](int r) { return absl::StrCat(o.name, "/status/", r); };
 
@@ -334,21 +355,26 @@ absl::Status ShmAllreduce::Barrier() {
   return absl::OkStatus();
 }
 
-absl::Status ShmAllreduce::Allreduce(float* data, int64_t n, float divisor) {
+absl::Status ShmAllreduce::CheckCall(float divisor) const {
   if (!broken_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "shm allreduce is unusable after an earlier error: ", broken_.message()));
-  }
-  if (n < 0 || (n > 0 && data == nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat("shm allreduce: bad buffer (n=", n, ")"));
   }
   if (!std::isfinite(divisor) || divisor == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("shm allreduce: the divisor must be finite and not 0, not ", divisor));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllreduce::Allreduce(float* data, int64_t n, float divisor) {
+  if (absl::Status s = CheckCall(divisor); !s.ok()) return s;
+  if (n < 0 || (n > 0 && data == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("shm allreduce: bad buffer (n=", n, ")"));
+  }
   if (n == 0) return absl::OkStatus();
   if (world_ == 1) {
-    for (int64_t j = 0; divisor != 1 && j < n; ++j) data[j] /= divisor;
+    if (divisor != 1) Divide(data, n, divisor);
     return absl::OkStatus();
   }
   const int64_t cap = capacity_ / static_cast<int64_t>(sizeof(float));
@@ -389,6 +415,53 @@ absl::Status ShmAllreduce::Allreduce(float* data, int64_t n, float divisor) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status ShmAllreduce::AllreduceShared(int64_t offset, int64_t n, float divisor) {
+  if (absl::Status s = CheckCall(divisor); !s.ok()) return s;
+  if (offset < 0 || n < 0 || offset > shared_floats_ || n > shared_floats_ - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shm allreduce: [", offset, ", ", offset, " + ", n, ") is not inside this rank's shared region of ",
+        shared_floats_, " floats"));
+  }
+  if (n == 0) return absl::OkStatus();
+  float* own = region(rank_) + offset;
+  if (world_ == 1) {
+    if (divisor != 1) Divide(own, n, divisor);
+    return absl::OkStatus();
+  }
+  int64_t share = (n + world_ - 1) / world_;
+  share = (share + 15) / 16 * 16;  // whole cache lines
+  auto lo_of = [&](int r) { return std::min(n, share * r); };
+  auto hi_of = [&](int r) { return std::min(n, share * (r + 1)); };
+  // Every rank's buffer is complete before anyone reads it.
+  if (absl::Status s = Barrier(); !s.ok()) return s;
+  const int64_t lo = lo_of(rank_), hi = hi_of(rank_);
+  if (hi > lo) {
+    auto addend = [&](int r) -> const float* { return region(r) + offset + lo; };
+    if (world_ == 2) {
+      AddPairInto(own + lo, addend(1 - rank_), hi - lo, divisor);
+    } else {
+      // In rank order into a small buffer (this rank's addend is also the
+      // destination), then divided into place.
+      constexpr int64_t kBlock = 2048;
+      alignas(64) float tmp[kBlock];
+      for (int64_t b = 0; b < hi - lo; b += kBlock) {
+        const int64_t m = std::min(kBlock, hi - lo - b);
+        Sum(addend(0) + b, addend(1) + b, tmp, m);
+        for (int r = 2; r < world_; ++r) AddTo(addend(r) + b, tmp, m);
+        DivideCopy(tmp, own + lo + b, m, divisor);
+      }
+    }
+  }
+  if (absl::Status s = Barrier(); !s.ok()) return s;
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_ || hi_of(r) <= lo_of(r)) continue;
+    std::memcpy(own + lo_of(r), region(r) + offset + lo_of(r),
+                static_cast<size_t>(hi_of(r) - lo_of(r)) * sizeof(float));
+  }
+  // Nobody writes its region again until every peer has read it.
+  return Barrier();
 }
 
 }  // namespace frameworm

@@ -66,7 +66,9 @@ float Value(int rank, int64_t i, int rep) {
 // Sizes below, at and above the capacity (1024 floats), odd ones included.
 int SumsRank(const std::string& dir, int rank, int world) {
   c10d::FileStore store(dir + "/store", world);
-  auto s = ShmAllreduce::Create(Opts(rank, world, 4096, milliseconds(30000)), store);
+  ShmAllreduceOptions o = Opts(rank, world, 4096, milliseconds(30000));
+  o.shared_bytes = (100003 + 7) * 4;  // the largest n below, at offset 7
+  auto s = ShmAllreduce::Create(o, store);
   if (!s.ok()) {
     std::cerr << s.status() << std::endl;
     return 20;
@@ -113,6 +115,26 @@ int SumsRank(const std::string& dir, int rank, int world) {
           return 25;
         }
       }
+      // In place in the shared region (at an odd offset): the same mean,
+      // bit for bit, and the floats around the range untouched.
+      float* region = (*s)->shared_buffer();
+      if (region == nullptr || (*s)->shared_floats() < n + 8) return 26;
+      region[6] = 42.0f;
+      region[7 + n] = 43.0f;
+      for (int64_t i = 0; i < n; ++i) region[7 + i] = Value(rank, i, rep);
+      st = (*s)->AllreduceShared(7, n, static_cast<float>(world));
+      if (!st.ok()) {
+        std::cerr << st << std::endl;
+        return 27;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        if (region[7 + i] != v[i]) {
+          std::cerr << "in place: rank " << rank << " n=" << n << " i=" << i << ": "
+                    << region[7 + i] << " != " << v[i] << std::endl;
+          return 28;
+        }
+      }
+      if (region[6] != 42.0f || region[7 + n] != 43.0f) return 29;
     }
   }
   return 0;
@@ -251,6 +273,31 @@ TEST(ShmAllreduceTest, BadOptionsAndTooLargeSegmentAreErrors) {
   EXPECT_TRUE((*ok)->Allreduce(x, 3, 2.0f).ok());
   EXPECT_EQ(x[0], 0.5f);
   EXPECT_EQ(x[2], 1.5f);
+  // No shared region asked for: none, and an in-place call is refused.
+  EXPECT_EQ((*ok)->shared_buffer(), nullptr);
+  EXPECT_EQ((*ok)->AllreduceShared(0, 1).code(), absl::StatusCode::kInvalidArgument);
+  ShmAllreduceOptions neg = Opts(0, 1, 4096, milliseconds(100));
+  neg.name = "neg";
+  neg.shared_bytes = -1;
+  EXPECT_EQ(ShmAllreduce::Create(neg, store).status().code(), absl::StatusCode::kInvalidArgument);
+  // A region (rounded up to 4 KiB): ranges outside it are refused, naming
+  // the range, and the instance stays usable.
+  ShmAllreduceOptions reg = Opts(0, 1, 4096, milliseconds(100));
+  reg.name = "region";
+  reg.shared_bytes = 100;
+  auto r = ShmAllreduce::Create(reg, store);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ((*r)->shared_floats(), 1024);
+  for (auto [off, n] : {std::pair<int64_t, int64_t>{-1, 1}, {0, 1025}, {1024, 1}, {1000, -1},
+                        {2, std::numeric_limits<int64_t>::max()}}) {
+    absl::Status bad = (*r)->AllreduceShared(off, n);
+    EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument) << off << "+" << n;
+    EXPECT_NE(bad.message().find("shared region of 1024 floats"), std::string::npos) << bad;
+  }
+  (*r)->shared_buffer()[1023] = 3.0f;
+  EXPECT_TRUE((*r)->AllreduceShared(1023, 1, 2.0f).ok());
+  EXPECT_EQ((*r)->shared_buffer()[1023], 1.5f);
+  EXPECT_TRUE((*r)->AllreduceShared(1024, 0).ok());
 }
 
 }  // namespace
