@@ -61,27 +61,30 @@ void MakeDirs(const std::string& dir) {
   }
 }
 
-absl::Status WriteAll(int fd, const char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Errno("write", path);
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 constexpr size_t kWriteBuffer = 8 << 20;
 constexpr size_t kMaxQueued = 3;
+constexpr size_t kDirectAlign = 4096;
 
-CheckpointFileWriter::CheckpointFileWriter(std::string path, std::string tmp, int fd)
-    : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd), crc_(0) {
-  buf_.reserve(kWriteBuffer);
+CheckpointFileWriter::CheckpointFileWriter(std::string path, std::string tmp, int fd,
+                                           int direct_fd)
+    : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd), direct_fd_(direct_fd), crc_(0) {}
+
+CheckpointFileWriter::Buffer CheckpointFileWriter::TakeBuffer() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!spare_.empty()) {
+      Buffer b = std::move(spare_.back());
+      spare_.pop_back();
+      b.size = 0;
+      return b;
+    }
+  }
+  Buffer b;
+  void* p = nullptr;
+  if (::posix_memalign(&p, kDirectAlign, kWriteBuffer) == 0) b.data.reset(static_cast<char*>(p));
+  return b;
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointFileWriter>> CheckpointFileWriter::Open(
@@ -90,19 +93,61 @@ absl::StatusOr<std::unique_ptr<CheckpointFileWriter>> CheckpointFileWriter::Open
   const std::string tmp = absl::StrCat(path, ".tmp.", static_cast<long>(::getpid()));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return Errno("cannot create", tmp);
-  std::unique_ptr<CheckpointFileWriter> w(new CheckpointFileWriter(path, tmp, fd));
+  // -1 where the filesystem refuses O_DIRECT: then every write is buffered.
+  const int direct = ::open(tmp.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC | O_NOFOLLOW);
+  std::unique_ptr<CheckpointFileWriter> w(new CheckpointFileWriter(path, tmp, fd, direct));
+  w->buf_ = w->TakeBuffer();
+  if (w->buf_.data == nullptr) {
+    w->status_ = absl::ResourceExhaustedError(
+        absl::StrCat("no memory for the write buffers of ", tmp));
+    return w->status_;
+  }
   // The header's place; its length and checksum are known at Commit.
-  const char zeros[kHeader] = {};
-  w->status_ = WriteAll(fd, zeros, kHeader, tmp);
-  if (!w->status_.ok()) return w->status_;
+  std::memset(w->buf_.data.get(), 0, kHeader);
+  w->buf_.size = kHeader;
   w->writer_ = std::thread([p = w.get()] { p->WriterLoop(); });
   return w;
 }
 
 CheckpointFileWriter::~CheckpointFileWriter() {
   (void)Drain();
+  if (direct_fd_ >= 0) ::close(direct_fd_);
   if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(tmp_.c_str());
+}
+
+absl::Status CheckpointFileWriter::WriteBuffer(const Buffer& b) {
+  const char* p = b.data.get();
+  size_t n = b.size;
+  uint64_t off = b.offset;
+  auto write_through = [&](int fd, size_t len) -> absl::Status {
+    while (len > 0) {
+      const ssize_t w = ::pwrite(fd, p, len, static_cast<off_t>(off));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return Errno("write", tmp_);
+      }
+      if (w == 0) {
+        errno = EIO;
+        return Errno("write", tmp_);
+      }
+      p += w;
+      off += static_cast<uint64_t>(w);
+      n -= static_cast<size_t>(w);
+      len -= static_cast<size_t>(w);
+      // A short direct write leaves the rest unaligned: buffered from here.
+      if (fd == direct_fd_ && len > 0) return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  };
+  if (direct_fd_ >= 0 && off % kDirectAlign == 0) {
+    const size_t aligned = n / kDirectAlign * kDirectAlign;
+    if (aligned > 0) {
+      absl::Status s = write_through(direct_fd_, aligned);
+      if (!s.ok()) return s;
+    }
+  }
+  return write_through(fd_, n);
 }
 
 void CheckpointFileWriter::WriterLoop() {
@@ -110,12 +155,11 @@ void CheckpointFileWriter::WriterLoop() {
   while (true) {
     cv_.wait(l, [&] { return !full_.empty() || closing_; });
     if (full_.empty()) return;  // closing, everything written
-    std::string b = std::move(full_.front());
+    Buffer b = std::move(full_.front());
     full_.pop_front();
     const bool skip = !write_status_.ok();  // after an error: discard
     l.unlock();
-    absl::Status s = skip ? absl::OkStatus() : WriteAll(fd_, b.data(), b.size(), tmp_);
-    b.clear();
+    absl::Status s = skip ? absl::OkStatus() : WriteBuffer(b);
     l.lock();
     if (!s.ok() && write_status_.ok()) write_status_ = s;
     spare_.push_back(std::move(b));
@@ -124,27 +168,33 @@ void CheckpointFileWriter::WriterLoop() {
 }
 
 absl::Status CheckpointFileWriter::Submit() {
-  std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [&] { return full_.size() < kMaxQueued || !write_status_.ok(); });
-  if (!write_status_.ok()) {
-    status_ = write_status_;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return full_.size() < kMaxQueued || !write_status_.ok(); });
+    if (!write_status_.ok()) {
+      status_ = write_status_;
+      return status_;
+    }
+    const uint64_t next = buf_.offset + buf_.size;
+    full_.push_back(std::move(buf_));
+    cv_.notify_all();
+    buf_ = Buffer();
+    buf_.offset = next;
+  }
+  Buffer fresh = TakeBuffer();
+  if (fresh.data == nullptr) {
+    status_ = absl::ResourceExhaustedError(
+        absl::StrCat("no memory for the write buffers of ", tmp_));
     return status_;
   }
-  full_.push_back(std::move(buf_));
-  if (!spare_.empty()) {
-    buf_ = std::move(spare_.back());
-    spare_.pop_back();
-  } else {
-    buf_ = std::string();
-    buf_.reserve(kWriteBuffer);
-  }
-  cv_.notify_all();
+  fresh.offset = buf_.offset;
+  buf_ = std::move(fresh);
   return absl::OkStatus();
 }
 
 absl::Status CheckpointFileWriter::Drain() {
   if (!writer_.joinable()) return status_;
-  if (status_.ok() && !buf_.empty()) (void)Submit();
+  if (status_.ok() && buf_.size > 0) (void)Submit();
   {
     std::lock_guard<std::mutex> l(mu_);
     closing_ = true;
@@ -162,11 +212,12 @@ absl::Status CheckpointFileWriter::Append(const void* data, size_t n) {
   length_ += n;
   crc_ = Crc32(static_cast<uint32_t>(crc_), p, n);
   while (n > 0) {
-    const size_t k = std::min(n, kWriteBuffer - buf_.size());
-    buf_.append(p, k);
+    const size_t k = std::min(n, kWriteBuffer - buf_.size);
+    std::memcpy(buf_.data.get() + buf_.size, p, k);
+    buf_.size += k;
     p += k;
     n -= k;
-    if (buf_.size() == kWriteBuffer && !Submit().ok()) return status_;
+    if (buf_.size == kWriteBuffer && !Submit().ok()) return status_;
   }
   return absl::OkStatus();
 }

@@ -13,7 +13,14 @@
 // can write straight to the file without a copy of the whole payload in
 // memory. Append checksums and copies into 8 MiB buffers; a writer thread
 // of its own writes full buffers (at most 3 waiting, then Append waits), so
-// serializing and checksumming overlap the write system calls.
+// serializing and checksumming overlap the write system calls. Where the
+// filesystem takes O_DIRECT, the buffers (4 KiB aligned, each at a file
+// offset that is a multiple of 8 MiB: the first one starts with the header's
+// place) go to the disk without a copy into the page cache; the last
+// buffer's unaligned tail and the header are written through the page cache
+// and the fsync covers both. A filesystem that refuses O_DIRECT at open
+// (ramfs, tmpfs before Linux 6.6, many FUSE filesystems) gets buffered
+// writes only.
 // WriteCheckpointFile is Open + Append + Commit.
 //
 // RemoveStaleCheckpointTemps deletes `<name>.tmp.<pid>` files of writers
@@ -27,6 +34,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -65,17 +73,32 @@ class CheckpointFileWriter {
   // Afterwards the file is complete (or, on error, the old file is intact
   // and the temporary file is gone).
   absl::StatusOr<CheckpointFileInfo> Commit();
+  // True when its full buffers go to the disk with O_DIRECT.
+  bool direct_io() const { return direct_fd_ >= 0; }
 
  private:
-  CheckpointFileWriter(std::string path, std::string tmp, int fd);
+  // A 4 KiB aligned block of kWriteBuffer bytes, `size` of them used,
+  // bound for `offset` in the file.
+  struct Buffer {
+    std::unique_ptr<char, void (*)(void*)> data{nullptr, &std::free};
+    size_t size = 0;
+    uint64_t offset = 0;
+  };
+  CheckpointFileWriter(std::string path, std::string tmp, int fd, int direct_fd);
+  // A spare buffer or a new one (nullptr data when memory ran out).
+  Buffer TakeBuffer();
   // Hands buf_ to the writer thread (waits while 3 are queued).
   absl::Status Submit();
   // Submits what is buffered, waits for every write, stops the thread.
   absl::Status Drain();
   void WriterLoop();
+  // Writes b: its aligned part through direct_fd_ while that works, the
+  // rest through fd_.
+  absl::Status WriteBuffer(const Buffer& b);
   const std::string path_, tmp_;
   int fd_;
-  std::string buf_;  // being filled by Append
+  const int direct_fd_;  // the same file opened O_DIRECT, or -1
+  Buffer buf_;     // being filled by Append
   uint64_t length_ = 0;
   unsigned long crc_;  // zlib's uLong
   absl::Status status_;  // Append's view of the first error
@@ -83,8 +106,8 @@ class CheckpointFileWriter {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> full_;    // guarded by mu_: to write, in order
-  std::vector<std::string> spare_;  // guarded by mu_: written, reusable
+  std::deque<Buffer> full_;    // guarded by mu_: to write, in order
+  std::vector<Buffer> spare_;  // guarded by mu_: written, reusable
   bool closing_ = false;            // guarded by mu_
   absl::Status write_status_;       // guarded by mu_: the writer's first error
   std::thread writer_;

@@ -1,0 +1,156 @@
+// CheckpointFileWriter's write paths on real filesystems: O_DIRECT where the
+// filesystem takes it (the test's temporary directory), buffered where it
+// does not (a ramfs in a private mount namespace: the test re-runs itself
+// under unshare -m, as root can; if that is impossible it fails saying
+// why), and running out of memory for its buffers.
+#include "train/checkpoint_file.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_format.h"
+#include "train/test_util.h"
+
+namespace frameworm {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+std::string SelfExe() {
+  char exe[4096] = {};
+  return ::readlink("/proc/self/exe", exe, sizeof(exe) - 1) > 0 ? exe : "";
+}
+
+// True when `dir` takes O_DIRECT opens (what the writer asks of it).
+bool TakesDirectIo(const std::string& dir) {
+  const std::string probe = dir + "/probe";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return false;
+  ::close(fd);
+  const int d = ::open(probe.c_str(), O_WRONLY | O_DIRECT);
+  if (d >= 0) ::close(d);
+  ::unlink(probe.c_str());
+  return d >= 0;
+}
+
+// Payloads around the alignment (4 KiB, with the 24-byte header in front)
+// and buffer (8 MiB) boundaries, appended in uneven pieces, read back equal;
+// the whole-file checksum is zlib's CRC-32 of the file.
+void RoundTripsAtEveryBoundary(const std::string& dir, bool want_direct) {
+  std::mt19937_64 rng(7);
+  const std::vector<size_t> sizes = {0, 1, 4072, 4073, 8 * kMiB - 24, 8 * kMiB - 23,
+                                     8 * kMiB, 2 * 8 * kMiB + 4097};
+  for (size_t n : sizes) {
+    std::string payload(n, '\0');
+    for (char& c : payload) c = static_cast<char>(rng());
+    const std::string path = dir + "/ckpt-" + std::to_string(n) + ".pt";
+    auto w = CheckpointFileWriter::Open(path);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ((*w)->direct_io(), want_direct) << dir;
+    size_t at = 0;
+    for (size_t piece : {size_t{5}, size_t{4096}, 3 * kMiB + 1}) {
+      const size_t k = std::min(piece, n - at);
+      ASSERT_TRUE((*w)->Append(payload.data() + at, k).ok());
+      at += k;
+    }
+    ASSERT_TRUE((*w)->Append(payload.data() + at, n - at).ok());
+    auto info = (*w)->Commit();
+    ASSERT_TRUE(info.ok()) << info.status();
+    const std::string file = Slurp(path);
+    EXPECT_EQ(info->bytes, static_cast<int64_t>(file.size())) << n;
+    EXPECT_EQ(info->checksum,
+              absl::StrFormat("crc32:%08x",
+                              crc32(0, reinterpret_cast<const Bytef*>(file.data()), file.size())))
+        << n;
+    auto back = ReadCheckpointFile(path);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_TRUE(*back == payload) << "payload of " << n << " bytes differs";
+    EXPECT_FALSE(std::ifstream(path + ".tmp." + std::to_string(::getpid())).good());
+  }
+}
+
+TEST(CheckpointFileTest, DirectWritesRoundTripAtEveryBoundary) {
+  const std::string dir = testutil::MakeTempDir("ckfile");
+  RoundTripsAtEveryBoundary(dir, TakesDirectIo(dir));
+  testutil::RemoveTree(dir);
+}
+
+TEST(CheckpointFileTest, AFilesystemWithoutDirectIoGetsBufferedWrites) {
+  if (const char* ramfs = std::getenv("FRAMEWORM_RAMFS_DIR")) {
+    ASSERT_FALSE(TakesDirectIo(ramfs)) << ramfs << " takes O_DIRECT: not the case to test";
+    RoundTripsAtEveryBoundary(ramfs, /*want_direct=*/false);
+    return;
+  }
+  const std::string dir = testutil::MakeTempDir("ckramfs");
+  const std::string exe = SelfExe();
+  const std::string cmd =
+      "unshare -m --propagation private sh -c 'mount -t ramfs frameworm-ramfs " + dir +
+      " && FRAMEWORM_RAMFS_DIR=" + dir + " exec " + exe +
+      " --gtest_filter=CheckpointFileTest.AFilesystemWithoutDirectIoGetsBufferedWrites' > " + dir +
+      ".log 2>&1";
+  const int rc = std::system(cmd.c_str());
+  const std::string log = Slurp(dir + ".log");
+  std::remove((dir + ".log").c_str());
+  testutil::RemoveTree(dir);
+  ASSERT_EQ(rc, 0) << "a private mount namespace with a ramfs is needed (root and unshare(1)); "
+                      "the run said:\n" << log;
+  EXPECT_NE(log.find("[  PASSED  ] 1 test"), std::string::npos) << log;
+}
+
+// No memory for the write buffers (an address-space limit, in a fresh
+// process running this test alone, so no freed memory is at hand): Open
+// fails with RESOURCE_EXHAUSTED naming the file and leaves no temporary
+// file.
+TEST(CheckpointFileTest, NoMemoryForBuffersIsANamedErrorAndLeavesNoFile) {
+  if (const char* dir = std::getenv("FRAMEWORM_NOMEM_DIR")) {
+    const std::string path = std::string(dir) + "/ckpt-1.pt";
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    long vm_kb = 0;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmSize:", 0) == 0) vm_kb = std::atol(line.c_str() + 7);
+    }
+    ASSERT_GT(vm_kb, 0);
+    rlimit r{};
+    r.rlim_cur = r.rlim_max = static_cast<rlim_t>(vm_kb + 2048) * 1024;  // 2 MiB to spare
+    ASSERT_EQ(::setrlimit(RLIMIT_AS, &r), 0);
+    auto w = CheckpointFileWriter::Open(path);
+    ASSERT_FALSE(w.ok());
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kResourceExhausted) << w.status();
+    EXPECT_NE(w.status().message().find(path), std::string::npos) << w.status();
+    EXPECT_FALSE(std::ifstream(path + ".tmp." + std::to_string(::getpid())).good());
+    return;
+  }
+  const std::string dir = testutil::MakeTempDir("cknomem");
+  const std::string cmd = "FRAMEWORM_NOMEM_DIR=" + dir + " " + SelfExe() +
+                          " --gtest_filter=CheckpointFileTest."
+                          "NoMemoryForBuffersIsANamedErrorAndLeavesNoFile > " + dir + ".log 2>&1";
+  const int rc = std::system(cmd.c_str());
+  const std::string log = Slurp(dir + ".log");
+  std::remove((dir + ".log").c_str());
+  EXPECT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("[  PASSED  ] 1 test"), std::string::npos) << log;
+  EXPECT_FALSE(std::ifstream(dir + "/ckpt-1.pt").good());
+  testutil::RemoveTree(dir);
+}
+
+}  // namespace
+}  // namespace frameworm
