@@ -46,6 +46,14 @@ std::vector<torch::Tensor> Copies(const std::vector<torch::Tensor>& v) {
   return out;
 }
 
+// One optimizer step on x (the loss: the mean of the squared outputs).
+template <typename M>
+void PlainStep(M& model, torch::optim::Optimizer& opt, const torch::Tensor& x) {
+  opt.zero_grad();
+  model->forward(x).pow(2).mean().backward();
+  opt.step();
+}
+
 // Every tensor of the optimizer's state, in parameter order.
 std::vector<torch::Tensor> OptimizerTensors(Rig& s) {
   std::vector<torch::Tensor> out;
@@ -341,11 +349,7 @@ TEST(AsyncCheckpointTest, AnUnknownOptimizerIsSerializedAtOnce) {
   auto model = MakeMlp();
   auto opt = std::make_shared<HeavyBall>(model->parameters());
   auto x = torch::randn({8, 784});
-  auto one_step = [&] {
-    opt->zero_grad();
-    model->forward(x).pow(2).mean().backward();
-    opt->step();
-  };
+  auto one_step = [&] { PlainStep(model, *opt, x); };
   one_step();
   const auto params_then = Copies(model->parameters());
   const torch::Tensor v0_then = opt->velocity(0).clone();
@@ -364,6 +368,85 @@ TEST(AsyncCheckpointTest, AnUnknownOptimizerIsSerializedAtOnce) {
   auto b = model2->parameters();
   for (size_t i = 0; i < b.size(); ++i) EXPECT_TRUE(torch::equal(params_then[i], b[i])) << i;
   EXPECT_TRUE(torch::equal(opt2->velocity(0), v0_then));
+  testutil::RemoveTree(dir);
+}
+
+// Copies deferred to the next step (checkpoint_copy_during_step): Take
+// copies only buffers and the RNG state; the snapshot cannot be written
+// before CopyDeferred; the optimizer keeps its own state tensors; after
+// the copy the snapshot holds the state of its step however the live
+// tensors change, and the file loads to exactly that state.
+TEST(AsyncCheckpointTest, CopiesDeferredToTheNextStepHoldTheStateOfTheirStep) {
+  const std::string dir = testutil::MakeTempDir("async-defer");
+  torch::manual_seed(2);
+  auto model = MakeMlp();
+  auto opt = std::make_shared<torch::optim::SGD>(model->parameters(),
+                                                 torch::optim::SGDOptions(0.1).momentum(0.9));
+  auto x = torch::randn({8, 784});
+  auto one_step = [&] { PlainStep(model, *opt, x); };
+  one_step();
+  const auto params_then = Copies(model->parameters());
+  auto momentum = [&](size_t i) {
+    return dynamic_cast<torch::optim::SGDParamState&>(
+               *opt->state().at(model->parameters()[i].unsafeGetTensorImpl()))
+        .momentum_buffer();
+  };
+  const torch::Tensor m0 = momentum(0);
+  const torch::Tensor m0_then = m0.clone();
+  auto snap = CheckpointSnapshot::Take(*model.ptr(), *opt, CheckpointPosition{0, 1, 1, 1},
+                                       /*freeze=*/true, nullptr, /*defer_copies=*/true);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  ASSERT_TRUE((*snap)->has_deferred_copies());
+  EXPECT_TRUE(momentum(0).is_same(m0)) << "the optimizer must keep its own state tensors";
+  auto early = (*snap)->WriteTo(dir + "/ckpt-early.pt");
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition) << early.status();
+  EXPECT_FALSE(std::ifstream(dir + "/ckpt-early.pt").good());
+  // The next step's forward and backward run while the copy is made.
+  opt->zero_grad();
+  model->forward(x).pow(2).mean().backward();
+  std::thread copier([&] { EXPECT_TRUE((*snap)->CopyDeferred().ok()); });
+  copier.join();
+  EXPECT_FALSE((*snap)->has_deferred_copies());
+  opt->step();  // after the copy, as the trainer orders it
+  ASSERT_FALSE(torch::equal(momentum(0), m0_then));
+  for (size_t i = 0; i < params_then.size(); ++i) {
+    EXPECT_TRUE(torch::equal((*snap)->params()[i].second, params_then[i])) << i;
+  }
+  auto written = (*snap)->WriteTo(dir + "/ckpt-1.pt");
+  ASSERT_TRUE(written.ok()) << written.status();
+  auto model2 = MakeMlp();
+  auto opt2 = std::make_shared<torch::optim::SGD>(model2->parameters(),
+                                                  torch::optim::SGDOptions(0.1).momentum(0.9));
+  Trainer t(model2, opt2);
+  absl::Status loaded = t.load_checkpoint(dir + "/ckpt-1.pt");
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  auto b = model2->parameters();
+  for (size_t i = 0; i < b.size(); ++i) EXPECT_TRUE(torch::equal(params_then[i], b[i])) << i;
+  EXPECT_TRUE(torch::equal(dynamic_cast<torch::optim::SGDParamState&>(
+                               *opt2->state().at(b[0].unsafeGetTensorImpl()))
+                               .momentum_buffer(),
+                           m0_then));
+  // Without the flag nothing is left to copy.
+  auto now = CheckpointSnapshot::Take(*model.ptr(), *opt, CheckpointPosition{0, 2, 2, 1}, true);
+  ASSERT_TRUE(now.ok());
+  EXPECT_FALSE((*now)->has_deferred_copies());
+  testutil::RemoveTree(dir);
+}
+
+// A deferred copy that cannot be made (here the snapshot's tensor no longer
+// fits the live one) is INTERNAL naming the step.
+TEST(AsyncCheckpointTest, ADeferredCopyThatFailsIsANamedError) {
+  const std::string dir = testutil::MakeTempDir("async-defer-fail");
+  torch::manual_seed(3);
+  auto model = MakeMlp();
+  auto opt = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+  auto snap = CheckpointSnapshot::Take(*model.ptr(), *opt, CheckpointPosition{0, 5, 5, 1},
+                                       /*freeze=*/true, nullptr, /*defer_copies=*/true);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  (*snap)->params()[0].second.resize_({3});
+  absl::Status copied = (*snap)->CopyDeferred();
+  EXPECT_EQ(copied.code(), absl::StatusCode::kInternal) << copied;
+  EXPECT_NE(copied.message().find("step 5"), std::string::npos) << copied;
   testutil::RemoveTree(dir);
 }
 

@@ -60,7 +60,8 @@ class Pool {
 // not fill). Copies from a GPU are queued without waiting (into pinned
 // memory, or within the GPU), then each GPU involved is synchronized once:
 // on return every copy holds its values.
-void CopyAll(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies) {
+void CopyAll(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies,
+             int max_threads = 4) {
   constexpr int64_t kSlice = 8 << 20;  // bytes
   std::vector<std::pair<torch::Tensor, torch::Tensor>> slices;
   std::set<c10::DeviceIndex> gpus;
@@ -81,7 +82,9 @@ void CopyAll(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies)
     }
   }
   const int threads = static_cast<int>(std::min<int64_t>(
-      {4, std::max(1u, std::thread::hardware_concurrency()), total / kSlice + 1}));
+      {static_cast<int64_t>(std::max(1, max_threads)),
+       static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())),
+       total / kSlice + 1}));
   std::atomic<size_t> next{0};
   std::exception_ptr error;
   std::mutex error_mu;
@@ -149,24 +152,28 @@ bool ForEachStateTensor(torch::optim::Optimizer& optimizer, F f) {
 // tensors with the optimizer's further steps; `held` gets the tensors the
 // archive holds (the next snapshot's pool). Host state: saved as is, then
 // the optimizer is given copies and goes on with them (a copy either way;
-// no extra serialization). GPU state: pinned host copies are put in the
+// no extra serialization). GPU state, or host state whose copies are
+// `deferred` (non-null): host copies (pinned for GPU state) are put in the
 // state for the save and the optimizer's own tensors put back after it, so
-// the archive is all host memory and the GPU holds nothing extra. Returns
-// false, having saved nothing, for an unknown optimizer state type.
+// the archive is all host memory apart from the live state and the GPU
+// holds nothing extra. Returns false, having saved nothing, for an unknown
+// optimizer state type.
 bool SaveOptimizerApart(torch::optim::Optimizer& optimizer, torch::serialize::OutputArchive& archive,
                         Pool& pool, std::vector<torch::Tensor>& held,
-                        std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies) {
+                        std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies,
+                        std::vector<std::pair<torch::Tensor, torch::Tensor>>* deferred) {
   bool on_gpu = false;
   if (!ForEachStateTensor(optimizer, [&](const torch::Tensor& t, const auto&) {
         on_gpu = on_gpu || t.is_cuda();
       })) {
     return false;
   }
-  if (on_gpu) {
+  if (on_gpu || deferred != nullptr) {
+    auto& into = on_gpu || deferred == nullptr ? copies : *deferred;
     std::vector<torch::Tensor> own;
     ForEachStateTensor(optimizer, [&](const torch::Tensor& t, const auto& set) {
       own.push_back(t);
-      held.push_back(pool.CopyOf(t, torch::kCPU, copies));
+      held.push_back(pool.CopyOf(t, torch::kCPU, into));
       set(held.back());
     });
     size_t i = 0;
@@ -216,7 +223,7 @@ void Fill(torch::serialize::OutputArchive& ar,
 absl::StatusOr<std::unique_ptr<CheckpointSnapshot>> CheckpointSnapshot::Take(
     torch::nn::Module& module, torch::optim::Optimizer& optimizer,
     const CheckpointPosition& position, bool freeze,
-    std::unique_ptr<CheckpointSnapshot> recycle) {
+    std::unique_ptr<CheckpointSnapshot> recycle, bool defer_copies) {
   std::unique_ptr<CheckpointSnapshot> s(new CheckpointSnapshot());
   s->position_ = position;
   std::vector<torch::Tensor> model_spare, optimizer_spare;
@@ -227,10 +234,14 @@ absl::StatusOr<std::unique_ptr<CheckpointSnapshot>> CheckpointSnapshot::Take(
     recycle.reset();  // the archive's references go with it
   }
   Pool model_pool(std::move(model_spare)), optimizer_pool(std::move(optimizer_spare));
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (dst, src)
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (dst, src): made here
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> deferred;  // by CopyDeferred
+  const bool defer = freeze && defer_copies;
   try {
     for (const auto& p : module.named_parameters(true)) {
-      torch::Tensor t = freeze ? model_pool.CopyOf(p.value(), torch::kCPU, copies) : p.value().detach();
+      torch::Tensor t = freeze ? model_pool.CopyOf(p.value(), torch::kCPU,
+                                                   defer && p.value().device().is_cpu() ? deferred : copies)
+                               : p.value().detach();
       s->params_.emplace_back(p.key(), std::move(t));
     }
     for (const auto& b : module.named_buffers(true)) {
@@ -246,11 +257,14 @@ absl::StatusOr<std::unique_ptr<CheckpointSnapshot>> CheckpointSnapshot::Take(
     // Not frozen: the archive may refer to the live state.
     bool handed_over = !freeze;
     if (freeze) {
-      handed_over = SaveOptimizerApart(optimizer, *s->optimizer_, optimizer_pool, s->handed_over_, copies);
+      handed_over = SaveOptimizerApart(optimizer, *s->optimizer_, optimizer_pool, s->handed_over_,
+                                       copies, defer ? &deferred : nullptr);
     }
     if (!freeze || !handed_over) optimizer.save(*s->optimizer_);
     CopyAll(copies);
     if (!handed_over) {
+      CopyAll(deferred);  // serialized below, now
+      deferred.clear();
       // Unknown optimizer state: serialize everything now.
       std::ostringstream os;
       torch::serialize::OutputArchive ar;
@@ -266,10 +280,26 @@ absl::StatusOr<std::unique_ptr<CheckpointSnapshot>> CheckpointSnapshot::Take(
     return absl::InternalError(absl::StrCat("taking a checkpoint snapshot at step ",
                                             position.step, ": ", e.what()));
   }
+  s->deferred_ = std::move(deferred);
   return s;
 }
 
+absl::Status CheckpointSnapshot::CopyDeferred() {
+  try {
+    CopyAll(deferred_, /*max_threads=*/2);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("copying the checkpoint of step ", position_.step,
+                                            " into host memory: ", e.what()));
+  }
+  deferred_.clear();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CheckpointFileInfo> CheckpointSnapshot::WriteTo(const std::string& path) const {
+  if (!deferred_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoint of step ", position_.step, " is written before its copies were made"));
+  }
   if (!payload_.empty()) return WriteCheckpointFile(path, payload_);
   auto w = CheckpointFileWriter::Open(path);
   if (!w.ok()) return w.status();

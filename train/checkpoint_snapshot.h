@@ -14,6 +14,15 @@
 // (serialized_at_take() says which). With freeze = false the snapshot
 // refers to the live tensors: write it before the next step.
 //
+// defer_copies (with freeze; CheckFreq's pipelining): Take copies only what
+// a forward pass changes (buffers, e.g. batch-norm statistics) and the RNG
+// state; the host copies of parameters and optimizer state are left to
+// CopyDeferred(), which a background thread runs while the next step's
+// forward and backward read the live tensors. Until CopyDeferred() has
+// returned the caller must not change parameters or optimizer state in
+// place (the optimizer's step, a load); the optimizer keeps its own tensors
+// throughout. Tensors on a GPU are copied in Take as without the flag.
+//
 // WriteTo streams the archive straight into a CheckpointFileWriter (no
 // in-memory copy of the payload); the result is as WriteCheckpointFile's.
 //
@@ -56,8 +65,15 @@ class CheckpointSnapshot {
   static absl::StatusOr<std::unique_ptr<CheckpointSnapshot>> Take(
       torch::nn::Module& module, torch::optim::Optimizer& optimizer,
       const CheckpointPosition& position, bool freeze,
-      std::unique_ptr<CheckpointSnapshot> recycle = nullptr);
+      std::unique_ptr<CheckpointSnapshot> recycle = nullptr, bool defer_copies = false);
 
+  // Makes the copies Take deferred (at once when there are none), on up to
+  // 2 threads. Call once, from one thread, before WriteTo. Errors: INTERNAL.
+  absl::Status CopyDeferred();
+  bool has_deferred_copies() const { return !deferred_.empty(); }
+
+  // Errors: FAILED_PRECONDITION while deferred copies are not made; else
+  // as CheckpointFileWriter.
   absl::StatusOr<CheckpointFileInfo> WriteTo(const std::string& path) const;
 
   // True when Take serialized the whole checkpoint (unknown optimizer).
@@ -78,6 +94,7 @@ class CheckpointSnapshot {
   std::string payload_;  // the whole archive, when serialized at Take
   CheckpointPosition position_;
   torch::Tensor rng_;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> deferred_;  // (snapshot's, live)
 };
 
 }  // namespace frameworm

@@ -182,6 +182,7 @@ absl::StatusOr<StepInfo> Trainer::train_step(const std::vector<Batch>& mbs) {
     if (options_.clip_grad_norm > 0) {
       torch::nn::utils::clip_grad_norm_(model_.ptr()->parameters(), options_.clip_grad_norm);
     }
+    wait_for_snapshot();  // a checkpoint still copying the parameters the step changes
     optimizer_->step();
     ++state_.step;
     StepInfo info;
@@ -318,8 +319,15 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
   }
   if (every < 0) {
     const double budget = 0.02 * std::max(mean_step_seconds_, 1e-6);
+    // A copy made during the next step counts too: it competes for the
+    // cores and memory bandwidth (the previous one's time: this one runs).
+    double cost = take_seconds_;
+    {
+      std::lock_guard<std::mutex> l(ckpt_mu_);
+      cost += copy_seconds_;
+    }
     next_memory_step_ =
-        info.step + std::max<int64_t>(10, static_cast<int64_t>(std::ceil(take_seconds_ / budget)));
+        info.step + std::max<int64_t>(10, static_cast<int64_t>(std::ceil(cost / budget)));
   }
   return absl::OkStatus();
 }
@@ -440,13 +448,30 @@ absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t ste
   }
   const auto taken = std::chrono::steady_clock::now();
   auto snap = CheckpointSnapshot::Take(*model_.ptr(), *optimizer_, Position(), /*freeze=*/true,
-                                       std::move(spare));
+                                       std::move(spare), options_.checkpoint_copy_during_step);
   take_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - taken).count();
   if (!snap.ok()) return snap.status();
   ckpt_busy_ = true;
+  if ((*snap)->has_deferred_copies()) {
+    std::lock_guard<std::mutex> l(ckpt_mu_);
+    ckpt_copying_ = true;
+  }
   ckpt_thread_ = std::thread([this, step, path, s = std::move(*snap)]() mutable {
-    absl::StatusOr<CheckpointFileInfo> written = s->WriteTo(path);
+    absl::StatusOr<CheckpointFileInfo> written;
+    if (s->has_deferred_copies()) {
+      const auto c0 = std::chrono::steady_clock::now();
+      absl::Status copied = s->CopyDeferred();
+      {
+        std::lock_guard<std::mutex> l(ckpt_mu_);
+        ckpt_copying_ = false;
+        copy_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+      }
+      ckpt_cv_.notify_all();
+      written = copied.ok() ? s->WriteTo(path) : absl::StatusOr<CheckpointFileInfo>(copied);
+    } else {
+      written = s->WriteTo(path);
+    }
     {
       std::lock_guard<std::mutex> l(ckpt_mu_);
       ckpt_spare_ = std::move(s);  // the next snapshot copies into its memory
@@ -459,6 +484,15 @@ absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t ste
     ckpt_busy_ = false;
   });
   return absl::OkStatus();
+}
+
+void Trainer::wait_for_snapshot() {
+  std::unique_lock<std::mutex> l(ckpt_mu_);
+  if (!ckpt_copying_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  ckpt_cv_.wait(l, [&] { return !ckpt_copying_; });
+  snapshot_wait_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 absl::Status Trainer::wait_for_checkpoint() {
@@ -667,6 +701,7 @@ absl::StatusOr<CheckpointFileInfo> Trainer::save_checkpoint(const std::string& p
 }
 
 absl::Status Trainer::load_checkpoint(const std::string& path) {
+  wait_for_snapshot();  // a save in flight still reading the parameters
   auto payload = ReadCheckpointFile(path);
   if (!payload.ok()) return payload.status();
   torch::serialize::InputArchive ar;

@@ -27,6 +27,7 @@
 #define FRAMEWORM_TRAIN_TRAINER_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -159,8 +160,12 @@ struct TrainerOptions {
   // final one) are asynchronous: rank 0 blocks only while the state is
   // copied in memory (parameters, buffers, RNG; the optimizer's SGD, Adam,
   // AdamW, Adagrad and RMSprop state is handed over and the optimizer goes
-  // on with copies); serialization, checksum, write, fsync and rename run
-  // on a background thread, and the other ranks do not wait at all. At most
+  // on with copies; with checkpoint_copy_during_step, host parameters and
+  // optimizer state are copied by the background thread during the next
+  // step's forward and backward instead, and that step's optimizer update
+  // waits for the copy if it is not done); serialization, checksum, write,
+  // fsync and rename run on a background thread, and the other ranks do not
+  // wait at all. At most
   // one save is in flight: a checkpoint due while one is written waits for
   // it (nothing is skipped). train() returns only after the last save is
   // durable. A write that fails for any reason but a full disk ends train()
@@ -173,13 +178,23 @@ struct TrainerOptions {
   // the next snapshot copies into it, which costs a fraction of fresh pages.
   // false: every checkpoint as save_checkpoint (rank 0 writes, all wait).
   bool async_checkpoint = true;
+  // With async_checkpoint: copy host parameters and optimizer state while
+  // the next step's forward and backward run (only buffers and the RNG
+  // state are copied before save_checkpoint_async returns). Until the copy
+  // is done, the next train_step's optimizer update, load_checkpoint, a
+  // save and wait_for_snapshot() wait for it; code of yours that changes
+  // parameters or optimizer state in place between steps must call
+  // wait_for_snapshot() first. false: everything is copied before
+  // save_checkpoint_async returns.
+  bool checkpoint_copy_during_step = true;
   // In-memory checkpoints (rank 0, with async_checkpoint): every
   // `memory_checkpoint_every` steps (-1: automatic; 0: none) the snapshot
   // is written to <memory_checkpoint_dir>/ckpt-<step>.pt (meant for a
   // tmpfs: memory outside this process), unless a save is still in flight
   // (then that one is skipped, never waited for). Automatic: the next one
   // comes max(10, ceil(blocked / (0.02 x mean step time))) steps after the
-  // last, `blocked` being how long its snapshot held training, so
+  // last, `blocked` being how long its snapshot held training plus the last
+  // copy made during a step (it shares the cores), so
   // snapshots cost at most about 2% of the step time. A failed write skips
   // that checkpoint (a line on stderr), never ends training. Reported
   // through on_checkpoint like disk checkpoints (the path tells them apart).
@@ -237,6 +252,13 @@ class Trainer {
   // Waits until no asynchronous save is in flight; returns (and forgets) the
   // failure of the last one, if any (a full disk is not a failure).
   absl::Status wait_for_checkpoint();
+  // Waits until the asynchronous save in flight, if any, holds its own copy
+  // of parameters and optimizer state (see checkpoint_copy_during_step);
+  // its write may still be going on.
+  void wait_for_snapshot();
+  // Seconds this trainer's thread has waited in wait_for_snapshot() (the
+  // optimizer updates, loads and saves that waited for a copy), in total.
+  double snapshot_wait_seconds() const { return snapshot_wait_seconds_; }
   // Every rank loads. Errors: NOT_FOUND, DATA_LOSS (truncated, corrupt),
   // INVALID_ARGUMENT (does not fit this model/optimizer). On error nothing
   // is changed. A checkpoint saved by a world of another size resumes at
@@ -350,6 +372,10 @@ class Trainer {
   bool temps_cleaned_ = false;
   bool memory_temps_cleaned_ = false;
   std::atomic<bool> ckpt_busy_{false};  // a save is in flight (rank 0)
+  std::condition_variable ckpt_cv_;     // ckpt_copying_ became false
+  bool ckpt_copying_ = false;           // guarded by ckpt_mu_: deferred copies not made yet
+  double copy_seconds_ = 0;             // guarded by ckpt_mu_: the last deferred copy's time
+  double snapshot_wait_seconds_ = 0;    // training thread
   double take_seconds_ = 0;             // the last snapshot's blocking time
   std::atomic<int64_t> waiting_since_ns_{0};  // steady clock; 0: not waiting
   double mean_step_seconds_ = 0;        // moving average (memory cadence)
