@@ -12,6 +12,8 @@
 //   FRAMEWORM_JOB_ID                 when set
 //   FRAMEWORM_GENERATION             when job_id is set
 //   FRAMEWORM_RESUME_FROM            when resuming from a checkpoint
+//   FRAMEWORM_CHECKPOINT_DIR         where rank 0 writes checkpoints the job
+//                                    reports (<dir>/ckpt-<step>.pt), when set
 //   FRAMEWORM_TOKEN                  the rank's secret for the coordinator's
 //                                    trainer calls (per generation), when set
 //   FRAMEWORM_TLS_DIR                the worker's TLS directory (rpc/tls.h)
@@ -47,6 +49,7 @@ struct RankEnv {
   std::string job_id;       // FRAMEWORM_JOB_ID; empty: not a cluster job
   int64_t generation = 0;   // FRAMEWORM_GENERATION
   std::string resume_from;  // FRAMEWORM_RESUME_FROM; empty: fresh start
+  std::string checkpoint_dir;  // FRAMEWORM_CHECKPOINT_DIR; empty: none
   std::string token;        // FRAMEWORM_TOKEN; empty: none
   std::string tls_dir;      // FRAMEWORM_TLS_DIR; empty: plaintext
   bool operator==(const RankEnv&) const = default;

@@ -28,6 +28,7 @@ RankEnv Full() {
   e.job_id = "job-000001";
   e.generation = 7;
   e.resume_from = "/ckpt/ckpt-100.pt";
+  e.checkpoint_dir = "/ckpt";
   e.token = std::string(64, 'a');
   return e;
 }
@@ -39,7 +40,8 @@ TEST(RankEnvTest, RoundTripsThroughTheEnvironment) {
   EXPECT_EQ(vars.at("LOCAL_WORLD_SIZE"), "2");
   EXPECT_EQ(vars.at("FRAMEWORM_GENERATION"), "7");
   EXPECT_EQ(vars.at("FRAMEWORM_TOKEN"), std::string(64, 'a'));
-  EXPECT_EQ(vars.size(), 12u);
+  EXPECT_EQ(vars.at("FRAMEWORM_CHECKPOINT_DIR"), "/ckpt");
+  EXPECT_EQ(vars.size(), 13u);
   absl::StatusOr<RankEnv> back = ParseRankEnv(FromMap(vars));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, e);
@@ -55,6 +57,7 @@ TEST(RankEnvTest, OptionalVariablesAreOmittedAndDefaulted) {
   EXPECT_FALSE(vars.count("FRAMEWORM_COORDINATOR"));
   EXPECT_FALSE(vars.count("FRAMEWORM_JOB_ID"));
   EXPECT_FALSE(vars.count("FRAMEWORM_RESUME_FROM"));
+  EXPECT_FALSE(vars.count("FRAMEWORM_CHECKPOINT_DIR"));
   EXPECT_FALSE(vars.count("FRAMEWORM_TOKEN"));
   // torchrun sets only these five plus LOCAL_WORLD_SIZE; NODE_RANK defaults.
   vars.erase("NODE_RANK");

@@ -99,6 +99,7 @@ GenerationPlan PlanGeneration(const std::string& job_id,
       env.job_id = job_id;
       env.generation = in.generation;
       env.resume_from = in.resume_from;
+      env.checkpoint_dir = ckpt_dir;
       if (in.new_token) env.token = in.new_token();
       RankState r;
       r.worker = in.workers[node];

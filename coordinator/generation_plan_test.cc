@@ -53,6 +53,7 @@ TEST(GenerationPlanTest, RanksAreNodeMajorWithTheirRankEnvironment) {
     want.job_id = "job-1";
     want.generation = 3;
     want.resume_from = "/ck/job-1/step-40";
+    want.checkpoint_dir = "/state/checkpoints/job-1";  // the directory reports are checked against
     EXPECT_EQ(RankEnvOf(r.task), want) << "rank " << rank;
     // Only the job's own env travels in TaskSpec.env.
     EXPECT_EQ(r.task.env_size(), 1);

@@ -15,6 +15,7 @@ void SetRankEnv(const RankEnv& e, v1::TaskSpec* t) {
   t->set_resume_from(e.resume_from);
   t->set_coordinator(e.coordinator);
   t->set_token(e.token);
+  t->set_checkpoint_dir(e.checkpoint_dir);
 }
 
 RankEnv RankEnvOf(const v1::TaskSpec& t) {
@@ -31,6 +32,7 @@ RankEnv RankEnvOf(const v1::TaskSpec& t) {
   e.resume_from = t.resume_from();
   e.coordinator = t.coordinator();
   e.token = t.token();
+  e.checkpoint_dir = t.checkpoint_dir();
   return e;
 }
 

@@ -35,6 +35,26 @@ sees only slowness outside the synchronous step) and which collective each
 rank is in (no flight recorder); when every silent rank still pings, the
 hang's reason says the culprit is not known.
 
+Checkpoints: rank 0 saves with `reporter.save(step, state)` (torch.save
+into $FRAMEWORM_CHECKPOINT_DIR/ckpt-<step>.pt through a temporary file,
+fsync, rename) or writes that file itself and calls
+`reporter.register_checkpoint(step, path)`. Either way the file goes to
+the coordinator (checksummed, in 1 MiB chunks) and into the job's catalog:
+a restarted job starts with FRAMEWORM_RESUME_FROM naming the newest one,
+fetched onto the rank's host if it is not there, and
+`reporter.resume()` loads it (None on a fresh start). Retention
+(`checkpoint.keep_last`) deletes the expired files here:
+
+    reporter = frameworm.Reporter()
+    state = reporter.resume()                  # None on a fresh start
+    if state:
+        model.load_state_dict(state["model"]); opt.load_state_dict(state["optimizer"])
+    first = state["step"] + 1 if state else 1
+    ...
+        if flags[0] and dist.get_rank() == 0:
+            reporter.save(step, {"model": model.state_dict(),
+                                 "optimizer": opt.state_dict(), "step": step})
+
 Errors: `step` raises FramewormError("ABORTED", ...) once the coordinator
 said this generation is no longer the job's current one (the program
 should exit), and PERMISSION_DENIED for a refused rank; reports that
@@ -43,8 +63,10 @@ on.
 """
 import collections
 import os
+import re
 import threading
 import time
+import zlib
 
 import grpc
 
@@ -52,6 +74,7 @@ from frameworm.client import FramewormError, _secure_channel
 from frameworm.v1 import common_pb2, trainer_service_pb2, trainer_service_pb2_grpc
 
 _MAX_BATCH = 64
+_CHUNK = 1 << 20  # the coordinator takes at most 1 MiB of data per chunk
 
 
 class Directive:
@@ -81,6 +104,10 @@ class Reporter:
         self.job_id = env.get("FRAMEWORM_JOB_ID", "")
         self.enabled = bool(self.coordinator and self.job_id)
         self.rank = int(env.get("RANK", "0"))
+        # Where rank 0 writes the checkpoints it reports, and the one this
+        # generation resumes from ("": none).
+        self.checkpoint_dir = env.get("FRAMEWORM_CHECKPOINT_DIR", "")
+        self.resume_from = env.get("FRAMEWORM_RESUME_FROM", "")
         self.timeout = timeout
         self._last_step = 0
         self._lock = threading.Lock()
@@ -145,6 +172,168 @@ class Reporter:
             if due:
                 self._acted = at
         return Directive(at, stop, due)
+
+    def checkpoint_path(self, step):
+        """$FRAMEWORM_CHECKPOINT_DIR/ckpt-<step>.pt: the only name the
+        coordinator takes for the checkpoint of `step`."""
+        if not self.checkpoint_dir:
+            raise FramewormError("FAILED_PRECONDITION",
+                                 "no checkpoint directory: FRAMEWORM_CHECKPOINT_DIR is not set "
+                                 "(not in a Frameworm job, or a coordinator older than this client)")
+        step = int(step)
+        if step < 0:
+            raise FramewormError("INVALID_ARGUMENT", f"checkpoint step {step} is negative")
+        return os.path.join(self.checkpoint_dir, f"ckpt-{step}.pt")
+
+    def save(self, step, state):
+        """Rank 0: torch.save(state) as the checkpoint of `step` (a temporary
+        file, fsynced, renamed: a crash never leaves a torn file) and
+        register_checkpoint it. Returns the expired paths it deleted."""
+        import torch
+
+        path = self.checkpoint_path(step)
+        os.makedirs(self.checkpoint_dir, exist_ok=True)
+        tmp = f"{path}.tmp.{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        d = os.open(self.checkpoint_dir, os.O_RDONLY)
+        try:
+            os.fsync(d)
+        finally:
+            os.close(d)
+        return self.register_checkpoint(step, path)
+
+    def register_checkpoint(self, step, path):
+        """Rank 0: tells the coordinator that the complete file `path`
+        (checkpoint_path(step)) is the checkpoint of `step`: uploads a copy
+        (so a rank on a host without the file can resume from it), then
+        records it. Returns the paths retention expired, which it deletes
+        from the checkpoint directory. Raises FramewormError: INVALID_ARGUMENT
+        for another path, NOT_FOUND for a missing file, the coordinator's
+        error otherwise (the checkpoint is then not in the catalog). Outside
+        a job: nothing, []."""
+        if not self.enabled:
+            return []
+        want = self.checkpoint_path(step)
+        if os.path.abspath(path) != os.path.abspath(want):
+            raise FramewormError("INVALID_ARGUMENT",
+                                 f"checkpoint path {path!r} is not the checkpoint of step {int(step)} "
+                                 f"(expected {want!r})")
+        if not os.path.isfile(want):
+            raise FramewormError("NOT_FOUND", f"no checkpoint file at {want!r}")
+        size, crc = 0, 0
+        with open(want, "rb") as f:
+            while True:
+                block = f.read(_CHUNK)
+                if not block:
+                    break
+                size += len(block)
+                crc = zlib.crc32(block, crc)
+        checksum = f"crc32:{crc:08x}"
+
+        def chunks():
+            with open(want, "rb") as f:
+                sent = 0
+                first = True
+                while first or sent < size:
+                    data = f.read(min(_CHUNK, size - sent))
+                    sent += len(data)
+                    c = trainer_service_pb2.CheckpointChunk(data=data)
+                    if first:
+                        c.ref.CopyFrom(self._ref)
+                        c.step = int(step)
+                        c.total_bytes = size
+                        first = False
+                    if sent >= size:
+                        c.checksum = checksum
+                    yield c
+                    if not data:
+                        break
+
+        transfer = max(self.timeout, 60.0 + size / (10 << 20))  # at least 10 MiB/s
+        try:
+            self._stub.UploadCheckpoint(chunks(), timeout=transfer)
+            rec = common_pb2.CheckpointRecord(ref=self._ref, step=int(step), path=want, bytes=size,
+                                              checksum=checksum)
+            resp = self._stub.ReportCheckpoint(rec, timeout=self.timeout)
+        except grpc.RpcError as e:
+            raise FramewormError(e.code().name, e.details()) from None
+        expired = list(resp.expired)
+        for old in expired:
+            name = os.path.basename(old)
+            if (os.path.dirname(os.path.abspath(old)) == os.path.abspath(self.checkpoint_dir)
+                    and re.fullmatch(r"ckpt-\d+\.pt", name)):
+                try:
+                    os.remove(old)
+                except FileNotFoundError:
+                    pass
+        return expired
+
+    def resume(self, map_location="cpu", weights_only=True):
+        """torch.load of the checkpoint this generation resumes from
+        (FRAMEWORM_RESUME_FROM), or None on a fresh start. A file that does
+        not load is reported to the coordinator (the next generation resumes
+        from the checkpoint before it) and the error raised."""
+        if not self.resume_from:
+            return None
+        import torch
+
+        path, fetched = self.resume_from, None
+        if not os.path.exists(path) and self.enabled:
+            # Its worker could not fetch it from a holder: the coordinator's copy.
+            path = fetched = self.download_checkpoint(self.resume_from)
+        try:
+            return torch.load(path, map_location=map_location, weights_only=weights_only)
+        except Exception as e:  # a torn or foreign file: say so, then fail
+            if self.enabled:
+                try:
+                    self._stub.ReportBadCheckpoint(
+                        trainer_service_pb2.BadCheckpoint(ref=self._ref, path=self.resume_from,
+                                                          reason=str(e)[:512]),
+                        timeout=self.timeout)
+                except grpc.RpcError:
+                    pass
+            raise
+        finally:
+            if fetched is not None:
+                os.remove(fetched)
+
+    def download_checkpoint(self, path):
+        """The coordinator's copy of the job's checkpoint `path` (a path the
+        job reported), in a new private file whose name it returns (the
+        caller removes it). Raises FramewormError: the coordinator's error,
+        or DATA_LOSS when fewer or more bytes came than it announced."""
+        import tempfile
+
+        fd, tmp = tempfile.mkstemp(prefix=".frameworm-resume-", suffix=".pt")
+        try:
+            total, got = None, 0
+            with os.fdopen(fd, "wb") as f:
+                stream = self._stub.DownloadCheckpoint(
+                    trainer_service_pb2.DownloadCheckpointRequest(ref=self._ref, path=path),
+                    timeout=max(self.timeout, 600.0))
+                for chunk in stream:
+                    if total is None:
+                        total = chunk.total_bytes
+                    got += len(chunk.data)
+                    f.write(chunk.data)
+            if total is None or got != total:
+                raise FramewormError("DATA_LOSS", f"the coordinator's copy of {path} came with {got} "
+                                                  f"bytes, not the {total} it announced")
+            return tmp
+        except grpc.RpcError as e:
+            os.remove(tmp)
+            raise FramewormError(e.code().name, e.details()) from None
+        except BaseException:
+            os.remove(tmp)
+            raise
 
     def _send_loop(self):
         while True:

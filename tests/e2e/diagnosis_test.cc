@@ -285,6 +285,26 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   }
   EXPECT_FALSE(taken[0].empty());
   EXPECT_EQ(taken[0], taken[1]);
+  // Rank 0 saved it with reporter.save: it is in the catalog before the
+  // hang, and the next generation resumes from it.
+  const std::string after_step = taken[0].substr(taken[0].rfind(' ') + 1);
+  const std::string ckpt_name = "ckpt-" + after_step + ".pt";
+  std::string catalog;
+  for (int i = 0; i < 100 && catalog.find(ckpt_name) == std::string::npos; ++i) {
+    catalog = (*c)->Cli({"checkpoints", *id}).output;
+    if (catalog.find(ckpt_name) == std::string::npos) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_NE(catalog.find(ckpt_name), std::string::npos) << catalog;
+  // Rank 0 then ran the checkpoint calls' failure paths against the
+  // coordinator (torchrun_reporting.py's check_checkpoint_errors).
+  std::string checks;
+  for (int i = 0; i < 100 && checks.find("checkpoint error checks passed") == std::string::npos; ++i) {
+    checks = (*c)->Cli({"logs", *id, "--rank", "0"}).output;
+    if (checks.find("checkpoint error checks passed") == std::string::npos) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  ASSERT_NE(checks.find("checkpoint error checks passed"), std::string::npos) << checks;
   const pid_t stuck = TrainerOfRank(*id, 1);
   ASSERT_GT(stuck, 0);
   ASSERT_EQ(kill(stuck, SIGSTOP), 0);
@@ -297,6 +317,20 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   EXPECT_EQ(cause.find("flight recorder"), std::string::npos) << cause;
   RunResult metrics = (*c)->Cli({"metrics", *id});
   EXPECT_NE(metrics.output.find("loss"), std::string::npos) << metrics.output;
+  // Generation 2 starts from FRAMEWORM_RESUME_FROM: both ranks load the
+  // checkpoint rank 0 registered, not step 0.
+  std::string resumed[2];
+  for (int i = 0; i < 300 && (resumed[0].empty() || resumed[1].empty()); ++i) {
+    for (int r = 0; r < 2; ++r) {
+      RunResult logs = (*c)->Cli({"logs", *id, "--rank", std::to_string(r)});
+      if (logs.output.find("resumed from step " + after_step + "\n") != std::string::npos) {
+        resumed[r] = after_step;
+      }
+    }
+    if (resumed[0].empty() || resumed[1].empty()) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(resumed[0], after_step);
+  EXPECT_EQ(resumed[1], after_step);
   RunResult cancel = (*c)->Cli({"cancel", *id});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
 }

@@ -1,9 +1,12 @@
 """A torchrun-style program (Python DDP over Gloo, reading MASTER_ADDR,
 RANK, ...) that reports its steps to its Frameworm job with
-frameworm.Reporter; the diagnosis e2e stops one rank of it.
+frameworm.Reporter; the diagnosis e2e stops one rank of it. It checkpoints
+when the coordinator asks (rank 0: reporter.save) and resumes from
+reporter.resume() when restarted.
 
 usage: torchrun_reporting.py STEPS
 """
+import os
 import sys
 import time
 
@@ -13,16 +16,67 @@ import torch.distributed as dist
 import frameworm
 
 
+def expect_error(code, fn, *args):
+    try:
+        fn(*args)
+    except frameworm.FramewormError as e:
+        assert e.code == code, f"{fn.__name__}{args}: {e.code} {e}, not {code}"
+        return
+    raise AssertionError(f"{fn.__name__}{args} did not fail with {code}")
+
+
+def check_checkpoint_errors(reporter, step):
+    """Rank 0, after registering the checkpoint of `step`: the failure paths
+    of the checkpoint calls, against the real coordinator."""
+    expect_error("INVALID_ARGUMENT", reporter.checkpoint_path, -1)
+    expect_error("INVALID_ARGUMENT", reporter.register_checkpoint, step, "/tmp/elsewhere.pt")
+    missing = step + 1000000
+    expect_error("NOT_FOUND", reporter.register_checkpoint, missing, reporter.checkpoint_path(missing))
+    outside = frameworm.Reporter(environ={})
+    expect_error("FAILED_PRECONDITION", outside.checkpoint_path, 1)
+    assert outside.register_checkpoint(1, "/x") == [] and outside.resume() is None
+    # A path the job never reported: the coordinator refuses its download.
+    expect_error("NOT_FOUND", reporter.download_checkpoint, reporter.checkpoint_path(missing))
+    # The coordinator's copy of the one just registered is the same bytes.
+    path = reporter.checkpoint_path(step)
+    copy = reporter.download_checkpoint(path)
+    same = open(copy, "rb").read() == open(path, "rb").read()
+    os.remove(copy)
+    assert same, "the coordinator's copy differs"
+    # A resume file that does not load raises (and is reported).
+    bad = os.path.join(reporter.checkpoint_dir, "not-a-checkpoint.pt")
+    with open(bad, "wb") as f:
+        f.write(b"torn")
+    env = dict(os.environ, FRAMEWORM_RESUME_FROM=bad)
+    with frameworm.Reporter(environ=env, ping_every=0) as other:
+        try:
+            other.resume()
+            raise AssertionError("a torn file loaded")
+        except AssertionError:
+            raise
+        except Exception:
+            pass
+    os.remove(bad)
+    print("checkpoint error checks passed", flush=True)
+
+
 def main():
     steps = int(sys.argv[1])
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-    model = torch.nn.parallel.DistributedDataParallel(net)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     with frameworm.Reporter() as reporter:
         assert reporter.enabled, "FRAMEWORM_COORDINATOR and FRAMEWORM_JOB_ID are set in a job"
-        for step in range(1, steps + 1):
+        state = reporter.resume()  # every rank loads the same file, fetched onto its host
+        first = 1
+        if state is not None:
+            net.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            first = state["step"] + 1
+            print(f"resumed from step {state['step']}", flush=True)
+        model = torch.nn.parallel.DistributedDataParallel(net)
+        for step in range(first, steps + 1):
             t0 = time.perf_counter()
             x = torch.randn(32, 64)
             y = torch.randint(0, 10, (32,))
@@ -39,6 +93,12 @@ def main():
             if flags[0]:
                 print(f"checkpoint asked for step {int(flags[2])} taken after step {step}",
                       flush=True)
+                if dist.get_rank() == 0:
+                    reporter.save(step, {"model": net.state_dict(), "optimizer": opt.state_dict(),
+                                         "step": step})
+                    print(f"checkpoint of step {step} registered", flush=True)
+                    if state is None:
+                        check_checkpoint_errors(reporter, step)
             if flags[1]:
                 break
     print(f"done at step {step}", flush=True)
