@@ -73,6 +73,9 @@ std::map<std::string, std::string> ToEnvironment(const RankEnv& e) {
   }
   if (!e.resume_from.empty()) env["FRAMEWORM_RESUME_FROM"] = e.resume_from;
   if (!e.checkpoint_dir.empty()) env["FRAMEWORM_CHECKPOINT_DIR"] = e.checkpoint_dir;
+  if (!e.memory_checkpoint_dir.empty()) {
+    env["FRAMEWORM_MEMORY_CHECKPOINT_DIR"] = e.memory_checkpoint_dir;
+  }
   if (!e.token.empty()) env["FRAMEWORM_TOKEN"] = e.token;
   if (!e.tls_dir.empty()) env["FRAMEWORM_TLS_DIR"] = e.tls_dir;
   return env;
@@ -120,6 +123,7 @@ absl::StatusOr<RankEnv> ParseRankEnv(const EnvLookup& lookup) {
   env.job_id = lookup("FRAMEWORM_JOB_ID").value_or("");
   env.resume_from = lookup("FRAMEWORM_RESUME_FROM").value_or("");
   env.checkpoint_dir = lookup("FRAMEWORM_CHECKPOINT_DIR").value_or("");
+  env.memory_checkpoint_dir = lookup("FRAMEWORM_MEMORY_CHECKPOINT_DIR").value_or("");
   env.token = lookup("FRAMEWORM_TOKEN").value_or("");
   env.tls_dir = lookup("FRAMEWORM_TLS_DIR").value_or("");
   return env;

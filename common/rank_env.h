@@ -14,6 +14,8 @@
 //   FRAMEWORM_RESUME_FROM            when resuming from a checkpoint
 //   FRAMEWORM_CHECKPOINT_DIR         where rank 0 writes checkpoints the job
 //                                    reports (<dir>/ckpt-<step>.pt), when set
+//   FRAMEWORM_MEMORY_CHECKPOINT_DIR  the same for in-memory checkpoints (a
+//                                    tmpfs), when the job takes them
 //   FRAMEWORM_TOKEN                  the rank's secret for the coordinator's
 //                                    trainer calls (per generation), when set
 //   FRAMEWORM_TLS_DIR                the worker's TLS directory (rpc/tls.h)
@@ -50,6 +52,7 @@ struct RankEnv {
   int64_t generation = 0;   // FRAMEWORM_GENERATION
   std::string resume_from;  // FRAMEWORM_RESUME_FROM; empty: fresh start
   std::string checkpoint_dir;  // FRAMEWORM_CHECKPOINT_DIR; empty: none
+  std::string memory_checkpoint_dir;  // FRAMEWORM_MEMORY_CHECKPOINT_DIR; empty: none
   std::string token;        // FRAMEWORM_TOKEN; empty: none
   std::string tls_dir;      // FRAMEWORM_TLS_DIR; empty: plaintext
   bool operator==(const RankEnv&) const = default;

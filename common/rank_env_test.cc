@@ -29,6 +29,7 @@ RankEnv Full() {
   e.generation = 7;
   e.resume_from = "/ckpt/ckpt-100.pt";
   e.checkpoint_dir = "/ckpt";
+  e.memory_checkpoint_dir = "/dev/shm/frameworm/job-000001-5";
   e.token = std::string(64, 'a');
   return e;
 }
@@ -41,7 +42,8 @@ TEST(RankEnvTest, RoundTripsThroughTheEnvironment) {
   EXPECT_EQ(vars.at("FRAMEWORM_GENERATION"), "7");
   EXPECT_EQ(vars.at("FRAMEWORM_TOKEN"), std::string(64, 'a'));
   EXPECT_EQ(vars.at("FRAMEWORM_CHECKPOINT_DIR"), "/ckpt");
-  EXPECT_EQ(vars.size(), 13u);
+  EXPECT_EQ(vars.at("FRAMEWORM_MEMORY_CHECKPOINT_DIR"), "/dev/shm/frameworm/job-000001-5");
+  EXPECT_EQ(vars.size(), 14u);
   absl::StatusOr<RankEnv> back = ParseRankEnv(FromMap(vars));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, e);
@@ -58,6 +60,7 @@ TEST(RankEnvTest, OptionalVariablesAreOmittedAndDefaulted) {
   EXPECT_FALSE(vars.count("FRAMEWORM_JOB_ID"));
   EXPECT_FALSE(vars.count("FRAMEWORM_RESUME_FROM"));
   EXPECT_FALSE(vars.count("FRAMEWORM_CHECKPOINT_DIR"));
+  EXPECT_FALSE(vars.count("FRAMEWORM_MEMORY_CHECKPOINT_DIR"));
   EXPECT_FALSE(vars.count("FRAMEWORM_TOKEN"));
   // torchrun sets only these five plus LOCAL_WORLD_SIZE; NODE_RANK defaults.
   vars.erase("NODE_RANK");

@@ -11,6 +11,11 @@
 
 namespace frameworm::coordinator {
 
+bool TakesMemoryCheckpoints(const v1::JobSpec& spec, const std::string& memory_dir) {
+  const v1::CheckpointPolicy& c = spec.checkpoint();
+  return !memory_dir.empty() && !(c.has_memory_every_n_steps() && c.memory_every_n_steps() == 0);
+}
+
 std::vector<std::string> TaskArgv(const v1::JobSpec& spec,
                                   const std::string& checkpoint_dir,
                                   const std::string& memory_dir) {
@@ -27,8 +32,8 @@ std::vector<std::string> TaskArgv(const v1::JobSpec& spec,
   if (spec.checkpoint().every_n_steps() > 0)
     argv.push_back(
         absl::StrCat("--checkpoint-every=", spec.checkpoint().every_n_steps()));
-  const v1::CheckpointPolicy& c = spec.checkpoint();
-  if (!memory_dir.empty() && !(c.has_memory_every_n_steps() && c.memory_every_n_steps() == 0)) {
+  if (TakesMemoryCheckpoints(spec, memory_dir)) {
+    const v1::CheckpointPolicy& c = spec.checkpoint();
     argv.push_back(absl::StrCat("--memory-checkpoint-dir=", memory_dir));
     argv.push_back(absl::StrCat("--memory-checkpoint-every=",
                                 c.has_memory_every_n_steps()
@@ -100,6 +105,7 @@ GenerationPlan PlanGeneration(const std::string& job_id,
       env.generation = in.generation;
       env.resume_from = in.resume_from;
       env.checkpoint_dir = ckpt_dir;
+      if (TakesMemoryCheckpoints(spec, in.memory_dir)) env.memory_checkpoint_dir = in.memory_dir;
       if (in.new_token) env.token = in.new_token();
       RankState r;
       r.worker = in.workers[node];

@@ -33,6 +33,11 @@ std::vector<std::string> TaskArgv(const v1::JobSpec& spec,
                                   const std::string& checkpoint_dir,
                                   const std::string& memory_dir = "");
 
+// True when a job of `spec` takes in-memory checkpoints: `memory_dir` is
+// set and the spec's memory_every_n_steps is not 0. Its ranks then get
+// FRAMEWORM_MEMORY_CHECKPOINT_DIR (a custom entrypoint's, too).
+bool TakesMemoryCheckpoints(const v1::JobSpec& spec, const std::string& memory_dir);
+
 // Where a job's in-memory checkpoints go on every node:
 // <memory_root>/<job_id>-<submitted_ms> (the submission time keeps a job
 // of another coordinator with the same id apart).

@@ -103,6 +103,35 @@ TEST(GenerationPlanTest, ArgvOfBuiltInAndCustomEntrypoints) {
             (std::vector<std::string>{"/usr/bin/python3", "train.py"}));
 }
 
+// A custom entrypoint learns both checkpoint directories from its rank
+// environment; none for memory when the coordinator or the job takes no
+// in-memory checkpoints.
+TEST(GenerationPlanTest, EntrypointsGetTheirCheckpointDirectories) {
+  v1::JobSpec spec;
+  spec.set_name("py");
+  spec.set_nproc_per_node(1);
+  spec.add_entrypoint("python3");
+  spec.add_entrypoint("train.py");
+  GenerationInputs in = Inputs();
+  in.memory_dir = "/dev/shm/frameworm/job-1-1234";
+  GenerationPlan plan = PlanGeneration("job-1", spec, in);
+  ASSERT_EQ(plan.ranks.size(), 2u);
+  for (const RankState& r : plan.ranks) {
+    const RankEnv env = RankEnvOf(r.task);
+    EXPECT_EQ(env.checkpoint_dir, "/state/checkpoints/job-1");
+    EXPECT_EQ(env.memory_checkpoint_dir, "/dev/shm/frameworm/job-1-1234");
+    EXPECT_EQ(r.task.argv_size(), 2);  // the entrypoint as given
+  }
+  spec.mutable_checkpoint()->set_memory_every_n_steps(0);
+  plan = PlanGeneration("job-1", spec, in);
+  EXPECT_EQ(RankEnvOf(plan.ranks[0].task).memory_checkpoint_dir, "");
+  spec.mutable_checkpoint()->clear_memory_every_n_steps();
+  in.memory_dir = "";
+  plan = PlanGeneration("job-1", spec, in);
+  EXPECT_EQ(RankEnvOf(plan.ranks[0].task).memory_checkpoint_dir, "");
+  EXPECT_EQ(RankEnvOf(plan.ranks[0].task).checkpoint_dir, "/state/checkpoints/job-1");
+}
+
 TEST(GenerationPlanTest, CheckpointDirAndMasterHost) {
   v1::JobSpec s = Spec(1);
   EXPECT_EQ(CheckpointDir(s, "job-7", "/state"), "/state/checkpoints/job-7");

@@ -16,6 +16,7 @@ void SetRankEnv(const RankEnv& e, v1::TaskSpec* t) {
   t->set_coordinator(e.coordinator);
   t->set_token(e.token);
   t->set_checkpoint_dir(e.checkpoint_dir);
+  t->set_memory_checkpoint_dir(e.memory_checkpoint_dir);
 }
 
 RankEnv RankEnvOf(const v1::TaskSpec& t) {
@@ -33,6 +34,7 @@ RankEnv RankEnvOf(const v1::TaskSpec& t) {
   e.coordinator = t.coordinator();
   e.token = t.token();
   e.checkpoint_dir = t.checkpoint_dir();
+  e.memory_checkpoint_dir = t.memory_checkpoint_dir();
   return e;
 }
 

@@ -39,7 +39,9 @@ Checkpoints: rank 0 saves with `reporter.save(step, state)` (torch.save
 into $FRAMEWORM_CHECKPOINT_DIR/ckpt-<step>.pt through a temporary file,
 fsync, rename) or writes that file itself and calls
 `reporter.register_checkpoint(step, path)`. Either way the file goes to
-the coordinator (checksummed, in 1 MiB chunks) and into the job's catalog:
+the coordinator (checksummed, in 1 MiB chunks) and into the job's catalog
+(`save(step, state, memory=True)`: into the node's memory instead, which
+the workers copy to a peer, without the upload):
 a restarted job starts with FRAMEWORM_RESUME_FROM naming the newest one,
 fetched onto the rank's host if it is not there, and
 `reporter.resume()` loads it (None on a fresh start). Retention
@@ -64,6 +66,7 @@ on.
 import collections
 import os
 import re
+import stat
 import threading
 import time
 import zlib
@@ -107,6 +110,9 @@ class Reporter:
         # Where rank 0 writes the checkpoints it reports, and the one this
         # generation resumes from ("": none).
         self.checkpoint_dir = env.get("FRAMEWORM_CHECKPOINT_DIR", "")
+        # In-memory checkpoints (a tmpfs outside this process; "": the job
+        # takes none): save(..., memory=True).
+        self.memory_checkpoint_dir = env.get("FRAMEWORM_MEMORY_CHECKPOINT_DIR", "")
         self.resume_from = env.get("FRAMEWORM_RESUME_FROM", "")
         self.timeout = timeout
         self._last_step = 0
@@ -173,26 +179,49 @@ class Reporter:
                 self._acted = at
         return Directive(at, stop, due)
 
-    def checkpoint_path(self, step):
-        """$FRAMEWORM_CHECKPOINT_DIR/ckpt-<step>.pt: the only name the
-        coordinator takes for the checkpoint of `step`."""
-        if not self.checkpoint_dir:
+    def checkpoint_path(self, step, memory=False):
+        """$FRAMEWORM_CHECKPOINT_DIR/ckpt-<step>.pt (memory: in
+        $FRAMEWORM_MEMORY_CHECKPOINT_DIR): the only name the coordinator
+        takes for the checkpoint of `step`."""
+        var = "FRAMEWORM_MEMORY_CHECKPOINT_DIR" if memory else "FRAMEWORM_CHECKPOINT_DIR"
+        d = self.memory_checkpoint_dir if memory else self.checkpoint_dir
+        if not d:
             raise FramewormError("FAILED_PRECONDITION",
-                                 "no checkpoint directory: FRAMEWORM_CHECKPOINT_DIR is not set "
-                                 "(not in a Frameworm job, or a coordinator older than this client)")
+                                 f"no checkpoint directory: {var} is not set (not in a Frameworm "
+                                 "job, a job without in-memory checkpoints, or a coordinator older "
+                                 "than this client)")
         step = int(step)
         if step < 0:
             raise FramewormError("INVALID_ARGUMENT", f"checkpoint step {step} is negative")
-        return os.path.join(self.checkpoint_dir, f"ckpt-{step}.pt")
+        return os.path.join(d, f"ckpt-{step}.pt")
 
-    def save(self, step, state):
+    def _private_dir(self, d):
+        """Creates `d` (and its parent) for this user only; refuses one that
+        others could write to or that is not this user's (a shared tmpfs)."""
+        for x in (os.path.dirname(d), d):
+            os.makedirs(x, mode=0o700, exist_ok=True)
+            st = os.lstat(x)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                raise FramewormError("FAILED_PRECONDITION",
+                                     f"{x} is not a directory of this user's alone: in-memory "
+                                     "checkpoints are not written there")
+
+    def save(self, step, state, memory=False):
         """Rank 0: torch.save(state) as the checkpoint of `step` (a temporary
         file, fsynced, renamed: a crash never leaves a torn file) and
-        register_checkpoint it. Returns the expired paths it deleted."""
+        register_checkpoint it. Returns the expired paths it deleted.
+        memory=True: into the job's in-memory directory (a tmpfs outside this
+        process, which survives its crash; the workers copy it to a peer, so
+        it survives the loss of a node), reported without an upload; cheap
+        enough to take every few steps."""
         import torch
 
-        path = self.checkpoint_path(step)
-        os.makedirs(self.checkpoint_dir, exist_ok=True)
+        path = self.checkpoint_path(step, memory)
+        d = os.path.dirname(path)
+        if memory:
+            self._private_dir(d)
+        else:
+            os.makedirs(d, exist_ok=True)
         tmp = f"{path}.tmp.{os.getpid()}"
         try:
             with open(tmp, "wb") as f:
@@ -203,14 +232,14 @@ class Reporter:
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)
-        d = os.open(self.checkpoint_dir, os.O_RDONLY)
+        fd = os.open(d, os.O_RDONLY)
         try:
-            os.fsync(d)
+            os.fsync(fd)
         finally:
-            os.close(d)
-        return self.register_checkpoint(step, path)
+            os.close(fd)
+        return self.register_checkpoint(step, path, memory)
 
-    def register_checkpoint(self, step, path):
+    def register_checkpoint(self, step, path, memory=False):
         """Rank 0: tells the coordinator that the complete file `path`
         (checkpoint_path(step)) is the checkpoint of `step`: uploads a copy
         (so a rank on a host without the file can resume from it), then
@@ -221,7 +250,7 @@ class Reporter:
         a job: nothing, []."""
         if not self.enabled:
             return []
-        want = self.checkpoint_path(step)
+        want = self.checkpoint_path(step, memory)
         if os.path.abspath(path) != os.path.abspath(want):
             raise FramewormError("INVALID_ARGUMENT",
                                  f"checkpoint path {path!r} is not the checkpoint of step {int(step)} "
@@ -259,16 +288,18 @@ class Reporter:
 
         transfer = max(self.timeout, 60.0 + size / (10 << 20))  # at least 10 MiB/s
         try:
-            self._stub.UploadCheckpoint(chunks(), timeout=transfer)
+            if not memory:  # in-memory ones stay in memory: the workers copy them
+                self._stub.UploadCheckpoint(chunks(), timeout=transfer)
             rec = common_pb2.CheckpointRecord(ref=self._ref, step=int(step), path=want, bytes=size,
-                                              checksum=checksum)
+                                              checksum=checksum, memory=bool(memory))
             resp = self._stub.ReportCheckpoint(rec, timeout=self.timeout)
         except grpc.RpcError as e:
             raise FramewormError(e.code().name, e.details()) from None
         expired = list(resp.expired)
+        mine = {os.path.abspath(d) for d in (self.checkpoint_dir, self.memory_checkpoint_dir) if d}
         for old in expired:
             name = os.path.basename(old)
-            if (os.path.dirname(os.path.abspath(old)) == os.path.abspath(self.checkpoint_dir)
+            if (os.path.dirname(os.path.abspath(old)) in mine
                     and re.fullmatch(r"ckpt-\d+\.pt", name)):
                 try:
                     os.remove(old)

@@ -305,6 +305,16 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
     }
   }
   ASSERT_NE(checks.find("checkpoint error checks passed"), std::string::npos) << checks;
+  // Five steps later rank 0 saves one in memory: the newest, so the one the
+  // restart resumes from.
+  const std::string memory_step = std::to_string(std::stoll(after_step) + 5);
+  const std::string memory_name = "ckpt-" + memory_step + ".pt";
+  for (int i = 0; i < 100 && catalog.find(memory_name) == std::string::npos; ++i) {
+    catalog = (*c)->Cli({"checkpoints", *id}).output;
+    if (catalog.find(memory_name) == std::string::npos) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_NE(catalog.find(memory_name), std::string::npos) << catalog;
+  EXPECT_NE(catalog.find("memory"), std::string::npos) << catalog;
   const pid_t stuck = TrainerOfRank(*id, 1);
   ASSERT_GT(stuck, 0);
   ASSERT_EQ(kill(stuck, SIGSTOP), 0);
@@ -318,19 +328,19 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   RunResult metrics = (*c)->Cli({"metrics", *id});
   EXPECT_NE(metrics.output.find("loss"), std::string::npos) << metrics.output;
   // Generation 2 starts from FRAMEWORM_RESUME_FROM: both ranks load the
-  // checkpoint rank 0 registered, not step 0.
+  // newest checkpoint rank 0 registered (the in-memory one), not step 0.
   std::string resumed[2];
   for (int i = 0; i < 300 && (resumed[0].empty() || resumed[1].empty()); ++i) {
     for (int r = 0; r < 2; ++r) {
       RunResult logs = (*c)->Cli({"logs", *id, "--rank", std::to_string(r)});
-      if (logs.output.find("resumed from step " + after_step + "\n") != std::string::npos) {
-        resumed[r] = after_step;
+      if (logs.output.find("resumed from step " + memory_step + "\n") != std::string::npos) {
+        resumed[r] = memory_step;
       }
     }
     if (resumed[0].empty() || resumed[1].empty()) absl::SleepFor(absl::Milliseconds(100));
   }
-  EXPECT_EQ(resumed[0], after_step);
-  EXPECT_EQ(resumed[1], after_step);
+  EXPECT_EQ(resumed[0], memory_step);
+  EXPECT_EQ(resumed[1], memory_step);
   RunResult cancel = (*c)->Cli({"cancel", *id});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
 }

@@ -1,8 +1,9 @@
 """A torchrun-style program (Python DDP over Gloo, reading MASTER_ADDR,
 RANK, ...) that reports its steps to its Frameworm job with
 frameworm.Reporter; the diagnosis e2e stops one rank of it. It checkpoints
-when the coordinator asks (rank 0: reporter.save) and resumes from
-reporter.resume() when restarted.
+when the coordinator asks (rank 0: reporter.save), 5 steps later in
+memory (save(..., memory=True)), and resumes from reporter.resume() when
+restarted.
 
 usage: torchrun_reporting.py STEPS
 """
@@ -32,8 +33,10 @@ def check_checkpoint_errors(reporter, step):
     expect_error("INVALID_ARGUMENT", reporter.register_checkpoint, step, "/tmp/elsewhere.pt")
     missing = step + 1000000
     expect_error("NOT_FOUND", reporter.register_checkpoint, missing, reporter.checkpoint_path(missing))
+    assert reporter.memory_checkpoint_dir, "the job takes in-memory checkpoints"
     outside = frameworm.Reporter(environ={})
     expect_error("FAILED_PRECONDITION", outside.checkpoint_path, 1)
+    expect_error("FAILED_PRECONDITION", outside.checkpoint_path, 1, True)
     assert outside.register_checkpoint(1, "/x") == [] and outside.resume() is None
     # A path the job never reported: the coordinator refuses its download.
     expect_error("NOT_FOUND", reporter.download_checkpoint, reporter.checkpoint_path(missing))
@@ -76,6 +79,7 @@ def main():
             first = state["step"] + 1
             print(f"resumed from step {state['step']}", flush=True)
         model = torch.nn.parallel.DistributedDataParallel(net)
+        memory_at = -1
         for step in range(first, steps + 1):
             t0 = time.perf_counter()
             x = torch.randn(32, 64)
@@ -99,6 +103,12 @@ def main():
                     print(f"checkpoint of step {step} registered", flush=True)
                     if state is None:
                         check_checkpoint_errors(reporter, step)
+                        memory_at = step + 5
+            if step == memory_at and dist.get_rank() == 0:
+                # A newer one in the node's memory: the restart takes it.
+                reporter.save(step, {"model": net.state_dict(), "optimizer": opt.state_dict(),
+                                     "step": step}, memory=True)
+                print(f"memory checkpoint of step {step} registered", flush=True)
             if flags[1]:
                 break
     print(f"done at step {step}", flush=True)
