@@ -9,6 +9,7 @@ usage: torchrun_reporting.py STEPS
 """
 import os
 import sys
+import tempfile
 import time
 
 import torch
@@ -38,6 +39,15 @@ def check_checkpoint_errors(reporter, step):
     expect_error("FAILED_PRECONDITION", outside.checkpoint_path, 1)
     expect_error("FAILED_PRECONDITION", outside.checkpoint_path, 1, True)
     assert outside.register_checkpoint(1, "/x") == [] and outside.resume() is None
+    # An in-memory directory that others may write to is refused before
+    # anything is written or reported.
+    shared = tempfile.mkdtemp(prefix="frameworm-shared-")
+    os.chmod(shared, 0o777)
+    env = dict(os.environ, FRAMEWORM_MEMORY_CHECKPOINT_DIR=os.path.join(shared, "job"))
+    with frameworm.Reporter(environ=env, ping_every=0) as other:
+        expect_error("FAILED_PRECONDITION", other.save, step, {"step": step}, True)
+    assert not os.path.exists(os.path.join(shared, "job")), "wrote into a shared directory"
+    os.rmdir(shared)
     # A path the job never reported: the coordinator refuses its download.
     expect_error("NOT_FOUND", reporter.download_checkpoint, reporter.checkpoint_path(missing))
     # The coordinator's copy of the one just registered is the same bytes.
