@@ -167,7 +167,7 @@ void CheckpointFileWriter::WriterLoop() {
   }
 }
 
-absl::Status CheckpointFileWriter::Submit() {
+absl::Status CheckpointFileWriter::Submit(bool refill) {
   {
     std::unique_lock<std::mutex> l(mu_);
     cv_.wait(l, [&] { return full_.size() < kMaxQueued || !write_status_.ok(); });
@@ -181,6 +181,7 @@ absl::Status CheckpointFileWriter::Submit() {
     buf_ = Buffer();
     buf_.offset = next;
   }
+  if (!refill) return absl::OkStatus();
   Buffer fresh = TakeBuffer();
   if (fresh.data == nullptr) {
     status_ = absl::ResourceExhaustedError(
@@ -194,7 +195,7 @@ absl::Status CheckpointFileWriter::Submit() {
 
 absl::Status CheckpointFileWriter::Drain() {
   if (!writer_.joinable()) return status_;
-  if (status_.ok() && buf_.size > 0) (void)Submit();
+  if (status_.ok() && buf_.size > 0) (void)Submit(/*refill=*/false);  // the last one
   {
     std::lock_guard<std::mutex> l(mu_);
     closing_ = true;

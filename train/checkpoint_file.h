@@ -87,8 +87,9 @@ class CheckpointFileWriter {
   CheckpointFileWriter(std::string path, std::string tmp, int fd, int direct_fd);
   // A spare buffer or a new one (nullptr data when memory ran out).
   Buffer TakeBuffer();
-  // Hands buf_ to the writer thread (waits while 3 are queued).
-  absl::Status Submit();
+  // Hands buf_ to the writer thread (waits while 3 are queued); refill:
+  // buf_ becomes a spare or new buffer (else it stays empty, for the end).
+  absl::Status Submit(bool refill = true);
   // Submits what is buffered, waits for every write, stops the thread.
   absl::Status Drain();
   void WriterLoop();

@@ -257,23 +257,18 @@ class Reporter:
                                  f"(expected {want!r})")
         if not os.path.isfile(want):
             raise FramewormError("NOT_FOUND", f"no checkpoint file at {want!r}")
-        size, crc = 0, 0
-        with open(want, "rb") as f:
-            while True:
-                block = f.read(_CHUNK)
-                if not block:
-                    break
-                size += len(block)
-                crc = zlib.crc32(block, crc)
-        checksum = f"crc32:{crc:08x}"
+        size = os.path.getsize(want)
+        crc = 0  # of what chunks() sent: the file's once it ran
 
         def chunks():
+            nonlocal crc
             with open(want, "rb") as f:
                 sent = 0
                 first = True
                 while first or sent < size:
                     data = f.read(min(_CHUNK, size - sent))
                     sent += len(data)
+                    crc = zlib.crc32(data, crc)
                     c = trainer_service_pb2.CheckpointChunk(data=data)
                     if first:
                         c.ref.CopyFrom(self._ref)
@@ -281,17 +276,20 @@ class Reporter:
                         c.total_bytes = size
                         first = False
                     if sent >= size:
-                        c.checksum = checksum
+                        c.checksum = f"crc32:{crc:08x}"
                     yield c
                     if not data:
                         break
 
         transfer = max(self.timeout, 60.0 + size / (10 << 20))  # at least 10 MiB/s
         try:
-            if not memory:  # in-memory ones stay in memory: the workers copy them
+            if memory:  # in-memory ones stay in memory (the workers copy them): CRC only
+                for _ in chunks():
+                    pass
+            else:  # one read of the file: checksummed as it is sent
                 self._stub.UploadCheckpoint(chunks(), timeout=transfer)
             rec = common_pb2.CheckpointRecord(ref=self._ref, step=int(step), path=want, bytes=size,
-                                              checksum=checksum, memory=bool(memory))
+                                              checksum=f"crc32:{crc:08x}", memory=bool(memory))
             resp = self._stub.ReportCheckpoint(rec, timeout=self.timeout)
         except grpc.RpcError as e:
             raise FramewormError(e.code().name, e.details()) from None
