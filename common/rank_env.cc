@@ -75,6 +75,8 @@ std::map<std::string, std::string> ToEnvironment(const RankEnv& e) {
   if (!e.checkpoint_dir.empty()) env["FRAMEWORM_CHECKPOINT_DIR"] = e.checkpoint_dir;
   if (!e.memory_checkpoint_dir.empty()) {
     env["FRAMEWORM_MEMORY_CHECKPOINT_DIR"] = e.memory_checkpoint_dir;
+    env["FRAMEWORM_MEMORY_CHECKPOINT_EVERY"] =
+        e.memory_checkpoint_every > 0 ? absl::StrCat(e.memory_checkpoint_every) : "auto";
   }
   if (!e.token.empty()) env["FRAMEWORM_TOKEN"] = e.token;
   if (!e.tls_dir.empty()) env["FRAMEWORM_TLS_DIR"] = e.tls_dir;
@@ -124,6 +126,15 @@ absl::StatusOr<RankEnv> ParseRankEnv(const EnvLookup& lookup) {
   env.resume_from = lookup("FRAMEWORM_RESUME_FROM").value_or("");
   env.checkpoint_dir = lookup("FRAMEWORM_CHECKPOINT_DIR").value_or("");
   env.memory_checkpoint_dir = lookup("FRAMEWORM_MEMORY_CHECKPOINT_DIR").value_or("");
+  if (lookup("FRAMEWORM_MEMORY_CHECKPOINT_EVERY") != std::optional<std::string>("auto")) {
+    auto every = ParseInt(lookup, "FRAMEWORM_MEMORY_CHECKPOINT_EVERY", 1,
+                          kMaxMemoryCheckpointEvery, 0);
+    if (!every.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(every.status().message(), " (auto or a number of steps)"));
+    }
+    env.memory_checkpoint_every = *every;
+  }
   env.token = lookup("FRAMEWORM_TOKEN").value_or("");
   env.tls_dir = lookup("FRAMEWORM_TLS_DIR").value_or("");
   return env;

@@ -16,6 +16,9 @@
 //                                    reports (<dir>/ckpt-<step>.pt), when set
 //   FRAMEWORM_MEMORY_CHECKPOINT_DIR  the same for in-memory checkpoints (a
 //                                    tmpfs), when the job takes them
+//   FRAMEWORM_MEMORY_CHECKPOINT_EVERY  with the directory: "auto" (as often
+//                                    as costs at most 2% of the step time)
+//                                    or N (every N steps)
 //   FRAMEWORM_TOKEN                  the rank's secret for the coordinator's
 //                                    trainer calls (per generation), when set
 //   FRAMEWORM_TLS_DIR                the worker's TLS directory (rpc/tls.h)
@@ -39,6 +42,10 @@
 
 namespace frameworm {
 
+// The largest FRAMEWORM_MEMORY_CHECKPOINT_EVERY (a job spec's
+// memory_every_n_steps beyond it is refused at submission).
+inline constexpr int64_t kMaxMemoryCheckpointEvery = 1'000'000'000;
+
 struct RankEnv {
   int rank = 0;
   int world_size = 1;
@@ -53,6 +60,9 @@ struct RankEnv {
   std::string resume_from;  // FRAMEWORM_RESUME_FROM; empty: fresh start
   std::string checkpoint_dir;  // FRAMEWORM_CHECKPOINT_DIR; empty: none
   std::string memory_checkpoint_dir;  // FRAMEWORM_MEMORY_CHECKPOINT_DIR; empty: none
+  // FRAMEWORM_MEMORY_CHECKPOINT_EVERY (with memory_checkpoint_dir only):
+  // N in [1, kMaxMemoryCheckpointEvery] every N steps; 0 automatic ("auto").
+  int64_t memory_checkpoint_every = 0;
   std::string token;        // FRAMEWORM_TOKEN; empty: none
   std::string tls_dir;      // FRAMEWORM_TLS_DIR; empty: plaintext
   bool operator==(const RankEnv&) const = default;

@@ -30,6 +30,7 @@ RankEnv Full() {
   e.resume_from = "/ckpt/ckpt-100.pt";
   e.checkpoint_dir = "/ckpt";
   e.memory_checkpoint_dir = "/dev/shm/frameworm/job-000001-5";
+  e.memory_checkpoint_every = 40;
   e.token = std::string(64, 'a');
   return e;
 }
@@ -43,10 +44,19 @@ TEST(RankEnvTest, RoundTripsThroughTheEnvironment) {
   EXPECT_EQ(vars.at("FRAMEWORM_TOKEN"), std::string(64, 'a'));
   EXPECT_EQ(vars.at("FRAMEWORM_CHECKPOINT_DIR"), "/ckpt");
   EXPECT_EQ(vars.at("FRAMEWORM_MEMORY_CHECKPOINT_DIR"), "/dev/shm/frameworm/job-000001-5");
-  EXPECT_EQ(vars.size(), 14u);
+  EXPECT_EQ(vars.at("FRAMEWORM_MEMORY_CHECKPOINT_EVERY"), "40");
+  EXPECT_EQ(vars.size(), 15u);
   absl::StatusOr<RankEnv> back = ParseRankEnv(FromMap(vars));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, e);
+  // Automatic: written and read back as "auto".
+  RankEnv automatic = e;
+  automatic.memory_checkpoint_every = 0;
+  vars = ToEnvironment(automatic);
+  EXPECT_EQ(vars.at("FRAMEWORM_MEMORY_CHECKPOINT_EVERY"), "auto");
+  back = ParseRankEnv(FromMap(vars));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, automatic);
 }
 
 TEST(RankEnvTest, OptionalVariablesAreOmittedAndDefaulted) {
@@ -61,6 +71,7 @@ TEST(RankEnvTest, OptionalVariablesAreOmittedAndDefaulted) {
   EXPECT_FALSE(vars.count("FRAMEWORM_RESUME_FROM"));
   EXPECT_FALSE(vars.count("FRAMEWORM_CHECKPOINT_DIR"));
   EXPECT_FALSE(vars.count("FRAMEWORM_MEMORY_CHECKPOINT_DIR"));
+  EXPECT_FALSE(vars.count("FRAMEWORM_MEMORY_CHECKPOINT_EVERY"));
   EXPECT_FALSE(vars.count("FRAMEWORM_TOKEN"));
   // torchrun sets only these five plus LOCAL_WORLD_SIZE; NODE_RANK defaults.
   vars.erase("NODE_RANK");
@@ -85,6 +96,10 @@ TEST(RankEnvTest, ErrorsNameTheVariable) {
       {"LOCAL_WORLD_SIZE", "0", "LOCAL_WORLD_SIZE=0 is outside"},
       {"NODE_RANK", "-1", "NODE_RANK=-1 is outside"},
       {"FRAMEWORM_GENERATION", "x", "FRAMEWORM_GENERATION=\"x\""},
+      {"FRAMEWORM_MEMORY_CHECKPOINT_EVERY", "0",
+       "FRAMEWORM_MEMORY_CHECKPOINT_EVERY=0 is outside [1, 1000000000] (auto or a number of steps)"},
+      {"FRAMEWORM_MEMORY_CHECKPOINT_EVERY", "often",
+       "FRAMEWORM_MEMORY_CHECKPOINT_EVERY=\"often\" is not an integer (auto or a number"},
   };
   for (const Case& c : cases) {
     std::map<std::string, std::string> vars = good;

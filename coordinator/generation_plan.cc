@@ -105,7 +105,10 @@ GenerationPlan PlanGeneration(const std::string& job_id,
       env.generation = in.generation;
       env.resume_from = in.resume_from;
       env.checkpoint_dir = ckpt_dir;
-      if (TakesMemoryCheckpoints(spec, in.memory_dir)) env.memory_checkpoint_dir = in.memory_dir;
+      if (TakesMemoryCheckpoints(spec, in.memory_dir)) {
+        env.memory_checkpoint_dir = in.memory_dir;
+        env.memory_checkpoint_every = spec.checkpoint().memory_every_n_steps();  // 0: auto
+      }
       if (in.new_token) env.token = in.new_token();
       RankState r;
       r.worker = in.workers[node];

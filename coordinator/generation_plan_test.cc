@@ -120,7 +120,19 @@ TEST(GenerationPlanTest, EntrypointsGetTheirCheckpointDirectories) {
     const RankEnv env = RankEnvOf(r.task);
     EXPECT_EQ(env.checkpoint_dir, "/state/checkpoints/job-1");
     EXPECT_EQ(env.memory_checkpoint_dir, "/dev/shm/frameworm/job-1-1234");
+    EXPECT_EQ(env.memory_checkpoint_every, 0);  // automatic
+    EXPECT_EQ(ToEnvironment(env).at("FRAMEWORM_MEMORY_CHECKPOINT_EVERY"), "auto");
     EXPECT_EQ(r.task.argv_size(), 2);  // the entrypoint as given
+  }
+  spec.mutable_checkpoint()->set_memory_every_n_steps(25);
+  plan = PlanGeneration("job-1", spec, in);
+  EXPECT_EQ(RankEnvOf(plan.ranks[1].task).memory_checkpoint_every, 25);
+  EXPECT_EQ(ToEnvironment(RankEnvOf(plan.ranks[1].task)).at("FRAMEWORM_MEMORY_CHECKPOINT_EVERY"),
+            "25");
+  // A value off the wire outside 1..10^9 reads as automatic.
+  for (int64_t hostile : {int64_t{-3}, int64_t{1'000'000'001}, INT64_MAX}) {
+    plan.ranks[1].task.set_memory_checkpoint_every(hostile);
+    EXPECT_EQ(RankEnvOf(plan.ranks[1].task).memory_checkpoint_every, 0) << hostile;
   }
   spec.mutable_checkpoint()->set_memory_every_n_steps(0);
   plan = PlanGeneration("job-1", spec, in);

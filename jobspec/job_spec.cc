@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "common/closest_match.h"
 #include "common/rank_env.h"
+#include "common/rank_env.h"
 #include "yaml-cpp/yaml.h"
 
 namespace frameworm {
@@ -225,10 +226,11 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
                absl::StrCat("checkpoint.keep_last must be >= 0, got ",
                             c.keep_last()));
   }
-  if (c.has_memory_every_n_steps() && c.memory_every_n_steps() < 0) {
+  if (c.has_memory_every_n_steps() &&
+      (c.memory_every_n_steps() < 0 || c.memory_every_n_steps() > kMaxMemoryCheckpointEvery)) {
     return err("checkpoint.memory_every_n_steps",
-               absl::StrCat("checkpoint.memory_every_n_steps must be >= 0, got ",
-                            c.memory_every_n_steps()));
+               absl::StrCat("checkpoint.memory_every_n_steps must be within 0..",
+                            kMaxMemoryCheckpointEvery, ", got ", c.memory_every_n_steps()));
   }
   if (c.has_replicas() && (c.replicas() < 0 || c.replicas() > kMaxCheckpointReplicas)) {
     return err("checkpoint.replicas",

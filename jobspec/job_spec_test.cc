@@ -207,7 +207,9 @@ TEST(JobSpec, MissingNameAndOtherValues) {
   EXPECT_THAT(ParseErr("name: x\ncheckpoint:\n  replicas: 9\n").message(),
               HasSubstr("job.yaml:3: checkpoint.replicas must be within 0..8, got 9"));
   EXPECT_THAT(ParseErr("name: x\ncheckpoint:\n  memory_every_n_steps: -5\n").message(),
-              HasSubstr("job.yaml:3: checkpoint.memory_every_n_steps must be >= 0, got -5"));
+              HasSubstr("job.yaml:3: checkpoint.memory_every_n_steps must be within 0..1000000000, got -5"));
+  EXPECT_THAT(ParseErr("name: x\ncheckpoint:\n  memory_every_n_steps: 1000000001\n").message(),
+              HasSubstr("memory_every_n_steps must be within 0..1000000000, got 1000000001"));
   EXPECT_THAT(ParseErr("name: x\ncheckpoint:\n  replicas: -1\n").message(),
               HasSubstr("checkpoint.replicas must be within 0..8, got -1"));
   EXPECT_THAT(ParseErr("name: a/b\n").message(),

@@ -17,6 +17,7 @@ void SetRankEnv(const RankEnv& e, v1::TaskSpec* t) {
   t->set_token(e.token);
   t->set_checkpoint_dir(e.checkpoint_dir);
   t->set_memory_checkpoint_dir(e.memory_checkpoint_dir);
+  t->set_memory_checkpoint_every(e.memory_checkpoint_every);
 }
 
 RankEnv RankEnvOf(const v1::TaskSpec& t) {
@@ -35,6 +36,9 @@ RankEnv RankEnvOf(const v1::TaskSpec& t) {
   e.token = t.token();
   e.checkpoint_dir = t.checkpoint_dir();
   e.memory_checkpoint_dir = t.memory_checkpoint_dir();
+  // Bounded: anything outside [1, kMaxMemoryCheckpointEvery] means automatic.
+  const int64_t every = t.memory_checkpoint_every();
+  e.memory_checkpoint_every = every >= 1 && every <= kMaxMemoryCheckpointEvery ? every : 0;
   return e;
 }
 

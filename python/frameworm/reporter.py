@@ -13,10 +13,12 @@ a checkpoint or a stop:
         d = reporter.step(step, loss=loss.item(), samples=len(x), step_seconds=dt)
         # Each rank learns of a request when its own answer comes: let rank
         # 0's decide, so every rank acts after the same step.
-        flags = torch.tensor([int(d.checkpoint), int(d.stop)])
+        flags = torch.tensor([int(d.checkpoint), int(d.stop), int(d.memory_checkpoint)])
         torch.distributed.broadcast(flags, src=0)
         if flags[0]:
             save(...)
+        elif flags[2] and rank == 0:
+            reporter.save(step, state, memory=True)
         if flags[1]:
             break
     reporter.close()
@@ -41,7 +43,10 @@ fsync, rename) or writes that file itself and calls
 `reporter.register_checkpoint(step, path)`. Either way the file goes to
 the coordinator (checksummed, in 1 MiB chunks) and into the job's catalog
 (`save(step, state, memory=True)`: into the node's memory instead, which
-the workers copy to a peer, without the upload):
+the workers copy to a peer, without the upload; rank 0's Directive says
+when one is due, `memory_checkpoint`, at the job's
+`checkpoint.memory_every_n_steps` or, by default, as often as the saves
+cost at most 2% of the step time: frameworm/cadence.py):
 a restarted job starts with FRAMEWORM_RESUME_FROM naming the newest one,
 fetched onto the rank's host if it is not there, and
 `reporter.resume()` loads it (None on a fresh start). Retention
@@ -73,6 +78,7 @@ import zlib
 
 import grpc
 
+from frameworm.cadence import MemoryCadence, parse_every
 from frameworm.client import FramewormError, _secure_channel
 from frameworm.v1 import common_pb2, trainer_service_pb2, trainer_service_pb2_grpc
 
@@ -83,19 +89,26 @@ _CHUNK = 1 << 20  # the coordinator takes at most 1 MiB of data per chunk
 class Directive:
     """What the coordinator asked after a step."""
 
-    __slots__ = ("checkpoint", "checkpoint_at_step", "stop")
+    __slots__ = ("checkpoint", "checkpoint_at_step", "stop", "memory_checkpoint")
 
-    def __init__(self, checkpoint_at_step=0, stop=False, checkpoint=False):
+    def __init__(self, checkpoint_at_step=0, stop=False, checkpoint=False,
+                 memory_checkpoint=False):
         # The step the coordinator asked a checkpoint after (0: none).
         self.checkpoint_at_step = checkpoint_at_step
         # True once per request: the first step this rank reports at or
         # past checkpoint_at_step after learning of it.
         self.checkpoint = checkpoint
         self.stop = stop
+        # Rank 0 only, in a job that takes in-memory checkpoints: one is due
+        # after this step (frameworm/cadence.py; never when `checkpoint` is
+        # set: that step's disk checkpoint serves). It stays due until
+        # save(..., memory=True) takes one.
+        self.memory_checkpoint = memory_checkpoint
 
     def __repr__(self):
         return (f"Directive(checkpoint_at_step={self.checkpoint_at_step}, "
-                f"checkpoint={self.checkpoint}, stop={self.stop})")
+                f"checkpoint={self.checkpoint}, stop={self.stop}, "
+                f"memory_checkpoint={self.memory_checkpoint})")
 
 
 class Reporter:
@@ -113,6 +126,17 @@ class Reporter:
         # In-memory checkpoints (a tmpfs outside this process; "": the job
         # takes none): save(..., memory=True).
         self.memory_checkpoint_dir = env.get("FRAMEWORM_MEMORY_CHECKPOINT_DIR", "")
+        # Their cadence: N (every N steps), 0 (automatic) or None (none).
+        self.memory_checkpoint_every = None
+        self._cadence = None
+        self._last_step_at = None
+        if self.memory_checkpoint_dir:
+            try:
+                every = parse_every(env.get("FRAMEWORM_MEMORY_CHECKPOINT_EVERY"))
+            except ValueError as e:
+                raise FramewormError("INVALID_ARGUMENT", str(e)) from None
+            self.memory_checkpoint_every = 0 if every is None else every
+            self._cadence = MemoryCadence(self.memory_checkpoint_every)
         self.resume_from = env.get("FRAMEWORM_RESUME_FROM", "")
         self.timeout = timeout
         self._last_step = 0
@@ -155,6 +179,15 @@ class Reporter:
         are left out). Returns a Directive."""
         if not self.enabled:
             return Directive()
+        memory = False
+        if self._cadence is not None and self.rank == 0:
+            now = time.monotonic()
+            seconds = float(step_seconds) if step_seconds else 0.0
+            if not seconds > 0 and self._last_step_at is not None:
+                seconds = now - self._last_step_at  # the time between reports
+            self._last_step_at = now
+            self._cadence.observe_step(seconds)
+            memory = self._cadence.due(step)
         m = common_pb2.StepMetrics(ref=self._ref, rank=self.rank, step=int(step), epoch=int(epoch),
                                    samples=int(samples), step_seconds=max(0.0, float(step_seconds)),
                                    total_steps=int(total_steps))
@@ -177,7 +210,7 @@ class Reporter:
             due = at > self._acted and int(step) >= at
             if due:
                 self._acted = at
-        return Directive(at, stop, due)
+        return Directive(at, stop, due, memory and not due)
 
     def checkpoint_path(self, step, memory=False):
         """$FRAMEWORM_CHECKPOINT_DIR/ckpt-<step>.pt (memory: in
@@ -213,9 +246,11 @@ class Reporter:
         memory=True: into the job's in-memory directory (a tmpfs outside this
         process, which survives its crash; the workers copy it to a peer, so
         it survives the loss of a node), reported without an upload; cheap
-        enough to take every few steps."""
+        enough to take every few steps. Its cost sets when the next is due
+        (Directive.memory_checkpoint)."""
         import torch
 
+        started = time.perf_counter()
         path = self.checkpoint_path(step, memory)
         d = os.path.dirname(path)
         if memory:
@@ -237,7 +272,10 @@ class Reporter:
             os.fsync(fd)
         finally:
             os.close(fd)
-        return self.register_checkpoint(step, path, memory)
+        expired = self.register_checkpoint(step, path, memory)
+        if memory and self._cadence is not None:
+            self._cadence.saved(step, time.perf_counter() - started)
+        return expired
 
     def register_checkpoint(self, step, path, memory=False):
         """Rank 0: tells the coordinator that the complete file `path`

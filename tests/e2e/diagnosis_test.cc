@@ -14,6 +14,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster.h"
 
@@ -341,6 +342,37 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   }
   EXPECT_EQ(resumed[0], memory_step);
   EXPECT_EQ(resumed[1], memory_step);
+  // Generation 2 follows rank 0's Directive.memory_checkpoint (the job
+  // leaves checkpoint.memory_every_n_steps automatic): one at once, the
+  // next at least 10 steps later (a ~25 ms step and a save of a few ms
+  // allow no more), each in the catalog as memory; rank 1 is never told.
+  std::vector<int64_t> automatic;
+  std::string rank0;
+  for (int i = 0; i < 300 && automatic.size() < 2; ++i) {
+    rank0 = (*c)->Cli({"logs", *id, "--rank", "0"}).output;
+    automatic.clear();
+    const std::string mark = "automatic memory checkpoint of step ";
+    for (size_t at = rank0.find(mark); at != std::string::npos; at = rank0.find(mark, at + 1)) {
+      automatic.push_back(std::stoll(rank0.substr(at + mark.size())));
+    }
+    if (automatic.size() < 2) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_GE(automatic.size(), 2u) << rank0;
+  std::cout << "automatic in-memory checkpoints at steps " << absl::StrJoin(automatic, ", ")
+            << std::endl;
+  EXPECT_EQ(automatic[0], std::stoll(memory_step) + 1) << rank0;
+  for (size_t i = 1; i < automatic.size(); ++i) {
+    EXPECT_GE(automatic[i] - automatic[i - 1], 10) << rank0;
+  }
+  const std::string newest = absl::StrCat("ckpt-", automatic[1], ".pt");
+  for (int i = 0; i < 100 && catalog.find(newest) == std::string::npos; ++i) {
+    catalog = (*c)->Cli({"checkpoints", *id}).output;
+    if (catalog.find(newest) == std::string::npos) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_NE(catalog.find(newest), std::string::npos) << catalog;
+  RunResult rank1 = (*c)->Cli({"logs", *id, "--rank", "1"});
+  EXPECT_EQ(rank1.output.find("was told to take a memory checkpoint"), std::string::npos)
+      << rank1.output;
   RunResult cancel = (*c)->Cli({"cancel", *id});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
 }

@@ -3,7 +3,8 @@ RANK, ...) that reports its steps to its Frameworm job with
 frameworm.Reporter; the diagnosis e2e stops one rank of it. It checkpoints
 when the coordinator asks (rank 0: reporter.save), 5 steps later in
 memory (save(..., memory=True)), and resumes from reporter.resume() when
-restarted.
+restarted; the restarted generation takes in-memory checkpoints when rank
+0's Directive says one is due (memory_checkpoint: the automatic cadence).
 
 usage: torchrun_reporting.py STEPS
 """
@@ -35,6 +36,9 @@ def check_checkpoint_errors(reporter, step):
     missing = step + 1000000
     expect_error("NOT_FOUND", reporter.register_checkpoint, missing, reporter.checkpoint_path(missing))
     assert reporter.memory_checkpoint_dir, "the job takes in-memory checkpoints"
+    assert reporter.memory_checkpoint_every == 0, "automatic cadence by default"
+    env = dict(os.environ, FRAMEWORM_MEMORY_CHECKPOINT_EVERY="often")
+    expect_error("INVALID_ARGUMENT", frameworm.Reporter, 1.0, 10.0, env)
     outside = frameworm.Reporter(environ={})
     expect_error("FAILED_PRECONDITION", outside.checkpoint_path, 1)
     expect_error("FAILED_PRECONDITION", outside.checkpoint_path, 1, True)
@@ -102,7 +106,10 @@ def main():
             d = reporter.step(step, loss=loss.item(), samples=32,
                               step_seconds=time.perf_counter() - t0, total_steps=steps)
             # Rank 0's answer decides, so every rank acts after the same step.
-            flags = torch.tensor([int(d.checkpoint), int(d.stop), d.checkpoint_at_step])
+            if d.memory_checkpoint and dist.get_rank() != 0:
+                print(f"rank {dist.get_rank()} was told to take a memory checkpoint", flush=True)
+            flags = torch.tensor([int(d.checkpoint), int(d.stop), d.checkpoint_at_step,
+                                  int(d.memory_checkpoint)])
             dist.broadcast(flags, src=0)
             if flags[0]:
                 print(f"checkpoint asked for step {int(flags[2])} taken after step {step}",
@@ -114,6 +121,11 @@ def main():
                     if state is None:
                         check_checkpoint_errors(reporter, step)
                         memory_at = step + 5
+            if state is not None and flags[3] and dist.get_rank() == 0:
+                # The restarted generation follows the automatic cadence.
+                reporter.save(step, {"model": net.state_dict(), "optimizer": opt.state_dict(),
+                                     "step": step}, memory=True)
+                print(f"automatic memory checkpoint of step {step} registered", flush=True)
             if step == memory_at and dist.get_rank() == 0:
                 # A newer one in the node's memory: the restart takes it.
                 reporter.save(step, {"model": net.state_dict(), "optimizer": opt.state_dict(),
