@@ -15,6 +15,10 @@
 //           with the hosts' worker certificates, 1 MiB chunks, CRC-32, the
 //           fetcher writes, fsyncs and renames (FetchCheckpointFrom); against
 //           a plain TCP stream from host 1 to host 2 (peer_link).
+//   ceilings for the peer copy, on the same hosts (bench/p9_tls_stream.h):
+//           peer_tls, a bare mutual-TLS stream host 1 -> host 2 (what any
+//           encrypted copy at best gets from these cores), and disk, host
+//           2 writing and fsyncing the same size where the fetch writes.
 //
 // Prints one JSON line per trial ({"trial":i,"link_mib_s":..,"upload_mib_s":..})
 // and a summary line with the medians and their ratio. Needs root.
@@ -39,6 +43,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/p9_tls_stream.h"
 #include "common/rank_env.h"
 #include "tests/e2e/hosts.h"
 #include "trainer/trainer_channel.h"
@@ -161,6 +166,7 @@ int Upload(long long mib) {
 }
 
 constexpr int kPeerPort = 7172;
+constexpr int kTlsPort = 7173;
 
 // --serve MIB: as a worker on this host (its TLS directory), holds an MIB
 // MiB checkpoint file and serves it until killed.
@@ -268,7 +274,7 @@ int Bench(int trials, long long mib) {
   MultiHostCluster& c = **cluster;
   const std::string self = Self();
   const std::string coordinator_host = c.net().host(0).address;
-  std::vector<double> link, upload, peer_link, peer;
+  std::vector<double> link, upload, peer_link, peer, peer_tls, disk;
   for (int t = 0; t < trials; ++t) {
     auto receiver = c.net().Start(0, {self, "--receive"}, {},
                                   absl::StrCat(c.dir(), "/p9-receive-", t, ".log"), "/tmp");
@@ -308,6 +314,17 @@ int Bench(int trials, long long mib) {
         c.net().OnHost(1, {self, "--send", c.net().host(2).address, absl::StrCat(mib)}), {},
         absl::Seconds(120));
     (*receiver2)->Wait(absl::Seconds(10));
+    auto tls_receiver = c.net().Start(2, {self, "--tls-receive"}, {},
+                                      absl::StrCat(c.dir(), "/p9-tls-receive-", t, ".log"), "/tmp");
+    if (!tls_receiver.ok() ||
+        !(*tls_receiver)->WaitForLine("receiving", absl::Seconds(10)).ok()) {
+      std::fprintf(stderr, "p9: the TLS receiver on host 2 did not start\n");
+      return 1;
+    }
+    frameworm::e2e::RunResult tls_sent = frameworm::e2e::RunCommand(
+        c.net().OnHost(1, {self, "--tls-send", c.net().host(2).address, absl::StrCat(mib)}), {},
+        absl::Seconds(120));
+    (*tls_receiver)->Wait(absl::Seconds(10));
     auto server = c.net().Start(1, {self, "--serve", absl::StrCat(mib)}, {},
                                 absl::StrCat(c.dir(), "/p9-serve-", t, ".log"), "/tmp");
     absl::StatusOr<std::string> serving =
@@ -324,29 +341,45 @@ int Bench(int trials, long long mib) {
         c.net().OnHost(2, {self, "--fetch", peer_host, absl::StrCat(mib), checksum}),
         {{"P9_SECRET", secret}}, absl::Seconds(300));
     server->reset();  // kills the server
+    frameworm::e2e::RunResult wrote = frameworm::e2e::RunCommand(
+        c.net().OnHost(2, {self, "--disk", absl::StrCat(mib)}), {}, absl::Seconds(300));
     const double pl = Field(sent2.output, "link_mib_s");
     const double p = Field(fetched.output, "peer_mib_s");
-    if (pl <= 0 || p <= 0) {
-      std::fprintf(stderr, "p9: trial %d failed: peer link %s / peer %s\n", t,
-                   sent2.output.c_str(), fetched.output.c_str());
+    const double pt = Field(tls_sent.output, "tls_mib_s");
+    const double d = Field(wrote.output, "disk_mib_s");
+    if (pl <= 0 || p <= 0 || pt <= 0 || d <= 0) {
+      std::fprintf(stderr, "p9: trial %d failed: peer link %s / peer %s / tls %s / disk %s\n", t,
+                   sent2.output.c_str(), fetched.output.c_str(), tls_sent.output.c_str(),
+                   wrote.output.c_str());
       return 1;
     }
+    const size_t cipher_at = tls_sent.output.find("\"cipher\":\"");
+    const std::string cipher =
+        cipher_at == std::string::npos
+            ? "?"
+            : tls_sent.output.substr(cipher_at + 10,
+                                     tls_sent.output.find('"', cipher_at + 10) - cipher_at - 10);
     link.push_back(l);
     upload.push_back(u);
     peer_link.push_back(pl);
     peer.push_back(p);
+    peer_tls.push_back(pt);
+    disk.push_back(d);
     std::printf(
         "{\"trial\":%d,\"mib\":%lld,\"link_mib_s\":%.1f,\"upload_mib_s\":%.1f,"
-        "\"peer_link_mib_s\":%.1f,\"peer_mib_s\":%.1f}\n",
-        t, mib, l, u, pl, p);
+        "\"peer_link_mib_s\":%.1f,\"peer_mib_s\":%.1f,\"peer_tls_mib_s\":%.1f,"
+        "\"disk_mib_s\":%.1f,\"cipher\":\"%s\"}\n",
+        t, mib, l, u, pl, p, pt, d, cipher.c_str());
     std::fflush(stdout);
   }
   std::printf(
       "{\"summary\":true,\"trials\":%d,\"mib\":%lld,\"link_mib_s_median\":%.1f,"
       "\"upload_mib_s_median\":%.1f,\"ratio\":%.3f,\"peer_link_mib_s_median\":%.1f,"
-      "\"peer_mib_s_median\":%.1f,\"peer_ratio\":%.3f}\n",
+      "\"peer_mib_s_median\":%.1f,\"peer_ratio\":%.3f,\"peer_tls_mib_s_median\":%.1f,"
+      "\"disk_mib_s_median\":%.1f,\"peer_ceiling_ratio\":%.3f}\n",
       trials, mib, Median(link), Median(upload), Median(upload) / Median(link),
-      Median(peer_link), Median(peer), Median(peer) / Median(peer_link));
+      Median(peer_link), Median(peer), Median(peer) / Median(peer_link), Median(peer_tls),
+      Median(disk), Median(peer) / std::min(Median(peer_tls), Median(disk)));
   return 0;
 }
 
@@ -364,6 +397,15 @@ int main(int argc, char** argv) {
   }
   if (args.size() == 2 && args[0] == "--serve" && absl::SimpleAtoi(args[1], &mib)) {
     return Serve(mib);
+  }
+  if (!args.empty() && args[0] == "--tls-receive") {
+    return frameworm::bench::TlsReceive(kTlsPort, frameworm::e2e::kTlsDir);
+  }
+  if (args.size() == 3 && args[0] == "--tls-send" && absl::SimpleAtoi(args[2], &mib)) {
+    return frameworm::bench::TlsSend(args[1], kTlsPort, mib, frameworm::e2e::kTlsDir);
+  }
+  if (args.size() == 2 && args[0] == "--disk" && absl::SimpleAtoi(args[1], &mib)) {
+    return frameworm::bench::DiskWrite("/tmp", mib);
   }
   if (args.size() == 4 && args[0] == "--fetch" && absl::SimpleAtoi(args[2], &mib)) {
     return Fetch(args[1], mib, args[3]);
