@@ -88,7 +88,15 @@ L += ["", "Targets: cnn ratio <= 1.0, mlp ratio <= 0.7, 2-rank step within 10% o
       "Some runs of the 2-rank MLP job take 1.5-1.6 ms a step instead of 1.1, every step alike, rank 0 waiting",
       "a steady 0.22-0.4 ms for rank 1; 1-rank runs alone or side by side between them are not slowed. Pinning",
       "the ranks to separate CPUs does not prevent it and there are no page faults per step; the cause is not",
-      "found. The per-run ratios show which runs met it.", ""]
+      "found. The per-run ratios show which runs met it.",
+      "Where the 2-rank MLP step's extra time goes (2026-12-05, perf record -F 4999 of one rank for 1.5 s,",
+      "1-rank against 2-rank, samples per step; steps 0.990 and 1.112 ms): the shared-memory allreduce's copy",
+      "of the other rank's half (memmove, +32 us), the hook's copy of each gradient into its bucket (+26 us),",
+      "the summing (+12 us), about +65 us off the CPU (the ranks' barrier waits and preemptions: with both",
+      "cores busy, anything else that runs takes a rank's core; the launcher's 5 ms poll alone changed nothing",
+      "measurable), while the model's own kernels cost the same. A bare cross-core read of 1 MiB that the",
+      "other core just wrote takes 37-40 us in some runs and 60-70 us in others on this machine",
+      "(a pthread ping-pong test, six runs in a row): the slow state is consistent with that.", ""]
 for model in ("cnn", "mlp"):
     fw = steps(f"{tmp}/fw-{model}-2-1.jsonl")
     py = steps(f"{tmp}/py-{model}-2-1.jsonl")
