@@ -247,10 +247,21 @@ class Reporter:
         process, which survives its crash; the workers copy it to a peer, so
         it survives the loss of a node), reported without an upload; cheap
         enough to take every few steps. Its cost sets when the next is due
-        (Directive.memory_checkpoint)."""
+        (Directive.memory_checkpoint), also when it fails; an in-memory one
+        the coordinator did not record is deleted before the error is
+        raised."""
+        started = time.perf_counter()
+        try:
+            return self._save(step, state, memory)
+        finally:
+            # A failed one counts too: a full tmpfs or a coordinator away
+            # must not make every step try again.
+            if memory and self._cadence is not None:
+                self._cadence.saved(step, time.perf_counter() - started)
+
+    def _save(self, step, state, memory):
         import torch
 
-        started = time.perf_counter()
         path = self.checkpoint_path(step, memory)
         d = os.path.dirname(path)
         if memory:
@@ -272,10 +283,15 @@ class Reporter:
             os.fsync(fd)
         finally:
             os.close(fd)
-        expired = self.register_checkpoint(step, path, memory)
-        if memory and self._cadence is not None:
-            self._cadence.saved(step, time.perf_counter() - started)
-        return expired
+        try:
+            return self.register_checkpoint(step, path, memory)
+        except Exception:
+            if memory:  # not in the catalog: nothing would resume from it or expire it
+                try:
+                    os.remove(path)
+                except OSError:
+                    pass
+            raise
 
     def register_checkpoint(self, step, path, memory=False):
         """Rank 0: tells the coordinator that the complete file `path`

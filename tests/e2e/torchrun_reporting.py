@@ -39,6 +39,16 @@ def check_checkpoint_errors(reporter, step):
     assert reporter.memory_checkpoint_every == 0, "automatic cadence by default"
     env = dict(os.environ, FRAMEWORM_MEMORY_CHECKPOINT_EVERY="often")
     expect_error("INVALID_ARGUMENT", frameworm.Reporter, 1.0, 10.0, env)
+    # An in-memory save the coordinator cannot record (it is away): the
+    # error is raised, the file deleted, and the next one is not due at
+    # once (the failed save counts for the cadence).
+    env = dict(os.environ, FRAMEWORM_COORDINATOR="127.0.0.1:1")
+    away = frameworm.Reporter(environ=env, ping_every=0, timeout=2.0)
+    assert away.step(step).memory_checkpoint, "the first is due at once"
+    expect_error("UNAVAILABLE", away.save, step, {"step": step}, True)
+    assert not os.path.exists(away.checkpoint_path(step, True)), "an unrecorded file stayed"
+    assert not away.step(step + 1).memory_checkpoint, "due again right after a failed save"
+    away.close(flush=1.0)
     outside = frameworm.Reporter(environ={})
     expect_error("FAILED_PRECONDITION", outside.checkpoint_path, 1)
     expect_error("FAILED_PRECONDITION", outside.checkpoint_path, 1, True)
