@@ -236,7 +236,13 @@ int Fetch(const std::string& host, long long mib, const std::string& checksum) {
   std::filesystem::remove(h.path);
   std::atomic<bool> stop{false};
   const absl::Time t0 = absl::Now();
-  absl::Status s = frameworm::FetchCheckpointFrom(h, &*tls, absl::Minutes(5), stop);
+  // P9_STREAMS: how many streams at once (default: FetchCheckpointFrom's choice).
+  int streams = 0;
+  if (const char* n = std::getenv("P9_STREAMS"); n != nullptr && !absl::SimpleAtoi(n, &streams)) {
+    streams = 0;
+  }
+  absl::Status s =
+      frameworm::FetchCheckpointFrom(h, &*tls, absl::Minutes(5), stop, nullptr, streams);
   const double secs = absl::ToDoubleSeconds(absl::Now() - t0);
   std::filesystem::remove(h.path);
   if (!s.ok()) {

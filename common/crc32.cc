@@ -90,4 +90,8 @@ bool Crc32IsAccelerated() {
 #endif
 }
 
+uint32_t Crc32Combine(uint32_t crc1, uint32_t crc2, int64_t len2) {
+  return static_cast<uint32_t>(crc32_combine64(crc1, crc2, static_cast<z_off64_t>(len2)));
+}
+
 }  // namespace frameworm

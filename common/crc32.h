@@ -17,6 +17,10 @@ namespace frameworm {
 
 uint32_t Crc32(uint32_t crc, const void* data, size_t n);
 
+// The CRC-32 of A followed by B from crc1 = CRC of A, crc2 = CRC of B and
+// B's length (zlib's crc32_combine): how ranges checksummed apart join.
+uint32_t Crc32Combine(uint32_t crc1, uint32_t crc2, int64_t len2);
+
 // Whether Crc32 folds with PCLMULQDQ on this CPU (for benchmarks' notes).
 bool Crc32IsAccelerated();
 

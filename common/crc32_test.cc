@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -61,6 +62,32 @@ TEST(Crc32Test, EqualsZlibOnLargeInputsAndInPieces) {
   std::vector<unsigned char> flipped = buf;
   flipped[5 << 20] ^= 0x10;
   EXPECT_NE(Crc32(0, flipped.data(), flipped.size()), want);
+}
+
+}  // namespace
+}  // namespace frameworm
+
+namespace frameworm {
+namespace {
+
+// Ranges checksummed apart (as a fetch in several streams does) combine to
+// the CRC of the whole, at every split point of a small input and at a few
+// of a large one.
+TEST(Crc32Test, RangesCombineToTheWhole) {
+  std::string data(3 * 1024 * 1024 + 77, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 2654435761u >> 13);
+  const uint32_t whole = Crc32(0, data.data(), data.size());
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{63}, size_t{1} << 20, data.size() - 5, data.size()}) {
+    const uint32_t a = Crc32(0, data.data(), cut);
+    const uint32_t b = Crc32(0, data.data() + cut, data.size() - cut);
+    EXPECT_EQ(Crc32Combine(a, b, static_cast<int64_t>(data.size() - cut)), whole) << cut;
+  }
+  // Three ranges, joined left to right.
+  const size_t c1 = 1000003, c2 = 2000029;
+  uint32_t joined = Crc32(0, data.data(), c1);
+  joined = Crc32Combine(joined, Crc32(0, data.data() + c1, c2 - c1), c2 - c1);
+  joined = Crc32Combine(joined, Crc32(0, data.data() + c2, data.size() - c2), data.size() - c2);
+  EXPECT_EQ(joined, whole);
 }
 
 }  // namespace

@@ -6,8 +6,11 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "common/crc32.h"
+#include "common/received_file.h"
 #include "gtest/gtest.h"
 
 namespace frameworm {
@@ -112,6 +115,56 @@ TEST_F(QueuedFileTest, BadArgumentsAndAnUnwritableDirectoryAreErrors) {
   { std::ofstream(base_ + "/file") << "x"; }
   auto f = QueuedFile::Create(base_ + "/file/ckpt-1.pt", 10);
   EXPECT_EQ(f.status().code(), absl::StatusCode::kInternal) << f.status();
+}
+
+// ReceivedFile's ranges (a fetch in several streams): written out of order
+// from several threads, committed with the joined CRC; writes outside the
+// declared size, mixing ranges with in-order appends, and a missing range
+// are refused, and nothing stays.
+TEST_F(QueuedFileTest, ARangedFileIsWrittenOutOfOrderAndCheckedWhole) {
+  const std::string path = base_ + "/ck/ckpt-9.pt";
+  const std::string want = Chunk(3 * kMaxChunkBytes + 17, 9);
+  const int64_t size = static_cast<int64_t>(want.size());
+  auto f = ReceivedFile::Create(path, size);
+  ASSERT_TRUE(f.ok()) << f.status();
+  std::vector<std::thread> threads;
+  for (int64_t at = size; at > 0;) {  // last chunk first
+    const int64_t from = (at - 1) / kMaxChunkBytes * kMaxChunkBytes;
+    threads.emplace_back([&, from, at] {
+      EXPECT_TRUE((*f)->WriteAt(from, want.data() + from, static_cast<size_t>(at - from)).ok());
+    });
+    at = from;
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ((*f)->Append("x").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*f)->Commit("crc32:00000000").code(), absl::StatusCode::kFailedPrecondition);
+  const uint32_t a = Crc32(0, want.data(), kMaxChunkBytes);
+  const uint32_t b = Crc32(0, want.data() + kMaxChunkBytes, want.size() - kMaxChunkBytes);
+  const uint32_t whole = Crc32Combine(a, b, size - kMaxChunkBytes);
+  EXPECT_EQ((*f)->CommitRanges(whole ^ 1, Crc32Text(whole)).code(),
+            absl::StatusCode::kInvalidArgument);
+  f = ReceivedFile::Create(path, size);
+  ASSERT_TRUE(f.ok());
+  for (const auto& [at, n] : std::vector<std::pair<int64_t, size_t>>{
+           {-1, 1}, {size, 1}, {size - 3, 4}, {0, static_cast<size_t>(kMaxChunkBytes) + 1}}) {
+    EXPECT_EQ((*f)->WriteAt(at, want.data(), n).code(), absl::StatusCode::kInvalidArgument) << at;
+  }
+  ASSERT_TRUE((*f)->WriteAt(0, want.data(), kMaxChunkBytes).ok());
+  absl::Status s = (*f)->CommitRanges(whole, Crc32Text(whole));  // the rest never came
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  f->reset();
+  EXPECT_EQ(FilesBeside(path), 0u) << "a refused file leaves nothing once dropped";
+  f = ReceivedFile::Create(path, size);
+  ASSERT_TRUE(f.ok());
+  for (int64_t at = 0; at < size; at += kMaxChunkBytes) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, size - at));
+    ASSERT_TRUE((*f)->WriteAt(at, want.data() + at, n).ok());
+  }
+  ASSERT_TRUE((*f)->CommitRanges(whole, Crc32Text(whole)).ok());
+  std::ifstream in(path, std::ios::binary);
+  const std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(got == want);
+  EXPECT_EQ(FilesBeside(path), 1u);
 }
 
 }  // namespace

@@ -95,6 +95,7 @@ ReceivedFile::~ReceivedFile() {
 
 absl::Status ReceivedFile::Append(const std::string& data) {
   if (fd_ < 0) return absl::FailedPreconditionError("the transfer already ended");
+  if (written_at_.load() != 0) return absl::FailedPreconditionError("the file is written in ranges");
   if (static_cast<int64_t>(data.size()) > kMaxChunkBytes) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint chunk of ", data.size(),
                                                    " bytes; at most ", kMaxChunkBytes));
@@ -116,15 +117,49 @@ absl::Status ReceivedFile::Append(const std::string& data) {
   return absl::OkStatus();
 }
 
-absl::Status ReceivedFile::Commit(const std::string& checksum) {
+absl::Status ReceivedFile::WriteAt(int64_t offset, const char* data, size_t n) {
   if (fd_ < 0) return absl::FailedPreconditionError("the transfer already ended");
-  if (received_ != expected_) {
-    return absl::InvalidArgumentError(absl::StrCat("the transfer ended after ", received_,
+  if (received_ != 0) return absl::FailedPreconditionError("the file is written in order");
+  if (static_cast<int64_t>(n) > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint chunk of ", n, " bytes; at most ", kMaxChunkBytes));
+  }
+  if (offset < 0 || offset > expected_ || static_cast<int64_t>(n) > expected_ - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("bytes [", offset, ", ", offset, " + ", n,
+                                                   ") are outside the ", expected_,
+                                                   " bytes declared"));
+  }
+  for (size_t done = 0; done < n;) {
+    const ssize_t w = ::pwrite(fd_, data + done, n - done, offset + static_cast<int64_t>(done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      return absl::InternalError(absl::StrCat("writing ", partial_, ": ", std::strerror(errno)));
+    }
+    done += static_cast<size_t>(w);
+  }
+  written_at_ += static_cast<int64_t>(n);
+  return absl::OkStatus();
+}
+
+absl::Status ReceivedFile::CommitRanges(uint32_t crc, const std::string& checksum) {
+  if (received_ != 0) return absl::FailedPreconditionError("the file was written in order");
+  return Finish(written_at_.load(), crc, checksum);
+}
+
+absl::Status ReceivedFile::Commit(const std::string& checksum) {
+  if (written_at_.load() != 0) return absl::FailedPreconditionError("the file was written in ranges");
+  return Finish(received_, crc_, checksum);
+}
+
+absl::Status ReceivedFile::Finish(int64_t written, uint32_t crc, const std::string& checksum) {
+  if (fd_ < 0) return absl::FailedPreconditionError("the transfer already ended");
+  if (written != expected_) {
+    return absl::InvalidArgumentError(absl::StrCat("the transfer ended after ", written,
                                                    " of the ", expected_, " bytes declared"));
   }
-  if (checksum != Crc32Text(crc_)) {
+  if (checksum != Crc32Text(crc)) {
     return absl::InvalidArgumentError(absl::StrCat("checksum '", checksum.substr(0, 40),
-                                                   "' does not match ", Crc32Text(crc_),
+                                                   "' does not match ", Crc32Text(crc),
                                                    " of the bytes received"));
   }
   const bool flushed = ::fsync(fd_) == 0;

@@ -12,10 +12,17 @@
 // kMaxChunkBytes, a short file or another checksum are refused.
 // Errors: INVALID_ARGUMENT (naming the numbers), INTERNAL for filesystem
 // errors (naming the file), FAILED_PRECONDITION after the end.
-// Thread safety: one ReceivedFile is used by one thread at a time.
+//
+// Ranges: a file fetched in several streams at once is written with WriteAt
+// (disjoint ranges, in any order, from any threads) and committed with
+// CommitRanges, given the CRC-32 of all its bytes (the caller combines its
+// ranges'); a file is written either way, never both.
+// Thread safety: one ReceivedFile is used by one thread at a time, except
+// that WriteAt may be called from several threads at once.
 #ifndef FRAMEWORM_COMMON_RECEIVED_FILE_H_
 #define FRAMEWORM_COMMON_RECEIVED_FILE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -55,12 +62,22 @@ class ReceivedFile {
   // Checks the size and `checksum` ("crc32:xxxxxxxx"), then renames the file
   // into place (replacing an older file of the same name).
   absl::Status Commit(const std::string& checksum);
+  // Writes data[0, n) at `offset` (n <= kMaxChunkBytes, inside the
+  // declared size). The caller keeps ranges disjoint.
+  absl::Status WriteAt(int64_t offset, const char* data, size_t n);
+  // Commit for a file written with WriteAt: every declared byte written,
+  // `crc` (of all of them, in order) matching `checksum`.
+  absl::Status CommitRanges(uint32_t crc, const std::string& checksum);
   int64_t received() const { return received_; }
   int64_t expected() const { return expected_; }
 
  private:
   ReceivedFile() = default;
+  // Checks `written` bytes and `crc` against what was declared, then fsyncs
+  // and renames.
+  absl::Status Finish(int64_t written, uint32_t crc, const std::string& checksum);
   int fd_ = -1;
+  std::atomic<int64_t> written_at_{0};  // bytes WriteAt wrote
   std::string partial_, final_;
   int64_t expected_ = 0, received_ = 0;
   uint32_t crc_ = 0;

@@ -3,7 +3,9 @@
 // DownloadCheckpoint and GetCheckpoint, a worker's FetchCheckpoint. The
 // first chunk carries total_bytes (the file's size when the call started)
 // and whatever else `head` holds; the receiver checks size and checksum
-// (ReceivedFile).
+// (ReceivedFile). A range [offset, offset + length) of the file may be
+// asked for (length 0: to the end; total_bytes stays the file's size); one
+// outside the file ends the call with OUT_OF_RANGE naming the numbers.
 //
 // `Chunk` is a message with set_total_bytes(int64) and mutable_data().
 // Errors end the call: INTERNAL "cannot read <what>" when the file cannot be
@@ -40,16 +42,30 @@ class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
  public:
   // `what` names the file in errors without showing its path; `head`'s
   // fields other than the data go out with the first chunk.
-  FileSendReactor(const std::string& path, const std::string& what, Chunk head = Chunk())
+  FileSendReactor(const std::string& path, const std::string& what, Chunk head = Chunk(),
+                  int64_t offset = 0, int64_t length = 0)
       : what_(what), chunk_(std::move(head)) {
     in_.open(path, std::ios::binary);
     std::error_code ec;
-    total_ = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+    const int64_t size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
     if (!in_ || ec) {
       this->Finish(grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("cannot read ", what_)));
       return;
     }
-    chunk_.set_total_bytes(total_);
+    if (offset < 0 || length < 0 || offset > size || length > size - offset) {
+      this->Finish(grpc::Status(
+          grpc::StatusCode::OUT_OF_RANGE,
+          absl::StrCat("bytes [", offset, ", ", offset, " + ", length, ") are outside ", what_,
+                       " of ", size, " bytes")));
+      return;
+    }
+    if (offset > 0 && !in_.seekg(offset)) {
+      this->Finish(grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("cannot read ", what_)));
+      return;
+    }
+    sent_ = offset;
+    total_ = length > 0 ? offset + length : size;  // where this call stops
+    chunk_.set_total_bytes(size);
     Next();
   }
   void OnWriteDone(bool ok) override {
@@ -76,7 +92,7 @@ class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
 
   const std::string what_;
   std::ifstream in_;
-  int64_t total_ = 0, sent_ = 0;
+  int64_t total_ = 0, sent_ = 0;  // the end of what is sent, and where it is
   bool first_ = true;
   Chunk chunk_;  // declared last: initialized after the others
 };

@@ -16,7 +16,14 @@
 // to a partial file beside h.path that is renamed over it only once
 // h.bytes arrived and h.checksum matched (common/received_file.h). A source
 // whose first chunk announces another size is skipped. Each attempt has
-// `timeout`. Errors: the last source's error, prefixed with its endpoint
+// `timeout`. A file of at least 64 MiB comes in several streams at once
+// (`streams`; 0: automatic, a quarter of the cores, 1 to 4, and 1 for
+// smaller files), each a range [offset, offset + length) of it on a
+// connection of its own, written where it belongs and checked as a whole
+// (sizes, then the CRC-32 of every byte, the ranges' joined); the first
+// failing stream stops the others, and a source that cannot serve ranges
+// (it sends more than a range) is asked once more for the whole file in
+// one stream. Errors: the last source's error, prefixed with its endpoint
 // (UNAVAILABLE, NOT_FOUND, INVALID_ARGUMENT for a size or checksum
 // mismatch, INTERNAL for the local disk).
 // Thread safety: the service is gRPC's (any thread); FetchCheckpointFrom
@@ -50,7 +57,7 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
 // in place).
 absl::Status FetchCheckpointFrom(const HeldCheckpoint& h, const TlsFiles* tls,
                                  absl::Duration timeout, const std::atomic<bool>& stop,
-                                 bool* copied = nullptr);
+                                 bool* copied = nullptr, int streams = 0);
 
 }  // namespace frameworm
 

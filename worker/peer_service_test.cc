@@ -10,10 +10,12 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/received_file.h"
+#include "rpc/file_stream.h"
 #include "gtest/gtest.h"
 #include "rpc/cluster_ca.h"
 #include "rpc/rpc.h"
@@ -103,9 +105,12 @@ class PeerServiceTest : public ::testing::Test {
   // Serves `holdings` as worker `name`; its endpoint.
   std::string Serve(CheckpointHoldings& holdings, const std::string& name) {
     services_.push_back(std::make_unique<PeerServiceImpl>(holdings));
+    return ServeService(services_.back().get(), name);
+  }
+  std::string ServeService(grpc::Service* service, const std::string& name) {
     ServerOptions o;
     o.tls = Tls(name);
-    absl::StatusOr<StartedServer> s = StartServer(o, {services_.back().get()});
+    absl::StatusOr<StartedServer> s = StartServer(o, {service});
     EXPECT_TRUE(s.ok()) << s.status();
     servers_.push_back(std::move(s->server));
     return absl::StrCat("127.0.0.1:", s->port);
@@ -127,9 +132,9 @@ class PeerServiceTest : public ::testing::Test {
     ss << in.rdbuf();
     return ss.str();
   }
-  absl::Status Fetch(const HeldCheckpoint& h, const std::string& as = "b") {
+  absl::Status Fetch(const HeldCheckpoint& h, const std::string& as = "b", int streams = 0) {
     const TlsFiles tls = Tls(as);
-    return FetchCheckpointFrom(h, &tls, absl::Seconds(20), stop_);
+    return FetchCheckpointFrom(h, &tls, absl::Seconds(20), stop_, nullptr, streams);
   }
   int FilesIn(const std::string& d) {
     int n = 0;
@@ -270,6 +275,115 @@ TEST_F(PeerServiceTest, ACopyAlreadyInPlaceNeedsNoSourceAndNoSourceIsAnError) {
   EXPECT_NE(s.message().find("127.0.0.1:1"), std::string::npos) << s;
   want.sources.clear();
   EXPECT_EQ(Fetch(want).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A checkpoint fetched in several streams at once (ranges, each on a
+// connection of its own, written where they belong) is the same file, and
+// is checked as a whole: a changed byte in any range fails the checksum and
+// nothing stays; a stop ends it with nothing left either.
+TEST_F(PeerServiceTest, ACheckpointFetchedInRangesIsWholeAndChecked) {
+  CheckpointHoldings a;
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, (5 << 20) + 123);
+  ASSERT_TRUE(a.Add(src).ok());
+  HeldCheckpoint want = src;
+  want.path = dir_ + "/b/ck/ckpt-7.pt";
+  want.sources = {Serve(a, "a")};
+  for (int streams : {2, 3, 7}) {
+    fs::remove(want.path);
+    absl::Status s = Fetch(want, "b", streams);
+    ASSERT_TRUE(s.ok()) << streams << ": " << s;
+    EXPECT_EQ(Read(want.path), Read(src.path)) << streams;
+    EXPECT_EQ(FilesIn(dir_ + "/b/ck"), 1) << "no partial file is left";
+  }
+  for (int64_t at : {int64_t{10}, (int64_t{5} << 20) + 100}) {  // in the first range, the last
+    {
+      std::fstream f(src.path, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(at);
+      f.put('\x55' ^ Read(src.path)[at]);
+    }
+    fs::remove(want.path);
+    absl::Status s = Fetch(want, "b", 3);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << at << ": " << s;
+    EXPECT_NE(s.message().find("checksum"), std::string::npos) << s;
+    EXPECT_EQ(FilesIn(dir_ + "/b/ck"), 0) << at;
+    std::fstream f(src.path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(at);
+    f.put('\x55' ^ Read(src.path)[at]);  // back as it was
+  }
+  stop_ = true;
+  absl::Status s = Fetch(want, "b", 3);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_EQ(FilesIn(dir_ + "/b/ck"), 0);
+  stop_ = false;
+  EXPECT_TRUE(Fetch(want, "b", 3).ok());
+}
+
+// The server sends exactly the range asked for (total_bytes still the
+// file's size) and refuses any range that is not inside the file.
+TEST_F(PeerServiceTest, ARangeOutsideTheFileIsRefused) {
+  CheckpointHoldings a;
+  const int64_t size = (2 << 20) + 5;
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, size);
+  ASSERT_TRUE(a.Add(src).ok());
+  const TlsFiles tls = Tls("b");
+  auto stub = v1::PeerService::NewStub(MakeChannel(Serve(a, "a"), &tls, kWorkerTlsName));
+  auto fetch = [&](int64_t offset, int64_t length, std::string* got) {
+    grpc::ClientContext ctx;
+    v1::FetchCheckpointRequest req;
+    req.set_job_id(src.job_id);
+    req.set_step(src.step);
+    req.set_secret(src.secret);
+    req.set_offset(offset);
+    req.set_length(length);
+    auto reader = stub->FetchCheckpoint(&ctx, req);
+    v1::CheckpointChunk c;
+    bool first = true;
+    while (reader->Read(&c)) {
+      if (first) EXPECT_EQ(c.total_bytes(), size);
+      first = false;
+      if (got != nullptr) *got += c.data();
+    }
+    return reader->Finish();
+  };
+  std::string got;
+  ASSERT_TRUE(fetch((1 << 20) - 3, 1000, &got).ok());
+  EXPECT_EQ(got, Read(src.path).substr((1 << 20) - 3, 1000));
+  got.clear();
+  ASSERT_TRUE(fetch(size - 5, 0, &got).ok());  // length 0: to the end
+  EXPECT_EQ(got, Read(src.path).substr(size - 5));
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (const auto& [offset, length] : std::vector<std::pair<int64_t, int64_t>>{
+           {-1, 0}, {0, -1}, {size + 1, 0}, {size - 10, 11}, {kMax, 1}, {1, kMax}, {kMax, kMax}}) {
+    grpc::Status s = fetch(offset, length, nullptr);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE) << offset << "+" << length;
+    EXPECT_NE(s.error_message().find("outside"), std::string::npos) << s.error_message();
+  }
+}
+
+// A peer that ignores ranges (an older worker, or another implementation
+// that always sends the whole file): the fetch notices that a stream sent
+// more than its range and takes the file in one stream instead.
+TEST_F(PeerServiceTest, APeerThatIgnoresRangesIsFetchedInOneStream) {
+  class WholeFile final : public v1::PeerService::CallbackService {
+   public:
+    explicit WholeFile(std::string path) : path_(std::move(path)) {}
+    grpc::ServerWriteReactor<v1::CheckpointChunk>* FetchCheckpoint(
+        grpc::CallbackServerContext*, const v1::FetchCheckpointRequest*) override {
+      return new FileSendReactor<v1::CheckpointChunk>(path_, "the whole file");
+    }
+
+   private:
+    const std::string path_;
+  };
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, (3 << 20) + 9);
+  WholeFile old(src.path);
+  HeldCheckpoint want = src;
+  want.path = dir_ + "/b/ck/ckpt-7.pt";
+  want.sources = {ServeService(&old, "a")};
+  absl::Status s = Fetch(want, "b", 3);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(Read(want.path), Read(src.path));
+  EXPECT_EQ(FilesIn(dir_ + "/b/ck"), 1);
 }
 
 }  // namespace
