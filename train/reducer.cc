@@ -4,6 +4,9 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -133,6 +136,9 @@ void Reducer::BuildBuckets() {
       b.flat.zero_();
       b.shared_offset = region_off;
       region_off += (b.numel + 15) / 16 * 16;
+      if (pg_->getSize() > 1) {
+        std::tie(b.share_lo, b.share_hi) = options_.intra_node->SharedShare(b.numel);
+      }
       ++shared_buckets_;
     } else {
       b.flat = torch::zeros({b.numel}, opts);
@@ -163,6 +169,8 @@ void Reducer::PrepareForBackward(bool sync) {
   for (auto& b : buckets_) {
     b.pending = b.params.size();
     b.work.reset();
+    b.own.clear();
+    b.held.clear();
   }
 }
 
@@ -185,8 +193,22 @@ void Reducer::MarkReadyLocked(size_t index) {
   } else if (!g.is_same(slot)) {
     // Autograd's fresh gradient (or one accumulated locally, or set by the
     // caller): one copy into the bucket, and .grad becomes the bucket's
-    // slice from here on.
-    slot.copy_(g);
+    // slice from here on. In a shared bucket, the part in this rank's own
+    // share is not copied: only this rank reads it, from where it lies.
+    const int64_t off = b.offsets[param_slot_[index]];
+    const int64_t end = off + slot.numel();
+    const int64_t lo = std::max(off, b.share_lo), hi = std::min(end, b.share_hi);
+    if (hi > lo && g.is_contiguous() && g.scalar_type() == torch::kFloat32 &&
+        g.device().is_cpu() && g.numel() == slot.numel()) {
+      torch::Tensor flat_g = g.view({-1});
+      torch::Tensor flat_slot = slot.view({-1});
+      if (lo > off) flat_slot.narrow(0, 0, lo - off).copy_(flat_g.narrow(0, 0, lo - off));
+      if (end > hi) flat_slot.narrow(0, hi - off, end - hi).copy_(flat_g.narrow(0, hi - off, end - hi));
+      b.own.push_back({lo, hi - lo, g.data_ptr<float>() + (lo - off)});
+      b.held.push_back(g);
+    } else {
+      slot.copy_(g);
+    }
     p.mutable_grad() = slot;
   }
   ready_[index] = true;
@@ -265,9 +287,16 @@ absl::Status Reducer::Finalize() {
       if (options_.recorder) options_.recorder->Started(seq);
       // The mean in the same pass as the sum: no div_ over the bucket below.
       const float world = static_cast<float>(pg_->getSize());
-      absl::Status s = b.shared_offset >= 0
-                           ? options_.intra_node->AllreduceShared(b.shared_offset, b.numel, world)
-                           : options_.intra_node->Allreduce(b.flat.data_ptr<float>(), b.numel, world);
+      std::sort(b.own.begin(), b.own.end(),
+                [](const ShmAllreduce::OwnAddend& x, const ShmAllreduce::OwnAddend& y) {
+                  return x.begin < y.begin;
+                });
+      absl::Status s =
+          b.shared_offset >= 0
+              ? options_.intra_node->AllreduceShared(b.shared_offset, b.numel, world, b.own)
+              : options_.intra_node->Allreduce(b.flat.data_ptr<float>(), b.numel, world);
+      b.own.clear();
+      b.held.clear();
       if (options_.recorder) {
         if (s.ok()) {
           options_.recorder->Completed(seq);

@@ -123,6 +123,12 @@ class Reducer {
     int64_t numel = 0;
     bool shm = false;  // summed by options_.intra_node in Finalize
     int64_t shared_offset = -1;  // >= 0: flat lies there in intra_node's shared region
+    // With shared_offset: this rank's share of the bucket (SharedShare),
+    // whose addends the allreduce reads from autograd's gradients where
+    // they lie (`own`, kept alive by `held`) instead of a copy.
+    int64_t share_lo = 0, share_hi = 0;
+    std::vector<ShmAllreduce::OwnAddend> own;
+    std::vector<torch::Tensor> held;
   };
 
   Reducer(std::vector<std::pair<std::string, torch::Tensor>> params,

@@ -74,6 +74,12 @@ FRAMEWORM_VECTOR_LOOP void DivideCopy(float* __restrict dst, float* __restrict o
   }
 }
 
+// dst[j] = (a[j] + b[j]) / d
+FRAMEWORM_VECTOR_LOOP void AddPairFrom(const float* __restrict a, const float* __restrict b,
+                                       float* __restrict dst, int64_t m, float d) {
+  for (int64_t j = 0; j < m; ++j) dst[j] = (a[j] + b[j]) / d;
+}
+
 // own[j] = (own[j] + other[j]) / d
 FRAMEWORM_VECTOR_LOOP void AddPairInto(float* __restrict own, const float* __restrict other,
                                        int64_t m, float d) {
@@ -417,48 +423,82 @@ absl::Status ShmAllreduce::Allreduce(float* data, int64_t n, float divisor) {
   return absl::OkStatus();
 }
 
-absl::Status ShmAllreduce::AllreduceShared(int64_t offset, int64_t n, float divisor) {
+std::pair<int64_t, int64_t> ShmAllreduce::SharedShare(int64_t n) const {
+  int64_t share = (n + world_ - 1) / world_;
+  share = (share + 15) / 16 * 16;  // whole cache lines
+  return {std::min(n, share * rank_), std::min(n, share * (rank_ + 1))};
+}
+
+absl::Status ShmAllreduce::AllreduceShared(int64_t offset, int64_t n, float divisor,
+                                           const std::vector<OwnAddend>& own_addends) {
   if (absl::Status s = CheckCall(divisor); !s.ok()) return s;
   if (offset < 0 || n < 0 || offset > shared_floats_ || n > shared_floats_ - offset) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shm allreduce: [", offset, ", ", offset, " + ", n, ") is not inside this rank's shared region of ",
         shared_floats_, " floats"));
   }
+  const auto [lo, hi] = SharedShare(n);
+  int64_t next = lo;
+  for (const OwnAddend& p : own_addends) {
+    if (p.src == nullptr || p.len <= 0 || p.begin < next || p.begin > hi || p.len > hi - p.begin) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shm allreduce: addend [", p.begin, ", ", p.begin, " + ", p.len,
+          ") is not a sorted, disjoint piece of this rank's share [", lo, ", ", hi, ")"));
+    }
+    next = p.begin + p.len;
+  }
   if (n == 0) return absl::OkStatus();
   float* own = region(rank_) + offset;
   if (world_ == 1) {
+    for (const OwnAddend& p : own_addends) {
+      std::memcpy(own + p.begin, p.src, static_cast<size_t>(p.len) * sizeof(float));
+    }
     if (divisor != 1) Divide(own, n, divisor);
     return absl::OkStatus();
   }
   int64_t share = (n + world_ - 1) / world_;
-  share = (share + 15) / 16 * 16;  // whole cache lines
-  auto lo_of = [&](int r) { return std::min(n, share * r); };
-  auto hi_of = [&](int r) { return std::min(n, share * (r + 1)); };
+  share = (share + 15) / 16 * 16;
+  auto first_of = [&](int r) { return std::min(n, share * r); };
+  auto end_of = [&](int r) { return std::min(n, share * (r + 1)); };
   // Every rank's buffer is complete before anyone reads it.
   if (absl::Status s = Barrier(); !s.ok()) return s;
-  const int64_t lo = lo_of(rank_), hi = hi_of(rank_);
-  if (hi > lo) {
-    auto addend = [&](int r) -> const float* { return region(r) + offset + lo; };
+  // This rank's share in segments whose own addend lies in one place (the
+  // region, or one of `own_addends`), reduced in rank order into the region.
+  auto reduce = [&](int64_t a, int64_t b, const float* mine) {
+    auto addend = [&](int r) -> const float* {
+      return r == rank_ ? mine : region(r) + offset + a;
+    };
     if (world_ == 2) {
-      AddPairInto(own + lo, addend(1 - rank_), hi - lo, divisor);
-    } else {
-      // In rank order into a small buffer (this rank's addend is also the
-      // destination), then divided into place.
-      constexpr int64_t kBlock = 2048;
-      alignas(64) float tmp[kBlock];
-      for (int64_t b = 0; b < hi - lo; b += kBlock) {
-        const int64_t m = std::min(kBlock, hi - lo - b);
-        Sum(addend(0) + b, addend(1) + b, tmp, m);
-        for (int r = 2; r < world_; ++r) AddTo(addend(r) + b, tmp, m);
-        DivideCopy(tmp, own + lo + b, m, divisor);
+      if (mine == own + a) {
+        AddPairInto(own + a, addend(1 - rank_), b - a, divisor);
+      } else {
+        AddPairFrom(mine, addend(1 - rank_), own + a, b - a, divisor);
       }
+      return;
     }
+    // In rank order into a small buffer (this rank's addend may also be
+    // the destination), then divided into place.
+    constexpr int64_t kBlock = 2048;
+    alignas(64) float tmp[kBlock];
+    for (int64_t k = 0; k < b - a; k += kBlock) {
+      const int64_t m = std::min(kBlock, b - a - k);
+      Sum(addend(0) + k, addend(1) + k, tmp, m);
+      for (int r = 2; r < world_; ++r) AddTo(addend(r) + k, tmp, m);
+      DivideCopy(tmp, own + a + k, m, divisor);
+    }
+  };
+  int64_t at = lo;
+  for (const OwnAddend& p : own_addends) {
+    if (p.begin > at) reduce(at, p.begin, own + at);
+    reduce(p.begin, p.begin + p.len, p.src);
+    at = p.begin + p.len;
   }
+  if (hi > at) reduce(at, hi, own + at);
   if (absl::Status s = Barrier(); !s.ok()) return s;
   for (int r = 0; r < world_; ++r) {
-    if (r == rank_ || hi_of(r) <= lo_of(r)) continue;
-    std::memcpy(own + lo_of(r), region(r) + offset + lo_of(r),
-                static_cast<size_t>(hi_of(r) - lo_of(r)) * sizeof(float));
+    if (r == rank_ || end_of(r) <= first_of(r)) continue;
+    std::memcpy(own + first_of(r), region(r) + offset + first_of(r),
+                static_cast<size_t>(end_of(r) - first_of(r)) * sizeof(float));
   }
   // Nobody writes its region again until every peer has read it.
   return Barrier();

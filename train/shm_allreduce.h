@@ -41,7 +41,11 @@
 // again, e.g. the next step's gradients, while a peer still reads it). Per
 // rank that moves about 2.5 bytes per byte of buffer where Allreduce moves
 // 4. A rank must not touch its region between the call's start and return;
-// outside calls, only its owner reads or writes it.
+// outside calls, only its owner reads or writes it. Only its owner ever
+// reads the addends of its own share (SharedShare(n)), so the caller may
+// leave them where they are (`own`: pieces of that share in this process's
+// memory, e.g. autograd's gradients) instead of copying them into the
+// region; the share's mean is still written into the region.
 //
 // Waiting spins briefly and then sched_yield()s (ranks may share a core).
 // A wait never hangs: past options.timeout it returns DEADLINE_EXCEEDED
@@ -62,6 +66,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -105,10 +111,24 @@ class ShmAllreduce {
   // that is 0 or not finite, which leaves the instance usable).
   absl::Status Allreduce(float* data, int64_t n, float divisor = 1.0f);
 
+  // Part of this rank's own share whose addend lies outside the region:
+  // elements [begin, begin + len) of the buffer, read from src.
+  struct OwnAddend {
+    int64_t begin = 0;
+    int64_t len = 0;
+    const float* src = nullptr;
+  };
+  // This rank's share [first, second) of a buffer of n floats in
+  // AllreduceShared (whole cache lines; the same split on every rank).
+  std::pair<int64_t, int64_t> SharedShare(int64_t n) const;
+
   // Allreduce of shared_buffer()[offset, offset + n), every rank's addend
-  // read in place (see above; the same errors, and INVALID_ARGUMENT, which
-  // leaves the instance usable, when the range is not inside the region).
-  absl::Status AllreduceShared(int64_t offset, int64_t n, float divisor = 1.0f);
+  // read in place, except the pieces of this rank's own share in `own`
+  // (sorted, disjoint, inside SharedShare(n)). See above; the same errors,
+  // and INVALID_ARGUMENT, which leaves the instance usable, when the range
+  // is not inside the region or a piece is not inside the share.
+  absl::Status AllreduceShared(int64_t offset, int64_t n, float divisor = 1.0f,
+                               const std::vector<OwnAddend>& own = {});
   // This rank's region (null when options.shared_bytes was 0), writable by
   // this rank between calls, and its length in floats.
   float* shared_buffer() const { return shared_floats_ > 0 ? region(rank_) : nullptr; }
