@@ -74,10 +74,15 @@ FRAMEWORM_VECTOR_LOOP void DivideCopy(float* __restrict dst, float* __restrict o
   }
 }
 
-// dst[j] = (a[j] + b[j]) / d
-FRAMEWORM_VECTOR_LOOP void AddPairFrom(const float* __restrict a, const float* __restrict b,
-                                       float* __restrict dst, int64_t m, float d) {
-  for (int64_t j = 0; j < m; ++j) dst[j] = (a[j] + b[j]) / d;
+// own[j] = peer[j] = (a[j] + peer[j]) / d, where `a` may be `own`: the mean
+// into both ranks' regions in one pass.
+FRAMEWORM_VECTOR_LOOP void AddPairIntoBoth(const float* a, float* own, float* __restrict peer,
+                                           int64_t m, float d) {
+  for (int64_t j = 0; j < m; ++j) {
+    const float v = (a[j] + peer[j]) / d;
+    own[j] = v;
+    peer[j] = v;
+  }
 }
 
 // own[j] = (own[j] + other[j]) / d
@@ -456,28 +461,20 @@ absl::Status ShmAllreduce::AllreduceShared(int64_t offset, int64_t n, float divi
     if (divisor != 1) Divide(own, n, divisor);
     return absl::OkStatus();
   }
-  int64_t share = (n + world_ - 1) / world_;
-  share = (share + 15) / 16 * 16;
-  auto first_of = [&](int r) { return std::min(n, share * r); };
-  auto end_of = [&](int r) { return std::min(n, share * (r + 1)); };
   // Every rank's buffer is complete before anyone reads it.
   if (absl::Status s = Barrier(); !s.ok()) return s;
   // This rank's share in segments whose own addend lies in one place (the
-  // region, or one of `own_addends`), reduced in rank order into the region.
+  // region, or one of `own_addends`), reduced in rank order, the mean
+  // written into every rank's region (each peer's addend there is read
+  // before it is overwritten; no one else touches this share).
   auto reduce = [&](int64_t a, int64_t b, const float* mine) {
+    if (world_ == 2) {
+      AddPairIntoBoth(mine, own + a, region(1 - rank_) + offset + a, b - a, divisor);
+      return;
+    }
     auto addend = [&](int r) -> const float* {
       return r == rank_ ? mine : region(r) + offset + a;
     };
-    if (world_ == 2) {
-      if (mine == own + a) {
-        AddPairInto(own + a, addend(1 - rank_), b - a, divisor);
-      } else {
-        AddPairFrom(mine, addend(1 - rank_), own + a, b - a, divisor);
-      }
-      return;
-    }
-    // In rank order into a small buffer (this rank's addend may also be
-    // the destination), then divided into place.
     constexpr int64_t kBlock = 2048;
     alignas(64) float tmp[kBlock];
     for (int64_t k = 0; k < b - a; k += kBlock) {
@@ -485,6 +482,9 @@ absl::Status ShmAllreduce::AllreduceShared(int64_t offset, int64_t n, float divi
       Sum(addend(0) + k, addend(1) + k, tmp, m);
       for (int r = 2; r < world_; ++r) AddTo(addend(r) + k, tmp, m);
       DivideCopy(tmp, own + a + k, m, divisor);
+      for (int r = 0; r < world_; ++r) {
+        if (r != rank_) std::memcpy(region(r) + offset + a + k, tmp, static_cast<size_t>(m) * sizeof(float));
+      }
     }
   };
   int64_t at = lo;
@@ -494,13 +494,9 @@ absl::Status ShmAllreduce::AllreduceShared(int64_t offset, int64_t n, float divi
     at = p.begin + p.len;
   }
   if (hi > at) reduce(at, hi, own + at);
-  if (absl::Status s = Barrier(); !s.ok()) return s;
-  for (int r = 0; r < world_; ++r) {
-    if (r == rank_ || end_of(r) <= first_of(r)) continue;
-    std::memcpy(own + first_of(r), region(r) + offset + first_of(r),
-                static_cast<size_t>(end_of(r) - first_of(r)) * sizeof(float));
-  }
-  // Nobody writes its region again until every peer has read it.
+  // Every share's mean is in every region. No third barrier: a region is
+  // next written by its owner, after this one, and read by a peer only
+  // after the next call's first barrier.
   return Barrier();
 }
 

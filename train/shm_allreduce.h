@@ -36,11 +36,11 @@
 // that already lies in this rank's region (shared_buffer() + offset, the
 // same offset and n on every rank), without the slots: barrier, reduce this
 // rank's share reading every rank's region where it lies (in rank order)
-// and write the mean into this rank's own region, barrier, copy the other
-// shares from their owners' regions, barrier (so no rank writes its region
-// again, e.g. the next step's gradients, while a peer still reads it). Per
-// rank that moves about 2.5 bytes per byte of buffer where Allreduce moves
-// 4. A rank must not touch its region between the call's start and return;
+// and write the mean into every rank's region (each peer's addend there is
+// read before it is overwritten), barrier. Two barriers suffice: a region
+// is next written by its owner (e.g. the next step's gradients) after the
+// second, and read by a peer only after the next call's first. Per rank
+// that moves about 2 bytes per byte of buffer where Allreduce moves 4. A rank must not touch its region between the call's start and return;
 // outside calls, only its owner reads or writes it. Only its owner ever
 // reads the addends of its own share (SharedShare(n)), so the caller may
 // leave them where they are (`own`: pieces of that share in this process's
