@@ -89,14 +89,16 @@ L += ["", "Targets: cnn ratio <= 1.0, mlp ratio <= 0.7, 2-rank step within 10% o
       "a steady 0.22-0.4 ms for rank 1; 1-rank runs alone or side by side between them are not slowed. Pinning",
       "the ranks to separate CPUs does not prevent it and there are no page faults per step; the cause is not",
       "found. The per-run ratios show which runs met it.",
-      "Where the 2-rank MLP step's extra time goes (2026-12-05, perf record -F 4999 of one rank for 1.5 s,",
-      "1-rank against 2-rank, samples per step; steps 0.990 and 1.112 ms): the shared-memory allreduce's copy",
-      "of the other rank's half (memmove, +32 us), the hook's copy of each gradient into its bucket (+26 us),",
-      "the summing (+12 us), about +65 us off the CPU (the ranks' barrier waits and preemptions: with both",
-      "cores busy, anything else that runs takes a rank's core; the launcher's 5 ms poll alone changed nothing",
-      "measurable), while the model's own kernels cost the same. A bare cross-core read of 1 MiB that the",
-      "other core just wrote takes 37-40 us in some runs and 60-70 us in others on this machine",
-      "(a pthread ping-pong test, six runs in a row): the slow state is consistent with that.", ""]
+      "Where the 2-rank MLP step's extra time went before 2026-12-05's two changes (perf record -F 4999 of one",
+      "rank for 1.5 s, 1-rank against 2-rank, samples per step; steps 0.990 and 1.112 ms): the allreduce's copy",
+      "of the other rank's half out of its buffer (memmove, +32 us), the hook's copy of each gradient into its",
+      "bucket (+26 us), the summing (+12 us), about +65 us off the CPU (barrier waits and preemptions), while",
+      "the model's own kernels cost the same. Since then the hook copies only the part of a gradient that the",
+      "other rank sums (this rank's own share is read where autograd left it), and each rank writes its share's",
+      "mean into both buffers as it sums (no copy-out, two barriers instead of three): in alternating rounds",
+      "the 2-rank step went 1.101 -> 1.086 -> 1.050 ms. A bare cross-core read of 1 MiB that the other core",
+      "just wrote takes 37-40 us in some runs and 60-70 us in others on this machine (a pthread ping-pong",
+      "test, six runs in a row): the slow state is consistent with that.", ""]
 for model in ("cnn", "mlp"):
     fw = steps(f"{tmp}/fw-{model}-2-1.jsonl")
     py = steps(f"{tmp}/py-{model}-2-1.jsonl")

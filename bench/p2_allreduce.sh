@@ -67,8 +67,8 @@ lines += ["", "Target: >= 70% of the ring bound 2(n-1)/n * S / B.", "",
           "and copies the other half of the result back, with no kernel crossing; the same bound is kept",
           "as the yardstick so the two rows compare directly.",
           "shm-inplace: how frameworm-train's gradient buckets are summed (they lie in each rank's shared",
-          "region): each rank sums its half reading the other rank's buffer where it lies, writes the mean",
-          "into its own, and copies the other half from the other rank's buffer: no copy in, no result area."]
+          "region): each rank sums its half reading the other rank's buffer where it lies and writes the mean",
+          "into both ranks' buffers as it goes: no copy in, no copy out, no result area, two barriers."]
 if any(p == "shm (baseline)" for p, _ in rows):
     lines += ["", f"shm (baseline): `P2_BASELINE={os.environ.get('P2_BASELINE', '')}`, run alternately with this build in each run."]
 from benchlib import write_report; write_report(out, lines)
