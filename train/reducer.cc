@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <cstring>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -200,11 +201,15 @@ void Reducer::MarkReadyLocked(size_t index) {
     const int64_t lo = std::max(off, b.share_lo), hi = std::min(end, b.share_hi);
     if (hi > lo && g.is_contiguous() && g.scalar_type() == torch::kFloat32 &&
         g.device().is_cpu() && g.numel() == slot.numel()) {
-      torch::Tensor flat_g = g.view({-1});
-      torch::Tensor flat_slot = slot.view({-1});
-      if (lo > off) flat_slot.narrow(0, 0, lo - off).copy_(flat_g.narrow(0, 0, lo - off));
-      if (end > hi) flat_slot.narrow(0, hi - off, end - hi).copy_(flat_g.narrow(0, hi - off, end - hi));
-      b.own.push_back({lo, hi - lo, g.data_ptr<float>() + (lo - off)});
+      // Plain copies of contiguous floats (no tensor ops: this runs for
+      // every parameter of every step).
+      const float* from = g.data_ptr<float>();
+      float* to = slot.data_ptr<float>();
+      if (lo > off) std::memcpy(to, from, static_cast<size_t>(lo - off) * sizeof(float));
+      if (end > hi) {
+        std::memcpy(to + (hi - off), from + (hi - off), static_cast<size_t>(end - hi) * sizeof(float));
+      }
+      b.own.push_back({lo, hi - lo, from + (lo - off)});
       b.held.push_back(g);
     } else {
       slot.copy_(g);
