@@ -23,8 +23,6 @@
 // Prints one JSON line per trial ({"trial":i,"link_mib_s":..,"upload_mib_s":..})
 // and a summary line with the medians and their ratio. Needs root.
 //   p9_copy [TRIALS] [MIB]
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -35,6 +33,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,16 +67,8 @@ double Median(std::vector<double> v) {
 
 // --receive: accepts one connection, reads to EOF, prints the bytes.
 int Receive() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(kLinkPort);
-  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(s, 1) != 0) {
-    std::perror("p9 receive: bind/listen");
-    return 1;
-  }
+  const int s = frameworm::bench::ListenTcp(kLinkPort, "p9 receive");
+  if (s < 0) return 1;
   std::printf("receiving on %d\n", kLinkPort);
   std::fflush(stdout);
   const int c = ::accept(s, nullptr, nullptr);
@@ -93,18 +84,8 @@ int Receive() {
 // --send HOST MIB: connects, writes MIB MiB, prints MiB/s (until the
 // receiver closed, so the bytes arrived).
 int Send(const std::string& host, long long mib) {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(kLinkPort);
-  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
-  for (int i = 0; ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0; ++i) {
-    if (i > 50) {
-      std::perror("p9 send: connect");
-      return 1;
-    }
-    ::usleep(100000);
-  }
+  const int s = frameworm::bench::ConnectTcp(host, kLinkPort, "p9 send");
+  if (s < 0) return 1;
   std::vector<char> buf(kBuf, 'x');
   const absl::Time t0 = absl::Now();
   for (long long i = 0; i < mib; ++i) {
@@ -279,20 +260,29 @@ int Bench(int trials, long long mib) {
   }
   MultiHostCluster& c = **cluster;
   const std::string self = Self();
-  const std::string coordinator_host = c.net().host(0).address;
   std::vector<double> link, upload, peer_link, peer, peer_tls, disk;
-  for (int t = 0; t < trials; ++t) {
-    auto receiver = c.net().Start(0, {self, "--receive"}, {},
-                                  absl::StrCat(c.dir(), "/p9-receive-", t, ".log"), "/tmp");
+  // A stream of `mib` MiB from host `from` to host `to` (`mode` is
+  // "" for plain TCP, "tls-" for TLS): the sender's output, or nullopt
+  // when the receiver did not start.
+  auto stream = [&](int from, int to, const std::string& mode,
+                    const std::string& log) -> std::optional<frameworm::e2e::RunResult> {
+    auto receiver = c.net().Start(to, {self, "--" + mode + "receive"}, {},
+                                  absl::StrCat(c.dir(), "/", log), "/tmp");
     if (!receiver.ok() || !(*receiver)->WaitForLine("receiving", absl::Seconds(10)).ok()) {
-      std::fprintf(stderr, "p9: the receiver on host 0 did not start\n");
-      return 1;
+      std::fprintf(stderr, "p9: the %sreceiver on host %d did not start\n", mode.c_str(), to);
+      return std::nullopt;
     }
     frameworm::e2e::RunResult sent = frameworm::e2e::RunCommand(
-        c.net().OnHost(1, {self, "--send", coordinator_host, absl::StrCat(mib)}), {},
-        absl::Seconds(120));
+        c.net().OnHost(from, {self, "--" + mode + "send", c.net().host(to).address,
+                              absl::StrCat(mib)}),
+        {}, absl::Seconds(120));
     (*receiver)->Wait(absl::Seconds(10));
-    const double l = Field(sent.output, "link_mib_s");
+    return sent;
+  };
+  for (int t = 0; t < trials; ++t) {
+    const auto sent = stream(1, 0, "", absl::StrCat("p9-receive-", t, ".log"));
+    if (!sent) return 1;
+    const double l = Field(sent->output, "link_mib_s");
     auto id = c.Submit(absl::StrCat("name: p9\nnodes: 1\nentrypoint: [\"", self,
                                     "\", \"--upload\", \"", mib, "\"]\n"));
     if (!id.ok()) {
@@ -303,34 +293,16 @@ int Bench(int trials, long long mib) {
     const frameworm::e2e::RunResult logs = c.Cli({"logs", *id, "--rank", "0"});
     const double u = Field(logs.output, "upload_mib_s");
     if (l <= 0 || u <= 0 || !st.ok() || st->state() != frameworm::v1::SUCCEEDED) {
-      std::fprintf(stderr, "p9: trial %d failed: link %s / upload %s\n", t, sent.output.c_str(),
+      std::fprintf(stderr, "p9: trial %d failed: link %s / upload %s\n", t, sent->output.c_str(),
                    logs.output.c_str());
       return 1;
     }
     // Worker to worker: the same link measurement from host 1 to host 2,
     // then a replica's fetch over the same path.
     const std::string peer_host = c.net().host(1).address;
-    auto receiver2 = c.net().Start(2, {self, "--receive"}, {},
-                                   absl::StrCat(c.dir(), "/p9-receive2-", t, ".log"), "/tmp");
-    if (!receiver2.ok() || !(*receiver2)->WaitForLine("receiving", absl::Seconds(10)).ok()) {
-      std::fprintf(stderr, "p9: the receiver on host 2 did not start\n");
-      return 1;
-    }
-    frameworm::e2e::RunResult sent2 = frameworm::e2e::RunCommand(
-        c.net().OnHost(1, {self, "--send", c.net().host(2).address, absl::StrCat(mib)}), {},
-        absl::Seconds(120));
-    (*receiver2)->Wait(absl::Seconds(10));
-    auto tls_receiver = c.net().Start(2, {self, "--tls-receive"}, {},
-                                      absl::StrCat(c.dir(), "/p9-tls-receive-", t, ".log"), "/tmp");
-    if (!tls_receiver.ok() ||
-        !(*tls_receiver)->WaitForLine("receiving", absl::Seconds(10)).ok()) {
-      std::fprintf(stderr, "p9: the TLS receiver on host 2 did not start\n");
-      return 1;
-    }
-    frameworm::e2e::RunResult tls_sent = frameworm::e2e::RunCommand(
-        c.net().OnHost(1, {self, "--tls-send", c.net().host(2).address, absl::StrCat(mib)}), {},
-        absl::Seconds(120));
-    (*tls_receiver)->Wait(absl::Seconds(10));
+    const auto sent2 = stream(1, 2, "", absl::StrCat("p9-receive2-", t, ".log"));
+    const auto tls_sent = stream(1, 2, "tls-", absl::StrCat("p9-tls-receive-", t, ".log"));
+    if (!sent2 || !tls_sent) return 1;
     auto server = c.net().Start(1, {self, "--serve", absl::StrCat(mib)}, {},
                                 absl::StrCat(c.dir(), "/p9-serve-", t, ".log"), "/tmp");
     absl::StatusOr<std::string> serving =
@@ -349,22 +321,22 @@ int Bench(int trials, long long mib) {
     server->reset();  // kills the server
     frameworm::e2e::RunResult wrote = frameworm::e2e::RunCommand(
         c.net().OnHost(2, {self, "--disk", absl::StrCat(mib)}), {}, absl::Seconds(300));
-    const double pl = Field(sent2.output, "link_mib_s");
+    const double pl = Field(sent2->output, "link_mib_s");
     const double p = Field(fetched.output, "peer_mib_s");
-    const double pt = Field(tls_sent.output, "tls_mib_s");
+    const double pt = Field(tls_sent->output, "tls_mib_s");
     const double d = Field(wrote.output, "disk_mib_s");
     if (pl <= 0 || p <= 0 || pt <= 0 || d <= 0) {
       std::fprintf(stderr, "p9: trial %d failed: peer link %s / peer %s / tls %s / disk %s\n", t,
-                   sent2.output.c_str(), fetched.output.c_str(), tls_sent.output.c_str(),
+                   sent2->output.c_str(), fetched.output.c_str(), tls_sent->output.c_str(),
                    wrote.output.c_str());
       return 1;
     }
-    const size_t cipher_at = tls_sent.output.find("\"cipher\":\"");
+    const size_t cipher_at = tls_sent->output.find("\"cipher\":\"");
     const std::string cipher =
         cipher_at == std::string::npos
             ? "?"
-            : tls_sent.output.substr(cipher_at + 10,
-                                     tls_sent.output.find('"', cipher_at + 10) - cipher_at - 10);
+            : tls_sent->output.substr(cipher_at + 10,
+                                     tls_sent->output.find('"', cipher_at + 10) - cipher_at - 10);
     link.push_back(l);
     upload.push_back(u);
     peer_link.push_back(pl);

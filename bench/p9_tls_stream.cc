@@ -9,7 +9,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -41,9 +43,7 @@ Ctx MakeContext(const std::string& tls_dir, bool server) {
 
 }  // namespace
 
-int TlsReceive(int port, const std::string& tls_dir) {
-  Ctx ctx = MakeContext(tls_dir, true);
-  if (!ctx) return 1;
+int ListenTcp(int port, const char* who) {
   const int s = ::socket(AF_INET, SOCK_STREAM, 0);
   int one = 1;
   ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -51,9 +51,35 @@ int TlsReceive(int port, const std::string& tls_dir) {
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(s, 1) != 0) {
-    std::perror("p9 tls receive: bind/listen");
-    return 1;
+    std::fprintf(stderr, "%s: bind/listen: %s\n", who, std::strerror(errno));
+    ::close(s);
+    return -1;
   }
+  return s;
+}
+
+int ConnectTcp(const std::string& host, int port, const char* who) {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  for (int i = 0; ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0; ++i) {
+    if (i > 50) {
+      std::fprintf(stderr, "%s: connect: %s\n", who, std::strerror(errno));
+      ::close(s);
+      return -1;
+    }
+    ::usleep(100000);
+  }
+  return s;
+}
+
+int TlsReceive(int port, const std::string& tls_dir) {
+  Ctx ctx = MakeContext(tls_dir, true);
+  if (!ctx) return 1;
+  const int s = ListenTcp(port, "p9 tls receive");
+  if (s < 0) return 1;
   std::printf("receiving on %d\n", port);
   std::fflush(stdout);
   const int c = ::accept(s, nullptr, nullptr);
@@ -78,18 +104,8 @@ int TlsReceive(int port, const std::string& tls_dir) {
 int TlsSend(const std::string& host, int port, long long mib, const std::string& tls_dir) {
   Ctx ctx = MakeContext(tls_dir, false);
   if (!ctx) return 1;
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
-  for (int i = 0; ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0; ++i) {
-    if (i > 50) {
-      std::perror("p9 tls send: connect");
-      return 1;
-    }
-    ::usleep(100000);
-  }
+  const int s = ConnectTcp(host, port, "p9 tls send");
+  if (s < 0) return 1;
   int one = 1;
   ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // as gRPC does
   SSL* ssl = SSL_new(ctx.get());

@@ -13,6 +13,12 @@
 
 namespace frameworm::bench {
 
+// A TCP socket listening on `port` (any address), or -1 after printing why.
+int ListenTcp(int port, const char* who);
+// A TCP socket connected to host:port, retried for about 5 s while the
+// listener starts, or -1 after printing why.
+int ConnectTcp(const std::string& host, int port, const char* who);
+
 // Accepts one TLS connection on `port` (client certificate required and
 // verified against `tls_dir`/ca.crt), reads to EOF, prints "receiving on
 // PORT" when listening and "received N" at the end. 0 on success.

@@ -85,12 +85,6 @@ FRAMEWORM_VECTOR_LOOP void AddPairIntoBoth(const float* a, float* own, float* __
   }
 }
 
-// own[j] = (own[j] + other[j]) / d
-FRAMEWORM_VECTOR_LOOP void AddPairInto(float* __restrict own, const float* __restrict other,
-                                       int64_t m, float d) {
-  for (int64_t j = 0; j < m; ++j) own[j] = (own[j] + other[j]) / d;
-}
-
 // dst[j] /= d
 FRAMEWORM_VECTOR_LOOP void Divide(float* __restrict dst, int64_t m, float d) {
   for (int64_t j = 0; j < m; ++j) dst[j] /= d;

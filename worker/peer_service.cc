@@ -252,7 +252,6 @@ absl::Status FetchCheckpointFrom(const HeldCheckpoint& h, const TlsFiles* tls,
   const int n = streams > 0 ? streams : AutomaticStreams(h.bytes);
   absl::Status last;
   for (const std::string& source : h.sources) {
-    last = absl::UnknownError("not tried");
     if (n > 1 && h.bytes > kMaxChunkBytes) {
       last = FetchRanges(source, h, tls, timeout, stop, n);
       // A peer that cannot serve ranges (an older one sends the whole file

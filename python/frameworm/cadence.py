@@ -70,10 +70,8 @@ class MemoryCadence:
         BUDGET of the steps in between."""
         cost = max(0.0, float(cost_seconds)) if math.isfinite(float(cost_seconds)) else 0.0
         self.last_cost_seconds = cost
-        if self.every > 0:
-            return
-        budget = BUDGET * max(self.mean_step_seconds, 1e-6)
-        self.next_step = int(step) + max(MIN_INTERVAL, math.ceil(cost / budget))
+        if self.every == 0:
+            self.next_step = int(step) + self.interval()
 
     def interval(self):
         """Steps between in-memory checkpoints as things stand (None in
