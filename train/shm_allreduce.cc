@@ -85,6 +85,34 @@ FRAMEWORM_VECTOR_LOOP void AddPairIntoBoth(const float* a, float* own, float* __
   }
 }
 
+// The same two with the mean taken as a product with r = 1 / d, used when
+// d is a power of two: then x * r is x / d exactly (both round the same
+// real number), and a product is several times cheaper than a quotient.
+FRAMEWORM_VECTOR_LOOP void AddPairInPlaceScaled(float* own, const float* __restrict other,
+                                                float* __restrict dst, int64_t m, float r) {
+  for (int64_t j = 0; j < m; ++j) {
+    const float v = (own[j] + other[j]) * r;
+    dst[j] = v;
+    own[j] = v;
+  }
+}
+FRAMEWORM_VECTOR_LOOP void AddPairIntoBothScaled(const float* a, float* own, float* __restrict peer,
+                                                 int64_t m, float r) {
+  for (int64_t j = 0; j < m; ++j) {
+    const float v = (a[j] + peer[j]) * r;
+    own[j] = v;
+    peer[j] = v;
+  }
+}
+
+// 1 / d when d is a power of two (the reciprocal is then exact), else 0.
+float ExactReciprocal(float d) {
+  int e = 0;
+  const float f = std::frexp(d, &e);
+  if (std::fabs(f) != 0.5f || e < -125 || e > 126) return 0.0f;
+  return 1.0f / d;
+}
+
 // dst[j] /= d
 FRAMEWORM_VECTOR_LOOP void Divide(float* __restrict dst, int64_t m, float d) {
   for (int64_t j = 0; j < m; ++j) dst[j] /= d;
@@ -404,7 +432,11 @@ absl::Status ShmAllreduce::Allreduce(float* data, int64_t n, float divisor) {
       float* own = data + off + lo;
       const int64_t m = hi - lo;
       if (world_ == 2) {
-        AddPairInPlace(own, slot(1 - rank_) + lo, dst, m, divisor);
+        if (const float r = ExactReciprocal(divisor); r != 0) {
+          AddPairInPlaceScaled(own, slot(1 - rank_) + lo, dst, m, r);
+        } else {
+          AddPairInPlace(own, slot(1 - rank_) + lo, dst, m, divisor);
+        }
       } else {
         // In rank order, with this rank's addend read from `data`.
         auto addend = [&](int r) -> const float* { return r == rank_ ? own : slot(r) + lo; };
@@ -463,7 +495,11 @@ absl::Status ShmAllreduce::AllreduceShared(int64_t offset, int64_t n, float divi
   // before it is overwritten; no one else touches this share).
   auto reduce = [&](int64_t a, int64_t b, const float* mine) {
     if (world_ == 2) {
-      AddPairIntoBoth(mine, own + a, region(1 - rank_) + offset + a, b - a, divisor);
+      if (const float r = ExactReciprocal(divisor); r != 0) {
+        AddPairIntoBothScaled(mine, own + a, region(1 - rank_) + offset + a, b - a, r);
+      } else {
+        AddPairIntoBoth(mine, own + a, region(1 - rank_) + offset + a, b - a, divisor);
+      }
       return;
     }
     auto addend = [&](int r) -> const float* {

@@ -22,7 +22,9 @@
 // Allreduce(data, n, divisor) sums `data` element-wise across ranks and
 // divides each sum by `divisor` (the world size gives the mean; 1, the
 // default, the plain sum): element i becomes (x_0[i] + ... + x_w-1[i]) /
-// divisor, computed in float in that order on every rank (the loops are
+// divisor, computed in float in that order on every rank (a power-of-two
+// divisor is applied as a product with its exact reciprocal, which rounds
+// to the same float as the quotient; the loops are
 // vectorized for the CPU that runs them; per element the arithmetic is the
 // same). It works in place, in chunks of capacity_bytes: copy the parts of
 // the chunk that other ranks reduce into this rank's slot, barrier, reduce

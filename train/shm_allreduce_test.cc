@@ -12,6 +12,7 @@
 #include <cmath>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <string>
@@ -178,6 +179,65 @@ TEST(ShmAllreduceTest, SumsTwoRanks) {
 TEST(ShmAllreduceTest, SumsThreeRanks) {
   const std::string dir = OutDir("shm3");
   absl::Status s = LaunchRanks(3, [dir](int r, int w) { return SumsRank(dir, r, w); });
+  EXPECT_TRUE(s.ok()) << s;
+  testutil::RemoveTree(dir);
+}
+
+// Any divisor gives the quotient (a + b) / d bit for bit, through the slots
+// and in the region: powers of two (taken as a product with the exact
+// reciprocal), others (a quotient). The addends have arbitrary mantissas and
+// span subnormal to huge magnitudes, so a reciprocal that is not exact, or
+// rounding that differs from the quotient's, would show.
+float Awkward(int rank, int64_t i) {
+  uint32_t x = static_cast<uint32_t>(i) * 2654435761u + static_cast<uint32_t>(rank) * 40503u + 12345u;
+  x ^= x >> 13;
+  x *= 0x5bd1e995u;
+  x ^= x >> 15;
+  const float mant = 1.0f + static_cast<float>(x & 0x7fffff) / 8388608.0f;
+  const int exp = static_cast<int>((x >> 23) % 300) - 150;  // 2^-150 .. 2^149: subnormals to huge
+  const float v = std::ldexp(mant, std::min(exp, 126));
+  return (x >> 31) != 0 ? -v : v;
+}
+
+int DivisorsRank(const std::string& dir, int rank, int world) {
+  c10d::FileStore store(dir + "/store", world);
+  ShmAllreduceOptions o = Opts(rank, world, 4096, milliseconds(30000));
+  const int64_t n = 5003;
+  o.shared_bytes = n * 4;
+  auto s = ShmAllreduce::Create(o, store);
+  if (!s.ok()) {
+    std::cerr << s.status() << std::endl;
+    return 40;
+  }
+  for (float d : {2.0f, 4.0f, 0.5f, 1024.0f, 3.0f, 6.0f, 0.1f, -2.0f}) {
+    std::vector<float> v(n);
+    float* region = (*s)->shared_buffer();
+    for (int64_t i = 0; i < n; ++i) v[i] = region[i] = Awkward(rank, i);
+    absl::Status st = (*s)->Allreduce(v.data(), n, d);
+    if (st.ok()) st = (*s)->AllreduceShared(0, n, d);
+    if (!st.ok()) {
+      std::cerr << st << std::endl;
+      return 41;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      float sum = Awkward(0, i);
+      for (int r = 1; r < world; ++r) sum += Awkward(r, i);
+      const float want = sum / d;
+      for (float got : {v[i], region[i]}) {
+        if (std::memcmp(&got, &want, sizeof(float)) != 0 && !(std::isnan(got) && std::isnan(want))) {
+          std::cerr << "divisor " << d << ": rank " << rank << " i=" << i << ": " << got << " != " << want
+                    << std::endl;
+          return 42;
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+TEST(ShmAllreduceTest, MeanIsTheQuotientBitForBitForEveryDivisor) {
+  const std::string dir = OutDir("shmdiv");
+  absl::Status s = LaunchRanks(2, [dir](int r, int w) { return DivisorsRank(dir, r, w); });
   EXPECT_TRUE(s.ok()) << s;
   testutil::RemoveTree(dir);
 }
