@@ -25,9 +25,9 @@
 #include <functional>
 #include <set>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster.h"
@@ -230,6 +230,25 @@ class FaultSuite : public ::testing::TestWithParam<uint64_t> {
 Outcome* FaultSuite::baseline_ = nullptr;
 std::set<std::string>* FaultSuite::shm_before_ = nullptr;
 
+// `text` as a JSON string literal, quotes included (the results file is read
+// by bench/faults.sh; errors and reasons may hold quotes, backslashes and
+// control characters).
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u >= 0x7f) {  // control characters, and bytes that may not be UTF-8
+      out += absl::StrFormat("\\u%04x", u);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 TEST_P(FaultSuite, EndsSucceededWithTheUndisturbedAccuracyAndNothingLeft) {
   ASSERT_TRUE(baseline_->error.empty()) << "undisturbed run: " << baseline_->error;
   ASSERT_EQ(baseline_->status.state(), v1::SUCCEEDED) << baseline_->status.ShortDebugString();
@@ -254,9 +273,9 @@ TEST_P(FaultSuite, EndsSucceededWithTheUndisturbedAccuracyAndNothingLeft) {
         << ",\"accuracy\":" << o.accuracy << ",\"baseline_accuracy\":" << baseline_->accuracy
         << ",\"wall_s\":" << absl::ToDoubleSeconds(o.wall)
         << ",\"baseline_wall_s\":" << absl::ToDoubleSeconds(baseline_->wall)
-        << ",\"limit_s\":" << absl::ToDoubleSeconds(limit) << ",\"schedule\":\"" << what
-        << "\",\"error\":\"" << absl::CHexEscape(o.error) << "\",\"reason\":\""
-        << absl::CHexEscape(o.status.reason()) << "\"}\n";
+        << ",\"limit_s\":" << absl::ToDoubleSeconds(limit) << ",\"schedule\":" << JsonString(what)
+        << ",\"error\":" << JsonString(o.error) << ",\"reason\":" << JsonString(o.status.reason())
+        << "}\n";
   }
   EXPECT_TRUE(o.error.empty()) << what << ": " << o.error;
   EXPECT_EQ(o.status.state(), v1::SUCCEEDED) << what << ": " << o.status.reason();
