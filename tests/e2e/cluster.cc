@@ -139,20 +139,21 @@ absl::Status Cluster::StartWorker(const std::string& name, int slots) {
   return absl::OkStatus();
 }
 
-absl::Status Cluster::RestartWorker(int i) {
+absl::Status Cluster::RestartWorker(int i, bool wait_registered) {
   ChildProcess& old = *workers_.at(i);
   if (old.Running()) {
     old.Signal(SIGKILL);
     old.Wait(absl::Seconds(10));
   }
-  auto child = LaunchWorker(absl::StrCat("w", i), options_.slots_per_worker);
+  auto child = LaunchWorker(absl::StrCat("w", i), options_.slots_per_worker, wait_registered);
   if (!child.ok()) return child.status();
   workers_[i] = std::move(*child);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> Cluster::LaunchWorker(const std::string& name,
-                                                                    int slots) {
+                                                                    int slots,
+                                                                    bool wait_registered) {
   std::string work = absl::StrCat(dir_, "/", name);
   std::vector<std::string> argv = {
       Bin("frameworm-worker"), absl::StrCat("--coordinator=", address_),
@@ -168,6 +169,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> Cluster::LaunchWorker(const std::s
   auto child = ChildProcess::Start(argv, options_.worker_env,
                                    absl::StrCat(dir_, "/", name, "-", worker_starts_++, ".log"));
   if (!child.ok()) return child.status();
+  if (!wait_registered) return std::move(*child);
   auto line = (*child)->WaitForLine("registered", absl::Seconds(30));
   if (!line.ok()) return line.status();
   return std::move(*child);

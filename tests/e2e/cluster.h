@@ -65,8 +65,11 @@ class Cluster {
 
   absl::Status StartWorker(const std::string& name, int slots);
   // SIGKILLs worker `i` if it still runs and starts it again under the same
-  // name, work dir and slots (options.slots_per_worker).
-  absl::Status RestartWorker(int i);
+  // name, work dir and slots (options.slots_per_worker). With
+  // `wait_registered` (the default) returns once it registered (30 s at
+  // most); without, once it started, for callers that must not block while
+  // the coordinator may be stopped.
+  absl::Status RestartWorker(int i, bool wait_registered = true);
   // The coordinator's state dir as this process reaches it (through the
   // holder's /proc/<pid>/root with state_tmpfs_mib).
   std::string state_on_host() const;
@@ -94,7 +97,8 @@ class Cluster {
  private:
   Cluster() = default;
   absl::Status StartCoordinator(const std::string& listen);
-  absl::StatusOr<std::unique_ptr<ChildProcess>> LaunchWorker(const std::string& name, int slots);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> LaunchWorker(const std::string& name, int slots,
+                                                             bool wait_registered = true);
 
   ClusterOptions options_;
   std::string dir_;

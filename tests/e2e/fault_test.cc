@@ -138,6 +138,7 @@ Outcome RunJob(const std::vector<Fault>& faults) {
       }
     }
   };
+  std::set<int> restarted;  // workers started again
   v1::JobStatus st;
   // A short deadline: deferred actions stay on time while the coordinator
   // is stopped.
@@ -177,8 +178,14 @@ Outcome RunJob(const std::vector<Fault>& faults) {
         later.emplace_back(absl::Now() + absl::Seconds(f.stop_s),
                            [&cl, w] { cl.worker(w).Signal(SIGCONT); });
       } else {
-        later.emplace_back(absl::Now() + absl::Seconds(f.down_s), [&cl, w, &out] {
-          if (absl::Status s = cl.RestartWorker(w); !s.ok()) out.error = std::string(s.message());
+        // Not waiting for it to register: a SIGCONT due meanwhile (a
+        // stopped coordinator's) must not wait behind it.
+        later.emplace_back(absl::Now() + absl::Seconds(f.down_s), [&cl, w, &out, &restarted] {
+          if (absl::Status s = cl.RestartWorker(w, /*wait_registered=*/false); !s.ok()) {
+            out.error = std::string(s.message());
+          } else {
+            restarted.insert(w);
+          }
         });
       }
     } else {
@@ -209,6 +216,10 @@ Outcome RunJob(const std::vector<Fault>& faults) {
   out.status = st;
   out.accuracy = FinalAccuracy(cl, *id);
   if (std::string bad = CheckCheckpoints(cl, *id); !bad.empty()) out.error = "checkpoint: " + bad;
+  for (int w : restarted) {
+    if (auto line = cl.worker(w).WaitForLine("registered", absl::Seconds(30)); !line.ok())
+      out.error = absl::StrCat("restarted worker w", w, " never registered: ", line.status().message());
+  }
   if (!Eventually([&] { return PidsWithJobId(*id).empty(); }, absl::Seconds(15)))
     out.error = absl::StrCat("processes of ", *id, " left: ", PidsWithJobId(*id).size());
   return out;
