@@ -411,6 +411,7 @@ absl::Status ShmAllreduce::Allreduce(float* data, int64_t n, float divisor) {
     return absl::OkStatus();
   }
   const int64_t cap = capacity_ / static_cast<int64_t>(sizeof(float));
+  const float reciprocal = ExactReciprocal(divisor);  // 0: divide
   float* mine = slot(rank_);
   float* out = result();
   for (int64_t off = 0; off < n; off += cap) {
@@ -432,8 +433,8 @@ absl::Status ShmAllreduce::Allreduce(float* data, int64_t n, float divisor) {
       float* own = data + off + lo;
       const int64_t m = hi - lo;
       if (world_ == 2) {
-        if (const float r = ExactReciprocal(divisor); r != 0) {
-          AddPairInPlaceScaled(own, slot(1 - rank_) + lo, dst, m, r);
+        if (reciprocal != 0) {
+          AddPairInPlaceScaled(own, slot(1 - rank_) + lo, dst, m, reciprocal);
         } else {
           AddPairInPlace(own, slot(1 - rank_) + lo, dst, m, divisor);
         }
@@ -493,10 +494,11 @@ absl::Status ShmAllreduce::AllreduceShared(int64_t offset, int64_t n, float divi
   // region, or one of `own_addends`), reduced in rank order, the mean
   // written into every rank's region (each peer's addend there is read
   // before it is overwritten; no one else touches this share).
+  const float reciprocal = ExactReciprocal(divisor);  // 0: divide
   auto reduce = [&](int64_t a, int64_t b, const float* mine) {
     if (world_ == 2) {
-      if (const float r = ExactReciprocal(divisor); r != 0) {
-        AddPairIntoBothScaled(mine, own + a, region(1 - rank_) + offset + a, b - a, r);
+      if (reciprocal != 0) {
+        AddPairIntoBothScaled(mine, own + a, region(1 - rank_) + offset + a, b - a, reciprocal);
       } else {
         AddPairIntoBoth(mine, own + a, region(1 - rank_) + offset + a, b - a, divisor);
       }
