@@ -572,13 +572,25 @@ absl::Status Coordinator::CheckLogLocked(const std::string& worker,
 absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
   absl::Status status;
   bool append = false;
+  std::string worker;
   {
     absl::MutexLock l(&mu_);
     absl::StatusOr<WorkerRegistry::Heard> heard = workers_.Hear(m.session_id());
     if (!heard.ok()) return heard.status();
+    worker = heard->worker->name;
     switch (m.kind_case()) {
       case v1::WorkerMessage::kTaskStatus:
         jobs_.HandleTaskStatus(heard->worker->name, m.task_status());
+        if (m.task_status().state() == v1::TASK_EXITED ||
+            m.task_status().state() == v1::TASK_KILLED ||
+            m.task_status().state() == v1::TASK_START_FAILED) {
+          // Applied: the worker may forget it (else it resends it).
+          v1::CoordinatorMessage r;
+          *r.mutable_receipt()->mutable_ref() = m.task_status().ref();
+          r.mutable_receipt()->set_rank(m.task_status().rank());
+          r.mutable_receipt()->set_final_status(true);
+          workers_.Send(worker, std::move(r));
+        }
         break;
       case v1::WorkerMessage::kHeld:
         HeldLocked(heard->worker->name, m.held());
@@ -589,6 +601,7 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
         // chunks stay in order).
         status = CheckLogLocked(heard->worker->name, m.log());
         append = status.ok();
+        if (!append) ReceiptLogLocked(worker, m.log(), -1);  // refused for good: not kept
         if (!heard->became_schedulable) break;
         jobs_.Schedule();
         break;
@@ -602,8 +615,35 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
     if (!m.has_log()) jobs_.Schedule();
   }
   Flush();
-  if (append) status = logs_.Append(m.log().ref().job_id(), m.log().rank(), m.log().data());
-  return status;
+  if (!append) return status;
+  const v1::LogUpload& log = m.log();
+  absl::StatusOr<int64_t> end = logs_.AppendAt(log.ref().job_id(), log.rank(), log.ref().generation(),
+                                               log.stream(), log.offset(), log.data());
+  // A disk error is not receipted (the worker keeps the bytes and sends
+  // them again on its next session); a refused chunk is, as never stored.
+  if (!end.ok() && !absl::IsInvalidArgument(end.status())) return end.status();
+  {
+    absl::MutexLock l(&mu_);
+    ReceiptLogLocked(worker, log, end.ok() ? *end : -1);
+  }
+  Flush();
+  return end.status();
+}
+
+void Coordinator::ReceiptLogLocked(const std::string& worker, const v1::LogUpload& log,
+                                   int64_t end) {
+  if (end < 0) {  // refused: the chunk's own end, saturated
+    end = log.offset() < 0 ? 0
+          : log.offset() > INT64_MAX - static_cast<int64_t>(log.data().size())
+              ? INT64_MAX
+              : log.offset() + static_cast<int64_t>(log.data().size());
+  }
+  v1::CoordinatorMessage r;
+  *r.mutable_receipt()->mutable_ref() = log.ref();
+  r.mutable_receipt()->set_rank(log.rank());
+  r.mutable_receipt()->set_stream(log.stream().substr(0, 16));
+  r.mutable_receipt()->set_log_offset(end);
+  workers_.Send(worker, std::move(r));
 }
 
 void Coordinator::HeldLocked(const std::string& worker, const v1::CheckpointHeld& held) {

@@ -241,7 +241,11 @@ class Coordinator {
   // session (the worker must register again).
   absl::Status AttachSession(const std::string& session_id);
   // A heartbeat, task status or log chunk. NOT_FOUND as for AttachSession;
-  // INVALID_ARGUMENT for a log chunk naming an unknown job or a bad rank.
+  // INVALID_ARGUMENT for a log chunk naming an unknown job, a bad rank or a
+  // bad source (generation, stream, offset). A final task status applied,
+  // a log chunk stored (JobLogs::AppendAt: only bytes not already there)
+  // and a chunk refused with INVALID_ARGUMENT each queue a Receipt for the
+  // worker; a chunk the disk did not take (INTERNAL) is not receipted.
   absl::Status HandleWorkerMessage(const v1::WorkerMessage& message);
   void DetachSession(const std::string& session_id);
   // Commands queued for the session, oldest first (and removes them).
@@ -328,6 +332,10 @@ class Coordinator {
   // its largest world and, for the current generation, runs on `worker`;
   // data at most 1 MiB. INVALID_ARGUMENT otherwise. (The write itself
   // happens without the lock.)
+  // Queues a Receipt of `log` for `worker` up to `end` (-1: the chunk's
+  // own end, for a chunk refused for good).
+  void ReceiptLogLocked(const std::string& worker, const v1::LogUpload& log, int64_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckLogLocked(const std::string& worker, const v1::LogUpload& log) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker's answer to a HoldCheckpoint: a verified copy becomes one of

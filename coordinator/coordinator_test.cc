@@ -177,9 +177,23 @@ TEST_F(CoordinatorTest, FailedRankRestartsAndStaleGenerationIsAborted) {
   Take("w1");
   ASSERT_TRUE(Step(id, 1, 0, 1).ok());
   TaskState("w1", id, 1, 1, v1::TASK_EXITED, 3);
-  // Every worker of the job is told to kill its trainers of generation 1...
+  // Every worker of the job is told to kill its trainers of generation 1
+  // (w1 also gets the receipt of its final status)...
   for (const char* w : {"w0", "w1"}) {
     auto cmds = Take(w);
+    int receipts = 0;
+    for (auto it = cmds.begin(); it != cmds.end();) {
+      if (!it->has_receipt()) {
+        ++it;
+        continue;
+      }
+      ++receipts;
+      EXPECT_TRUE(it->receipt().final_status());
+      EXPECT_EQ(it->receipt().ref().generation(), 1);
+      EXPECT_EQ(it->receipt().rank(), 1);
+      it = cmds.erase(it);
+    }
+    EXPECT_EQ(receipts, std::string(w) == "w1" ? 1 : 0) << w;
     ASSERT_GE(cmds.size(), 2u) << w;
     ASSERT_TRUE(cmds[0].has_kill());
     EXPECT_EQ(cmds[0].kill().ref().generation(), 1);
@@ -595,6 +609,47 @@ TEST_F(CoordinatorTest, LogChunksAppendToRankFiles) {
   bad.set_session_id("nope");
   EXPECT_EQ(coord_->HandleWorkerMessage(bad).code(),
             absl::StatusCode::kNotFound);
+}
+
+// Every stored chunk is receipted with the end of what the coordinator has
+// from its source; a chunk sent again (a worker that lost its session) is
+// written once; a chunk refused for good is receipted so the worker drops it.
+TEST_F(CoordinatorTest, LogChunksAreReceiptedAndResentChunksWrittenOnce) {
+  const std::string session = AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  Take("w0");
+  auto send = [&](const std::string& job, int64_t offset, const std::string& data) {
+    v1::WorkerMessage m;
+    m.set_session_id(session);
+    m.mutable_log()->mutable_ref()->set_job_id(job);
+    m.mutable_log()->mutable_ref()->set_generation(1);
+    m.mutable_log()->set_rank(0);
+    m.mutable_log()->set_stream("stdout");
+    m.mutable_log()->set_offset(offset);
+    m.mutable_log()->set_data(data);
+    return coord_->HandleWorkerMessage(m);
+  };
+  auto receipts = [&] {
+    std::vector<int64_t> ends;
+    for (const auto& c : Take("w0")) {
+      if (!c.has_receipt()) continue;
+      EXPECT_EQ(c.receipt().stream(), "stdout");
+      EXPECT_EQ(c.receipt().rank(), 0);
+      ends.push_back(c.receipt().log_offset());
+    }
+    return ends;
+  };
+  ASSERT_TRUE(send(id, 0, "step 1\n").ok());
+  ASSERT_TRUE(send(id, 7, "step 2\n").ok());
+  EXPECT_EQ(receipts(), (std::vector<int64_t>{7, 14}));
+  ASSERT_TRUE(send(id, 0, "step 1\nstep 2\ndone\n").ok());  // resent after a lost session
+  EXPECT_EQ(receipts(), (std::vector<int64_t>{19}));
+  std::ifstream in(coord_->logs().Path(id, 0));
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), {}), "step 1\nstep 2\ndone\n");
+  EXPECT_EQ(send("job-999999", 5, "lost").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(receipts(), (std::vector<int64_t>{9}));  // refused for good: not to be kept
+  EXPECT_EQ(send(id, INT64_MAX - 1, "xyz").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(receipts(), (std::vector<int64_t>{INT64_MAX}));
 }
 
 // Create() keeps its state in SQLite under state_dir: a job, its running

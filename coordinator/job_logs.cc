@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <cstdint>
 #include <filesystem>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -82,8 +84,55 @@ absl::Status JobLogs::Append(const std::string& job_id, int rank,
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> JobLogs::AppendAt(const std::string& job_id, int rank,
+                                          int64_t generation, const std::string& stream,
+                                          int64_t offset, absl::string_view data) const {
+  if (absl::Status s = Check(job_id, rank); !s.ok()) return s;
+  if (offset < 0 || generation < 0 ||
+      (!stream.empty() && stream != "stdout" && stream != "stderr")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "log chunk with bad source: generation ", generation, ", stream '",
+        stream.substr(0, 16), "', offset ", offset));
+  }
+  if (static_cast<uint64_t>(offset) > static_cast<uint64_t>(INT64_MAX) - data.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("log chunk offset ", offset, " overflows"));
+  }
+  const int64_t end = offset + static_cast<int64_t>(data.size());
+  if (stream.empty()) {  // a sender that names no stream: written as it comes
+    if (absl::Status s = Append(job_id, rank, data); !s.ok()) return s;
+    return end;
+  }
+  // One writer at a time: the end is read, the file written and the end
+  // moved as one step, so a resent chunk racing its first copy (an old and a
+  // new session of one worker) is written once.
+  absl::MutexLock l(&mu_);
+  const Source key{job_id, rank, generation, stream};
+  auto it = ends_.find(key);
+  if (it != ends_.end() && it->second >= offset) {
+    if (it->second >= end) return it->second;  // all of it is here already
+    data.remove_prefix(static_cast<size_t>(it->second - offset));
+  }
+  if (absl::Status s = Append(job_id, rank, data); !s.ok()) return s;
+  ends_[key] = end;
+  // Only the two newest generations of this job and rank are remembered.
+  std::vector<Source> old;
+  for (auto g = ends_.lower_bound(Source{job_id, rank, 0, ""});
+       g != ends_.end() && std::get<0>(g->first) == job_id && std::get<1>(g->first) == rank; ++g) {
+    if (std::get<2>(g->first) < generation - 1) old.push_back(g->first);
+  }
+  for (const Source& o : old) ends_.erase(o);
+  return end;
+}
+
 void JobLogs::RemoveJob(const std::string& job_id) const {
   if (!IsPathComponent(job_id)) return;
+  {
+    absl::MutexLock l(&mu_);
+    for (auto it = ends_.lower_bound(Source{job_id, INT32_MIN, INT64_MIN, ""});
+         it != ends_.end() && std::get<0>(it->first) == job_id;) {
+      it = ends_.erase(it);
+    }
+  }
   std::error_code ec;
   fs::remove_all(Dir(job_id), ec);
 }

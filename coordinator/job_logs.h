@@ -4,14 +4,21 @@
 // files are the only state: nothing is cached, so a reader sees every byte
 // appended before its call.
 //
+// Resent chunks: AppendAt takes a chunk with its source (generation and
+// stream of the rank's output) and the offset of its first byte in that
+// source, and writes only the bytes past what it already has from that
+// source, so a worker may resend what it is not sure arrived. The ends are
+// kept in memory (lost on a restart: a chunk resent then is written again)
+// for the two newest generations seen per job and rank.
+//
 // Size: a rank's file keeps at most about `max_bytes_per_rank` of its
 // newest output (common/log_cap.h: the head becomes a hole, offsets stay
 // valid); Read says where the data it returns starts.
 //
 // Paths: a job id must be one path component (IsPathComponent) and a rank
 // >= 0, so no caller can reach outside the root.
-// Thread safety: immutable after construction (only the root); every
-// method may run concurrently from any thread. A Read concurrent with an
+// Thread safety: every method may run concurrently from any thread (the
+// ends AppendAt keeps are guarded by a mutex). A Read concurrent with an
 // Append of the same file sees a prefix of the appended data.
 // Errors: INVALID_ARGUMENT for a bad job id, rank or offset; INTERNAL when
 // a file cannot be written; Read: NOT_FOUND when the rank has no file yet.
@@ -20,12 +27,15 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 
 namespace frameworm::coordinator {
 
@@ -54,6 +64,17 @@ class JobLogs {
   // Appends `data` to the rank's file (creating it and its directory).
   absl::Status Append(const std::string& job_id, int rank,
                       absl::string_view data) const;
+  // Appends the bytes of `data` (which starts at `offset` of the rank's
+  // `stream` in `generation`) that lie past the end already written from
+  // that source: all of them when none was, or when `offset` is past it (a
+  // gap the worker's own size cap made). Returns the source's end after
+  // the call. An empty `stream` (a sender that names none) is written whole
+  // and its end returned. INVALID_ARGUMENT for a negative offset or
+  // generation, an offset + size past INT64_MAX, or a stream other than
+  // "stdout", "stderr" and "".
+  absl::StatusOr<int64_t> AppendAt(const std::string& job_id, int rank, int64_t generation,
+                                   const std::string& stream, int64_t offset,
+                                   absl::string_view data) const;
   // Deletes the job's directory and every file in it (best effort).
   void RemoveJob(const std::string& job_id) const;
   // Ranks that have a file, ascending; empty when the job has none.
@@ -68,6 +89,10 @@ class JobLogs {
 
   const Options options_;
   mutable std::atomic<bool> warned_{false};  // a cap failed (said once)
+  // (job, rank, generation, stream) -> end of what is written from it.
+  using Source = std::tuple<std::string, int, int64_t, std::string>;
+  mutable absl::Mutex mu_;
+  mutable std::map<Source, int64_t> ends_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace frameworm::coordinator

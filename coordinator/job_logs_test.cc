@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/log_cap.h"
@@ -62,6 +63,58 @@ TEST_F(JobLogsTest, ARanksFileKeepsItsNewestOutputUnderTheCap) {
   absl::StatusOr<JobLogs::Chunk> tail = logs.Read("job-1", 0, written - 1000, 5000);
   EXPECT_EQ(tail->from, written - 1000);
   EXPECT_EQ(tail->data[0], static_cast<char>('a' + 1999 % 26));
+}
+
+TEST_F(JobLogsTest, AResentChunkIsWrittenOnceAndOnlyItsNewBytes) {
+  JobLogs logs({root_});
+  auto all = [&] { return logs.Read("job-1", 0, 0, 1000)->data; };
+  EXPECT_EQ(*logs.AppendAt("job-1", 0, 1, "stdout", 0, "step 1\n"), 7);
+  EXPECT_EQ(*logs.AppendAt("job-1", 0, 1, "stdout", 7, "step 2\n"), 14);
+  // The same chunks again (a worker unsure they arrived): nothing written.
+  EXPECT_EQ(*logs.AppendAt("job-1", 0, 1, "stdout", 0, "step 1\n"), 14);
+  EXPECT_EQ(*logs.AppendAt("job-1", 0, 1, "stdout", 7, "step 2\n"), 14);
+  // A chunk overlapping the end: only its new part.
+  EXPECT_EQ(*logs.AppendAt("job-1", 0, 1, "stdout", 7, "step 2\ndone\n"), 19);
+  EXPECT_EQ(all(), "step 1\nstep 2\ndone\n");
+  // stderr, and another generation, are other sources with their own ends.
+  EXPECT_EQ(*logs.AppendAt("job-1", 0, 1, "stderr", 0, "warn\n"), 5);
+  EXPECT_EQ(*logs.AppendAt("job-1", 0, 2, "stdout", 0, "step 1\n"), 7);
+  EXPECT_EQ(all(), "step 1\nstep 2\ndone\nwarn\nstep 1\n");
+  // A gap (the worker's cap dropped bytes it never sent) is accepted.
+  EXPECT_EQ(*logs.AppendAt("job-1", 0, 2, "stdout", 100, "late\n"), 105);
+  EXPECT_EQ(all(), "step 1\nstep 2\ndone\nwarn\nstep 1\nlate\n");
+  // Bad sources are refused and write nothing.
+  for (auto [gen, stream, off] : std::vector<std::tuple<int64_t, std::string, int64_t>>{
+           {1, "stdin", 0}, {1, "stdout\n", 0}, {-1, "stdout", 0}, {1, "stdout", -5},
+           {1, "stdout", INT64_MAX}}) {
+    EXPECT_EQ(logs.AppendAt("job-1", 0, gen, stream, off, "x").status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << gen << " " << stream << " " << off;
+  }
+  EXPECT_EQ(logs.AppendAt("../x", 0, 1, "stdout", 0, "x").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(all(), "step 1\nstep 2\ndone\nwarn\nstep 1\nlate\n");
+  // No stream named: written as it comes, every time.
+  EXPECT_EQ(*logs.AppendAt("job-1", 1, 0, "", 0, "x"), 1);
+  EXPECT_EQ(*logs.AppendAt("job-1", 1, 0, "", 0, "x"), 1);
+  EXPECT_EQ(logs.Read("job-1", 1, 0, 10)->data, "xx");
+}
+
+TEST_F(JobLogsTest, EndsAreKeptForTheTwoNewestGenerationsAndForgottenWithTheJob) {
+  JobLogs logs({root_});
+  auto all = [&] { return logs.Read("job-1", 0, 0, 1000)->data; };
+  ASSERT_TRUE(logs.AppendAt("job-1", 0, 1, "stdout", 0, "a").ok());
+  ASSERT_TRUE(logs.AppendAt("job-1", 0, 2, "stdout", 0, "b").ok());
+  ASSERT_TRUE(logs.AppendAt("job-1", 0, 1, "stdout", 0, "a").ok());  // still known
+  EXPECT_EQ(all(), "ab");
+  ASSERT_TRUE(logs.AppendAt("job-1", 0, 3, "stdout", 0, "c").ok());  // generation 1 is forgotten
+  ASSERT_TRUE(logs.AppendAt("job-1", 0, 2, "stdout", 0, "b").ok());  // 2 is not
+  EXPECT_EQ(all(), "abc");
+  ASSERT_TRUE(logs.AppendAt("job-1", 0, 1, "stdout", 0, "a").ok());
+  EXPECT_EQ(all(), "abca");
+  logs.RemoveJob("job-1");
+  ASSERT_TRUE(logs.AppendAt("job-1", 0, 3, "stdout", 0, "c").ok());  // a new file, a fresh start
+  EXPECT_EQ(all(), "c");
 }
 
 TEST_F(JobLogsTest, RanksListsTheFilesThatExist) {

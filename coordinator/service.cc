@@ -562,6 +562,7 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
     if (reg.ok()) {
       resp->set_session_id(reg->session_id);
       resp->set_heartbeat_interval_s(reg->heartbeat_interval_s);
+      resp->set_receipts(true);
     }
     return Done(ctx, reg.status());
   }

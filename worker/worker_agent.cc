@@ -147,8 +147,8 @@ class WorkerAgentImpl final : public WorkerAgent {
       if (!connected_ && !killing && now >= next_attempt_) TryConnect();
       if (!connected_ && cut_off_since_) Fence(now - *cut_off_since_);
 
-      if (!killing) {
-        for (const auto& c : commands) Apply(c);
+      for (const auto& c : commands) {
+        if (!killing || c.has_receipt()) Apply(c);  // receipts count while draining too
       }
       FetchesDone();
       StartDeferred(killing);
@@ -205,8 +205,12 @@ class WorkerAgentImpl final : public WorkerAgent {
     bool delivered = false;
   };
   struct LogState {
-    int64_t offset[2] = {0, 0};  // stdout, stderr
+    int64_t offset[2] = {0, 0};  // stdout, stderr: sent up to here
+    int64_t receipted[2] = {0, 0};  // stored by the coordinator up to here
   };
+  // Where a stream's bytes are safe: receipted, or (a coordinator without
+  // receipts) sent.
+  int64_t Safe(const LogState& st, int i) const { return receipts_ ? st.receipted[i] : st.offset[i]; }
 
   void Event(const std::string& line) {
     if (options_.on_event) options_.on_event(line);
@@ -227,6 +231,8 @@ class WorkerAgentImpl final : public WorkerAgent {
                        absl::Seconds(k.grace_s()));
     } else if (c.has_dump()) {
       DumpTaskStacks(c.dump());
+    } else if (c.has_receipt()) {
+      Receipted(c.receipt());
     } else if (c.has_hold()) {
       Hold(FromProto(c.hold()));
     } else if (c.has_drop()) {
@@ -237,6 +243,23 @@ class WorkerAgentImpl final : public WorkerAgent {
         std::filesystem::remove(h.path, ec);
       }
     }
+  }
+
+  // The coordinator has a final status or log bytes: a final is not resent,
+  // a task is forgotten once its logs are receipted to their end. A receipt
+  // for more than was sent counts only what was sent.
+  void Receipted(const v1::Receipt& r) {
+    const TaskKey key{r.ref().job_id(), r.ref().generation(), r.rank()};
+    if (r.final_status()) {
+      for (Final& f : finals_) {
+        if (f.status.key == key) f.delivered = true;
+      }
+    }
+    const int i = r.stream() == "stdout" ? 0 : r.stream() == "stderr" ? 1 : -1;
+    auto it = logs_.find(key);
+    if (i < 0 || it == logs_.end()) return;
+    LogState& st = it->second;
+    st.receipted[i] = std::max(st.receipted[i], std::min(r.log_offset(), st.offset[i]));
   }
 
   // The stacks of the matching running tasks, appended to their stderr
@@ -391,7 +414,7 @@ class WorkerAgentImpl final : public WorkerAgent {
     if (!Write(m)) return;
     next_heartbeat_ = now + heartbeat_interval_;
     for (Final& f : finals_) {
-      if (f.written_at && now - *f.written_at >= 2 * heartbeat_interval_) {
+      if (!receipts_ && f.written_at && now - *f.written_at >= 2 * heartbeat_interval_) {
         f.delivered = true;
       }
     }
@@ -422,7 +445,7 @@ class WorkerAgentImpl final : public WorkerAgent {
         if (!f) continue;
         f.seekg(0, std::ios::end);
         int64_t size = f.tellg();
-        if (size < st.offset[i]) st.offset[i] = 0;  // truncated
+        if (size < st.offset[i]) st.offset[i] = st.receipted[i] = 0;  // truncated
         int chunks = drain ? 1 << 20 : 4;
         while (connected_ && st.offset[i] < size && chunks-- > 0) {
           int64_t n = std::min<int64_t>(size - st.offset[i],
@@ -460,15 +483,17 @@ class WorkerAgentImpl final : public WorkerAgent {
         std::error_code ec;
         const int64_t size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
         if (ec || size <= options_.max_log_bytes) continue;
-        const bool backlog_fits = size - st.offset[i] <= options_.max_log_bytes;
+        const int64_t safe = Safe(st, i);
+        const bool backlog_fits = size - safe <= options_.max_log_bytes;
         absl::StatusOr<int64_t> first =
-            CapLog(path, options_.max_log_bytes, backlog_fits ? st.offset[i] : INT64_MAX);
+            CapLog(path, options_.max_log_bytes, backlog_fits ? safe : INT64_MAX);
         if (!first.ok()) {
           if (!cap_warned_) Event(std::string(first.status().message()));
           cap_warned_ = true;
           continue;
         }
         st.offset[i] = std::max(st.offset[i], *first);
+        st.receipted[i] = std::max(st.receipted[i], *first);
       }
     }
   }
@@ -489,7 +514,7 @@ class WorkerAgentImpl final : public WorkerAgent {
           auto size = std::filesystem::file_size(
               i == 0 ? supervisor_.StdoutPath(key) : supervisor_.StderrPath(key),
               ec);
-          if (!ec && static_cast<int64_t>(size) > lit->second.offset[i]) {
+          if (!ec && static_cast<int64_t>(size) > Safe(lit->second, i)) {
             drained = false;
           }
         }
@@ -546,6 +571,7 @@ class WorkerAgentImpl final : public WorkerAgent {
     }
     last_error_.clear();
     session_id_ = resp.session_id();
+    receipts_ = resp.receipts();
     if (resp.heartbeat_interval_s() > 0) {
       heartbeat_interval_ = absl::Seconds(resp.heartbeat_interval_s());
     }
@@ -600,6 +626,13 @@ class WorkerAgentImpl final : public WorkerAgent {
     cut_off_since_ = absl::Now();
     CloseSession();
     for (Final& f : finals_) f.written_at.reset();
+    // What was sent but not receipted may not have arrived: the next
+    // session sends it again (the coordinator skips what it has).
+    if (receipts_) {
+      for (auto& [key, st] : logs_) {
+        for (int i = 0; i < 2; ++i) st.offset[i] = std::min(st.offset[i], st.receipted[i]);
+      }
+    }
     Event(absl::StrCat("frameworm-worker ", options_.name, ": lost ",
                        options_.coordinator, " (", why, "); reconnecting"));
     next_attempt_ = absl::Now() + backoff_;
@@ -638,6 +671,7 @@ class WorkerAgentImpl final : public WorkerAgent {
   // the first registration (no task can run then).
   std::optional<absl::Time> cut_off_since_;
   bool registered_once_ = false;
+  bool receipts_ = false;  // the coordinator receipts finals and log chunks
   std::string last_error_;
   std::string session_id_;
   std::unique_ptr<grpc::ClientContext> ctx_;

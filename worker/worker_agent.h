@@ -13,10 +13,16 @@
 //  - When the stream breaks or registration fails: trainers keep running,
 //    reconnect after an exponential backoff (initial_backoff doubling up to
 //    max_backoff), re-register with the running tasks, resend final
-//    statuses. A final status counts as delivered once the session that
-//    carried it has stayed up for two more heartbeat intervals; until then it
-//    is resent on every new session (the coordinator must treat a repeated
-//    final status as a no-op).
+//    statuses. With a coordinator that sends Receipts
+//    (RegisterWorkerResponse.receipts), a final status counts as delivered
+//    when receipted (or carried by a RegisterWorker), and log bytes past a
+//    stream's receipted offset are sent again on the next session (the
+//    coordinator skips what it has); a task is forgotten once its final and
+//    all its log bytes are receipted. Without receipts, a final counts as
+//    delivered once the session that carried it has stayed up for two more
+//    heartbeat intervals, and log bytes once written. Until delivered a
+//    final is resent on every new session (the coordinator must treat a
+//    repeated final status as a no-op).
 //  - Checkpoint copies (docs/ARCHITECTURE.md, data path 4): HoldCheckpoint
 //    without sources registers a file already on this node; with sources it
 //    is fetched (CheckpointFetcher, off the loop) into place; either way a

@@ -92,6 +92,7 @@ class TestCoordinator final : public v1::WorkerService::CallbackService {
     absl::MutexLock l(&mu_);
     registrations_.push_back(*req);
     resp->set_session_id(absl::StrCat("s", registrations_.size()));
+    resp->set_receipts(receipts);
     auto* r = ctx->DefaultReactor();
     r->Finish(grpc::Status::OK);
     return r;
@@ -134,6 +135,8 @@ class TestCoordinator final : public v1::WorkerService::CallbackService {
     absl::MutexLock l(&mu_);
     return registrations_;
   }
+  // Says it sends Receipts (the test sends them, or not); set before use.
+  bool receipts = false;
 
  private:
   absl::Mutex mu_;
@@ -221,6 +224,7 @@ class WorkerAgentTest : public ::testing::Test {
   }
   void StartCoordinator(int port) {
     coord_ = std::make_unique<TestCoordinator>();
+    coord_->receipts = receipts_;
     ServerOptions o;
     o.listen = absl::StrCat("127.0.0.1:", port);
     auto s = StartServer(o, {coord_.get()});
@@ -263,6 +267,7 @@ class WorkerAgentTest : public ::testing::Test {
   }
 
   std::string dir_;
+  bool receipts_ = false;
   int64_t max_log_bytes_ = int64_t{64} << 20;
   std::string peer_listen_ = "127.0.0.1:0";
   absl::Duration fetch_timeout_ = absl::Minutes(1);
@@ -454,6 +459,52 @@ TEST_F(WorkerAgentTest, SurvivesCoordinatorRestart) {
   EXPECT_TRUE(Alive(sleeper));
   EXPECT_THAT(events(), ::testing::Contains(HasSubstr("re-registered")));
   EXPECT_THAT(events(), ::testing::Contains(HasSubstr("lost")));
+}
+
+// With a coordinator that receipts (RegisterWorkerResponse.receipts), a
+// final status and log bytes written into a session count only once
+// receipted: a coordinator that read nothing (stopped, then gone) gets them
+// again from the next session, however long the first one seemed up; once
+// receipted they are not sent again.
+TEST_F(WorkerAgentTest, WhatIsNotReceiptedIsSentAgainOnTheNextSession) {
+  receipts_ = true;
+  StopCoordinator();
+  StartCoordinator(0);
+  StartAgent();
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("echo one; exit 3", 0)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) {
+    return FindStatus(ms, 0, v1::TASK_EXITED) && LogText(ms, 0, "stdout") == "one\n";
+  }));
+  // Ten heartbeat intervals with the session up: without receipts the
+  // worker would take both as delivered and forget the task.
+  absl::SleepFor(absl::Milliseconds(500));
+  const int port = port_;
+  StopCoordinator();
+  StartCoordinator(port);
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto& regs) {
+    return regs.size() == 1 && LogText(ms, 0, "stdout") == "one\n";
+  })) << "the log was not sent again";
+  auto regs = coord_->registrations();
+  ASSERT_EQ(regs[0].ended_size(), 1) << regs[0].ShortDebugString();
+  EXPECT_EQ(regs[0].ended(0).exit_code(), 3);
+  // Receipted now (a receipt past what was sent counts what was sent).
+  v1::CoordinatorMessage r;
+  r.mutable_receipt()->mutable_ref()->set_job_id("job-1");
+  r.mutable_receipt()->mutable_ref()->set_generation(1);
+  r.mutable_receipt()->set_rank(0);
+  r.mutable_receipt()->set_stream("stdout");
+  r.mutable_receipt()->set_log_offset(1000);
+  ASSERT_TRUE(coord_->SendWhenConnected(r));
+  absl::SleepFor(absl::Milliseconds(300));
+  StopCoordinator();
+  StartCoordinator(port);
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto& regs) {
+    int beats = 0;
+    for (const auto& m : ms) beats += m.has_heartbeat();
+    return regs.size() == 1 && beats >= 6;
+  }));
+  EXPECT_EQ(LogText(coord_->messages(), 0, "stdout"), "") << "a receipted log was sent again";
+  EXPECT_EQ(coord_->registrations()[0].ended_size(), 0);
 }
 
 }  // namespace
