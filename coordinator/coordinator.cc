@@ -589,7 +589,7 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
           *r.mutable_receipt()->mutable_ref() = m.task_status().ref();
           r.mutable_receipt()->set_rank(m.task_status().rank());
           r.mutable_receipt()->set_final_status(true);
-          workers_.Send(worker, std::move(r));
+          workers_.SendReceipt(worker, std::move(r));
         }
         break;
       case v1::WorkerMessage::kHeld:
@@ -643,7 +643,7 @@ void Coordinator::ReceiptLogLocked(const std::string& worker, const v1::LogUploa
   r.mutable_receipt()->set_rank(log.rank());
   r.mutable_receipt()->set_stream(log.stream().substr(0, 16));
   r.mutable_receipt()->set_log_offset(end);
-  workers_.Send(worker, std::move(r));
+  workers_.SendReceipt(worker, std::move(r));
 }
 
 void Coordinator::HeldLocked(const std::string& worker, const v1::CheckpointHeld& held) {

@@ -143,6 +143,25 @@ void WorkerRegistry::Send(const std::string& worker,
   if (!it->second.session_id.empty()) notify_.insert(it->second.session_id);
 }
 
+void WorkerRegistry::SendReceipt(const std::string& worker, v1::CoordinatorMessage msg) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end() || !msg.has_receipt()) return;
+  const v1::Receipt& r = msg.receipt();
+  size_t queued = 0;
+  for (v1::CoordinatorMessage& q : it->second.outbox) {
+    if (!q.has_receipt()) continue;
+    ++queued;
+    const v1::Receipt& o = q.receipt();
+    if (o.ref().job_id() == r.ref().job_id() && o.ref().generation() == r.ref().generation() &&
+        o.rank() == r.rank() && o.final_status() == r.final_status() && o.stream() == r.stream()) {
+      if (r.log_offset() >= o.log_offset()) q = std::move(msg);  // the newer end covers it
+      return;
+    }
+  }
+  if (queued >= kMaxQueuedReceipts) return;
+  Send(worker, std::move(msg));
+}
+
 void WorkerRegistry::SendKill(const std::string& worker, const v1::JobRef& ref,
                               int rank) {
   v1::CoordinatorMessage msg;

@@ -107,6 +107,14 @@ class WorkerRegistry {
 
   // Queues a command for the worker; unknown workers are ignored.
   void Send(const std::string& worker, v1::CoordinatorMessage msg);
+  // Queues a Receipt (worker_service.proto), coalesced: a queued receipt
+  // for the same task and stream (or the same task's final status) takes
+  // the newer one's place, and at most kMaxQueuedReceipts stay queued per
+  // worker; one more is dropped. So a worker that sends chunks and never
+  // reads its stream cannot grow the outbox; it resends what was not
+  // receipted on its next session.
+  static constexpr size_t kMaxQueuedReceipts = 1024;
+  void SendReceipt(const std::string& worker, v1::CoordinatorMessage msg);
   // Queues KillTask for one rank (-1: every rank of `ref` on the worker).
   void SendKill(const std::string& worker, const v1::JobRef& ref, int rank);
   // DumpStacks for `rank` of `ref` (-1: every rank there); `why` is cut to

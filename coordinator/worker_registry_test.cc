@@ -104,6 +104,45 @@ TEST_F(WorkerRegistryTest, OutboxIsPerSessionInOrderAndNotifies) {
   EXPECT_TRUE((*kept)[1].has_kill());
 }
 
+// Receipts are coalesced per task and stream and bounded per worker: a
+// worker that sends chunks for ever-new jobs and never reads its stream
+// cannot grow the outbox; other commands still queue.
+TEST_F(WorkerRegistryTest, ReceiptsAreCoalescedAndBounded) {
+  const std::string s = *registry_.Register(Req("w0", 1));
+  auto receipt = [](const std::string& job, const std::string& stream, int64_t end, bool final) {
+    v1::CoordinatorMessage m;
+    m.mutable_receipt()->mutable_ref()->set_job_id(job);
+    m.mutable_receipt()->mutable_ref()->set_generation(1);
+    m.mutable_receipt()->set_stream(stream);
+    m.mutable_receipt()->set_log_offset(end);
+    m.mutable_receipt()->set_final_status(final);
+    return m;
+  };
+  registry_.SendReceipt("w0", receipt("a", "stdout", 10, false));
+  registry_.SendReceipt("w0", receipt("a", "stdout", 30, false));  // covers the first
+  registry_.SendReceipt("w0", receipt("a", "stdout", 20, false));  // older: changes nothing
+  registry_.SendReceipt("w0", receipt("a", "stderr", 5, false));
+  registry_.SendReceipt("w0", receipt("a", "", 0, true));
+  registry_.Send("w0", Start("x"));
+  registry_.SendReceipt("w0", Start("not a receipt"));  // ignored
+  auto cmds = registry_.Take(s);
+  ASSERT_TRUE(cmds.ok());
+  ASSERT_EQ(cmds->size(), 4u);
+  EXPECT_EQ((*cmds)[0].receipt().log_offset(), 30);
+  EXPECT_EQ((*cmds)[1].receipt().stream(), "stderr");
+  EXPECT_TRUE((*cmds)[2].receipt().final_status());
+  EXPECT_TRUE((*cmds)[3].has_start());
+  for (int i = 0; i < 5000; ++i) registry_.SendReceipt("w0", receipt("job-" + std::to_string(i), "stdout", 1, false));
+  registry_.Send("w0", Start("y"));
+  cmds = registry_.Take(s);
+  ASSERT_TRUE(cmds.ok());
+  ASSERT_EQ(cmds->size(), WorkerRegistry::kMaxQueuedReceipts + 1);
+  EXPECT_TRUE(cmds->back().has_start());
+  // Taken, they no longer count.
+  registry_.SendReceipt("w0", receipt("b", "stdout", 1, false));
+  EXPECT_EQ(registry_.Take(s)->size(), 1u);
+}
+
 TEST_F(WorkerRegistryTest, SchedulableWhileAttachedAndFresh) {
   const std::string s = *registry_.Register(Req("w0", 1));
   const WorkerRegistry::Worker* w = registry_.Find("w0");
