@@ -585,11 +585,8 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
             m.task_status().state() == v1::TASK_KILLED ||
             m.task_status().state() == v1::TASK_START_FAILED) {
           // Applied: the worker may forget it (else it resends it).
-          v1::CoordinatorMessage r;
-          *r.mutable_receipt()->mutable_ref() = m.task_status().ref();
-          r.mutable_receipt()->set_rank(m.task_status().rank());
-          r.mutable_receipt()->set_final_status(true);
-          workers_.SendReceipt(worker, std::move(r));
+          ReceiptLocked(worker, m.task_status().ref(), m.task_status().rank(), /*final_status=*/true,
+                        "", 0);
         }
         break;
       case v1::WorkerMessage::kHeld:
@@ -601,7 +598,7 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
         // chunks stay in order).
         status = CheckLogLocked(heard->worker->name, m.log());
         append = status.ok();
-        if (!append) ReceiptLogLocked(worker, m.log(), -1);  // refused for good: not kept
+        if (!append) ReceiptLogLocked(worker, m.log(), std::nullopt);  // refused for good
         if (!heard->became_schedulable) break;
         jobs_.Schedule();
         break;
@@ -624,25 +621,33 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
   if (!end.ok() && !absl::IsInvalidArgument(end.status())) return end.status();
   {
     absl::MutexLock l(&mu_);
-    ReceiptLogLocked(worker, log, end.ok() ? *end : -1);
+    ReceiptLogLocked(worker, log, end.ok() ? std::optional<int64_t>(*end) : std::nullopt);
   }
   Flush();
   return end.status();
 }
 
 void Coordinator::ReceiptLogLocked(const std::string& worker, const v1::LogUpload& log,
-                                   int64_t end) {
-  if (end < 0) {  // refused: the chunk's own end, saturated
-    end = log.offset() < 0 ? 0
-          : log.offset() > INT64_MAX - static_cast<int64_t>(log.data().size())
-              ? INT64_MAX
-              : log.offset() + static_cast<int64_t>(log.data().size());
-  }
+                                   std::optional<int64_t> end) {
+  // Refused: the chunk's own end (saturated; the worker counts no more
+  // than it sent).
+  const int64_t size = static_cast<int64_t>(log.data().size());
+  const int64_t own_end = log.offset() < 0              ? 0
+                          : log.offset() > INT64_MAX - size ? INT64_MAX
+                                                            : log.offset() + size;
+  ReceiptLocked(worker, log.ref(), log.rank(), /*final_status=*/false, log.stream().substr(0, 16),
+                end.value_or(own_end));
+}
+
+void Coordinator::ReceiptLocked(const std::string& worker, const v1::JobRef& ref, int rank,
+                                bool final_status, const std::string& stream, int64_t log_end) {
   v1::CoordinatorMessage r;
-  *r.mutable_receipt()->mutable_ref() = log.ref();
-  r.mutable_receipt()->set_rank(log.rank());
-  r.mutable_receipt()->set_stream(log.stream().substr(0, 16));
-  r.mutable_receipt()->set_log_offset(end);
+  v1::Receipt* receipt = r.mutable_receipt();
+  *receipt->mutable_ref() = ref;
+  receipt->set_rank(rank);
+  receipt->set_final_status(final_status);
+  receipt->set_stream(stream);
+  receipt->set_log_offset(log_end);
   workers_.SendReceipt(worker, std::move(r));
 }
 

@@ -332,10 +332,13 @@ class Coordinator {
   // its largest world and, for the current generation, runs on `worker`;
   // data at most 1 MiB. INVALID_ARGUMENT otherwise. (The write itself
   // happens without the lock.)
-  // Queues a Receipt of `log` for `worker` up to `end` (-1: the chunk's
+  // Queues a Receipt of `log` for `worker` up to `end` (none: the chunk's
   // own end, for a chunk refused for good).
-  void ReceiptLogLocked(const std::string& worker, const v1::LogUpload& log, int64_t end)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReceiptLogLocked(const std::string& worker, const v1::LogUpload& log,
+                        std::optional<int64_t> end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues a Receipt for `worker` (its fields as in worker_service.proto).
+  void ReceiptLocked(const std::string& worker, const v1::JobRef& ref, int rank, bool final_status,
+                     const std::string& stream, int64_t log_end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckLogLocked(const std::string& worker, const v1::LogUpload& log) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker's answer to a HoldCheckpoint: a verified copy becomes one of

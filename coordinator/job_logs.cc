@@ -113,8 +113,13 @@ absl::StatusOr<int64_t> JobLogs::AppendAt(const std::string& job_id, int rank,
     data.remove_prefix(static_cast<size_t>(it->second - offset));
   }
   if (absl::Status s = Append(job_id, rank, data); !s.ok()) return s;
-  ends_[key] = end;
-  // Only the two newest generations of this job and rank are remembered.
+  if (it != ends_.end()) {
+    it->second = end;
+    return end;
+  }
+  ends_.emplace(key, end);
+  // A new source: only the two newest generations of this job and rank
+  // are remembered.
   std::vector<Source> old;
   for (auto g = ends_.lower_bound(Source{job_id, rank, 0, ""});
        g != ends_.end() && std::get<0>(g->first) == job_id && std::get<1>(g->first) == rank; ++g) {
