@@ -83,7 +83,7 @@ run_tests() {
   cd "$BUILD_DIR"
   ctest --output-on-failure -j "$JOBS" "$@"
   # Every fuzz target briefly from its seed corpus (clang, ASan + UBSan).
-  "$ROOT/fuzz/run.sh" "${FRAMEWORM_FUZZ_SECONDS:-10}"
+  "$ROOT/fuzz/run.sh" "${FRAMEWORM_FUZZ_SECONDS:-20}"
 }
 
 cmd="${1:-}"
