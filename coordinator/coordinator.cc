@@ -577,26 +577,26 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
     absl::MutexLock l(&mu_);
     absl::StatusOr<WorkerRegistry::Heard> heard = workers_.Hear(m.session_id());
     if (!heard.ok()) return heard.status();
-    worker = heard->worker->name;
+    worker = heard->worker->name;  // also used after the lock
     switch (m.kind_case()) {
-      case v1::WorkerMessage::kTaskStatus:
-        jobs_.HandleTaskStatus(heard->worker->name, m.task_status());
-        if (m.task_status().state() == v1::TASK_EXITED ||
-            m.task_status().state() == v1::TASK_KILLED ||
-            m.task_status().state() == v1::TASK_START_FAILED) {
+      case v1::WorkerMessage::kTaskStatus: {
+        const v1::TaskStatus& t = m.task_status();
+        jobs_.HandleTaskStatus(worker, t);
+        if (t.state() == v1::TASK_EXITED || t.state() == v1::TASK_KILLED ||
+            t.state() == v1::TASK_START_FAILED) {
           // Applied: the worker may forget it (else it resends it).
-          ReceiptLocked(worker, m.task_status().ref(), m.task_status().rank(), /*final_status=*/true,
-                        "", 0);
+          ReceiptLocked(worker, t.ref(), t.rank(), /*final_status=*/true, "", 0);
         }
         break;
+      }
       case v1::WorkerMessage::kHeld:
-        HeldLocked(heard->worker->name, m.held());
+        HeldLocked(worker, m.held());
         break;
       case v1::WorkerMessage::kLog:
         // Checked here, written below without the lock: a slow disk holds up
         // only this session (its messages are handled one at a time, so
         // chunks stay in order).
-        status = CheckLogLocked(heard->worker->name, m.log());
+        status = CheckLogLocked(worker, m.log());
         append = status.ok();
         if (!append) ReceiptLogLocked(worker, m.log(), std::nullopt);  // refused for good
         if (!heard->became_schedulable) break;

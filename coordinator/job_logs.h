@@ -1,8 +1,9 @@
 // Rank logs of jobs: <root>/<job_id>/rank-<r>.log, where the root is
 // <state_dir>/logs. Workers upload a trainer's output in chunks (Append);
 // JobService.GetLogs reads them back from an offset (Ranks, Read). The
-// files are the only state: nothing is cached, so a reader sees every byte
-// appended before its call.
+// files hold every byte: nothing is cached for reading, so a reader sees
+// every byte appended before its call (the only state in memory is where
+// each source's chunks end, for AppendAt below).
 //
 // Resent chunks: AppendAt takes a chunk with its source (generation and
 // stream of the rank's output) and the offset of its first byte in that
