@@ -40,6 +40,11 @@ constexpr int kMaxProcPerNode = 1024;
 // entrypoint elements, env and train entries; and each one's total bytes.
 constexpr int kMaxListEntries = 1024;
 constexpr size_t kMaxTotalBytes = 256 << 10;
+// Bytes of strings the parser copies out of the YAML document, counting a
+// scalar again each time an alias (*name) repeats it: the four 256 KiB
+// fields above fit, an alias bomb (a large anchor referenced thousands of
+// times) is refused before it is copied.
+constexpr size_t kMaxExpandedBytes = 4 * kMaxTotalBytes + (64 << 10);
 
 bool IsEnvName(const std::string& k) {
   if (k.empty() || !(absl::ascii_isalpha(k[0]) || k[0] == '_')) return false;
@@ -280,7 +285,12 @@ class Parser {
       case YAML::NodeType::Map: return "a mapping";
       case YAML::NodeType::Sequence: return "a list";
       case YAML::NodeType::Null: return "nothing";
-      case YAML::NodeType::Scalar: return "'" + n.Scalar() + "'";
+      case YAML::NodeType::Scalar: {
+        // Cut: the value may be a large (or aliased) scalar.
+        const std::string& t = n.Scalar();
+        return t.size() <= 64 ? "'" + t + "'"
+                              : absl::StrCat("'", t.substr(0, 64), "...' (", t.size(), " bytes)");
+      }
       default: return "an undefined value";
     }
   }
@@ -300,7 +310,7 @@ class Parser {
         throw ParseError{Line(k), absl::StrCat("a field name under '", prefix,
                                                "' must be a plain string")};
       }
-      std::string key = k.Scalar();
+      std::string key = Text(k);
       std::string path = prefix + key;
       if (!known.empty() &&
           std::find(known.begin(), known.end(), key) == known.end()) {
@@ -316,12 +326,24 @@ class Parser {
     return out;
   }
 
-  static std::string Str(const YAML::Node& v, const std::string& field) {
+  // A scalar's text, counted against kMaxExpandedBytes (every copy the
+  // parser makes goes through here).
+  const std::string& Text(const YAML::Node& v) {
+    const std::string& t = v.Scalar();
+    if (t.size() > kMaxExpandedBytes - expanded_) {
+      throw ParseError{Line(v), absl::StrCat(
+          "the job spec's strings come to more than ", kMaxExpandedBytes,
+          " bytes (an alias such as *name counts its anchor's text each time it is used)")};
+    }
+    expanded_ += t.size();
+    return t;
+  }
+  std::string Str(const YAML::Node& v, const std::string& field) {
     if (!v.IsScalar()) {
       throw ParseError{Line(v), absl::StrCat(field, " must be a string, got ",
                                              Kind(v))};
     }
-    return v.Scalar();
+    return Text(v);
   }
   static int64_t Int(const YAML::Node& v, const std::string& field) {
     int64_t x;
@@ -410,7 +432,7 @@ class Parser {
       if (v.IsSequence()) {
         for (const auto& e : v) argv.push_back(Str(e, "entrypoint element"));
       } else if (v.IsScalar()) {
-        argv = SplitCommand(v.Scalar(), Line(v));
+        argv = SplitCommand(Text(v), Line(v));
       } else {
         throw ParseError{Line(v),
                          "entrypoint must be a command string or a list of "
@@ -432,7 +454,7 @@ class Parser {
                                                    Kind(val))};
         }
         lines_["train." + flag] = lines_["train." + k];
-        (*spec_->mutable_train_options())[flag] = val.Scalar();
+        (*spec_->mutable_train_options())[flag] = Text(val);
       }
     } else if (key == "nodes") {
       if (v.IsMap()) {
@@ -471,7 +493,7 @@ class Parser {
                                                    " must be a scalar, got ",
                                                    Kind(val))};
         }
-        (*out)[k] = val.IsNull() ? "" : val.Scalar();
+        (*out)[k] = val.IsNull() ? "" : Text(val);
       }
     } else if (key == "max_restarts") {
       spec_->set_max_restarts(Int32(v, "max_restarts"));
@@ -483,7 +505,7 @@ class Parser {
       if (!v.IsScalar()) {
         throw ParseError{Line(v), "on_straggler must be warn or restart_without, got " + Kind(v)};
       }
-      spec_->set_on_straggler(v.Scalar());
+      spec_->set_on_straggler(Text(v));
     } else if (key == "straggler_grace") {
       spec_->set_straggler_grace_s(Seconds(v, "straggler_grace"));
     } else if (key == "total_steps") {
@@ -518,6 +540,7 @@ class Parser {
  private:
   v1::JobSpec* spec_;
   std::map<std::string, int> lines_;
+  size_t expanded_ = 0;  // bytes counted by Text()
 };
 
 }  // namespace

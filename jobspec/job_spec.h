@@ -25,7 +25,10 @@
 //                memory_every_n_steps: int}  # default automatic; 0: none
 //
 // A key with no value ("backend:") means the default. Nothing is partially
-// accepted: any error returns no spec.
+// accepted: any error returns no spec. YAML anchors and aliases work, but the
+// strings the parser copies out (an alias counting its anchor's text each
+// time) are bounded (a little over 1 MiB), so a small document cannot expand
+// into a huge spec; past the bound the error names it.
 //
 // Errors are INVALID_ARGUMENT and name the field and its 1-based line, e.g.
 //   "job.yaml:7: unknown field 'nprocs_per_node' (did you mean 'nproc_per_node'?)"

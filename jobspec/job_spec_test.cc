@@ -300,6 +300,27 @@ TEST(JobSpec, SizesAndNulBytesAreBounded) {
   EXPECT_THAT(ValidateJobSpec(big).message(), HasSubstr("contains NUL"));
 }
 
+TEST(JobSpec, AliasesWorkButCannotExpandPastTheBound) {
+  // Ordinary use of an anchor is fine.
+  auto ok = ParseJobSpecYaml("name: a\nenv: {A: &v hello, B: *v}\n", "job.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->env().at("B"), "hello");
+  // A 32 KiB anchor referenced 2,000 times would copy 64 MB into the spec
+  // (from a document of about 40 KiB): refused while parsing, at the
+  // anchor's line (yaml-cpp marks an alias where its anchor is), before
+  // the copies are made.
+  std::string yaml = "name: &x " + std::string(32 << 10, 'a') + "\nentrypoint: [";
+  for (int i = 0; i < 2000; ++i) yaml += i ? ", *x" : "*x";
+  yaml += "]\n";
+  absl::Status s = ParseErr(yaml);
+  EXPECT_THAT(s.message(), HasSubstr("job.yaml:1: the job spec's strings come to more than"));
+  EXPECT_THAT(s.message(), HasSubstr("alias"));
+  // A wrong-typed huge scalar is quoted cut short in the error.
+  s = ParseErr("name: a\nnodes: " + std::string(100000, '7') + "x\n");
+  EXPECT_THAT(s.message(), HasSubstr("(100001 bytes)"));
+  EXPECT_LT(s.message().size(), 400u);
+}
+
 TEST(JobSpec, SecretEnvParsesAndFollowsTheEnvRules) {
   auto r = ParseJobSpecYaml("name: x\nenv:\n  A: 1\nsecret_env:\n  HF_TOKEN: hf_abc\n", "job.yaml");
   ASSERT_TRUE(r.ok()) << r.status();
