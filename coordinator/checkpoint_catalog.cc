@@ -137,6 +137,14 @@ std::vector<std::string> CheckpointCatalog::JobsWithMemoryRecords() const {
   return out;
 }
 
+const v1::CheckpointRecord* CheckpointCatalog::Find(const std::string& job_id,
+                                                     int64_t step) const {
+  for (const v1::CheckpointRecord& r : List(job_id)) {
+    if (r.step() == step) return &r;
+  }
+  return nullptr;
+}
+
 const v1::CheckpointRecord* CheckpointCatalog::NewestRecord(const std::string& job_id) const {
   const std::vector<v1::CheckpointRecord>& list = List(job_id);
   return list.empty() ? nullptr : &list.back();

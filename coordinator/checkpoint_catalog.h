@@ -59,6 +59,8 @@ class CheckpointCatalog {
   void AdoptSecret(const std::string& job_id, int64_t step, const std::string& secret);
   // The jobs that have memory records.
   std::vector<std::string> JobsWithMemoryRecords() const;
+  // The job's record of `step`; nullptr when there is none.
+  const v1::CheckpointRecord* Find(const std::string& job_id, int64_t step) const;
   // The job's newest record; nullptr when it has none.
   const v1::CheckpointRecord* NewestRecord(const std::string& job_id) const;
 

@@ -53,6 +53,33 @@ class ReplicationTest : public CoordinatorTest {
   }
 };
 
+TEST_F(ReplicationTest, OnlyAWorkerAskedToHoldOrShowingTheSecretBecomesAHolder) {
+  const std::string id = StartJob(Spec(2, 1));
+  ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10)).ok());
+  auto w0 = Holds(Take("w0"));
+  ASSERT_EQ(w0.size(), 1u);
+  // w2 (no rank of the job, never asked) claims the copy before rank 0's
+  // worker answers: it does not become a holder, so it is not a source the
+  // replicas would show the secret to, and the replicas still start once
+  // w0 answers.
+  Held("w2", id, 10);
+  Held("w2", id, 10, true, "a-guess");
+  EXPECT_TRUE(HoldersOf(id, 10).empty());
+  // Claims of steps or jobs without a record count for nothing either.
+  Held("w0", id, 11);
+  Held("w0", "job-999999", 10);
+  EXPECT_TRUE(HoldersOf(id, 11).empty());
+  Held("w0", id, 10);
+  EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w0"));
+  auto w1 = Holds(Take("w1"));
+  ASSERT_EQ(w1.size(), 1u);
+  EXPECT_THAT(w1[0].sources(), ElementsAre("w0.host:7071"));
+  // A worker that shows the record's secret counts without this
+  // coordinator having asked it (it was asked before a restart).
+  Held("w2", id, 10, true, w0[0].secret());
+  EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w0", "w2"));
+}
+
 TEST_F(ReplicationTest, ReplicasFetchFromRankZerosWorkerOnceItHoldsTheFile) {
   const std::string id = StartJob(Spec(2, 1));
   ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10)).ok());
@@ -222,8 +249,23 @@ TEST_F(ReplicationTest, ARestartedCoordinatorLearnsTheHoldersFromTheWorkers) {
   h->set_job_id(id);
   h->set_step(10);
   h->set_ok(true);
+  // A claim without the hold's secret does not count.
+  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  EXPECT_TRUE(HoldersOf(id, 10).empty());
+  h->set_secret("the-secret");
   ASSERT_TRUE(coord_->RegisterWorker(req).ok());
   EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1"));
+  // The first holder's secret is the record's now: another worker's claim
+  // must show the same one.
+  req.set_name("w0");
+  req.set_address("w0.host");
+  req.set_peer_endpoint("w0.host:7071");
+  h->set_secret("a-guess");
+  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1"));
+  h->set_secret("the-secret");
+  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1", "w0"));
   for (int i = 0; i < 1025; ++i) *req.add_held() = *h;
   EXPECT_EQ(coord_->RegisterWorker(req).status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -331,8 +373,10 @@ TEST_F(ReplicationTest, MemoryCheckpointsAreKeptTwoDeepAndReleasedWhenTheJobEnds
   EXPECT_THAT(kept, ElementsAre(std::pair<int64_t, bool>{10, false},
                                 std::pair<int64_t, bool>{14, true},
                                 std::pair<int64_t, bool>{16, true}));
-  Held("w0", id, 16);
-  Held("w1", id, 16);
+  // Holds the coordinator sent before its restart: the answers show their
+  // secret (which the restarted coordinator did not know).
+  Held("w0", id, 16, true, "s16");
+  Held("w1", id, 16, true, "s16");
   Take("w0");
   Take("w1");
   // The job ends (its workers came back without their ranks: failed, or

@@ -513,7 +513,8 @@ absl::StatusOr<Coordinator::Registration> Coordinator::RegisterWorker(
     jobs_.Reconcile(req.name(), req.running(), req.ended(), same_process);
     // Copies it still holds (a restarted coordinator knew no holders).
     for (const v1::CheckpointHeld& h : req.held()) {
-      if (h.ok() && checkpoints_.AddHolder(h.job_id(), h.step(), req.name()) > 0) {
+      if (h.ok() && HolderClaimCountsLocked(req.name(), h) &&
+          checkpoints_.AddHolder(h.job_id(), h.step(), req.name()) > 0) {
         checkpoints_.AdoptSecret(h.job_id(), h.step(), h.secret());
       }
     }
@@ -651,9 +652,31 @@ void Coordinator::ReceiptLocked(const std::string& worker, const v1::JobRef& ref
   workers_.SendReceipt(worker, std::move(r));
 }
 
+bool Coordinator::HolderClaimCountsLocked(const std::string& worker,
+                                          const v1::CheckpointHeld& held) const {
+  const v1::CheckpointRecord* rec = checkpoints_.Find(held.job_id(), held.step());
+  if (rec == nullptr) return false;
+  if (workers_.SentHold(worker, held.job_id(), held.step())) return true;
+  // Not asked by this coordinator process: the worker must show the hold's
+  // secret. After a restart (secrets are not stored) the record's is not
+  // known, and the first holder that shows one gives it (AdoptSecret).
+  if (rec->secret().empty()) return !held.secret().empty();
+  return TokensEqual(held.secret(), rec->secret());
+}
+
 void Coordinator::HeldLocked(const std::string& worker, const v1::CheckpointHeld& held) {
   if (held.ok()) {
-    if (checkpoints_.AddHolder(held.job_id(), held.step(), worker) != 1) return;
+    if (!HolderClaimCountsLocked(worker, held)) {
+      std::fprintf(stderr,
+                   "coordinator: worker %s claims job %s's checkpoint of step %lld, which it was "
+                   "not asked to hold; ignored\n",
+                   worker.c_str(), PrintableLine(held.job_id(), 64).c_str(),
+                   static_cast<long long>(held.step()));
+      return;
+    }
+    const int holders = checkpoints_.AddHolder(held.job_id(), held.step(), worker);
+    checkpoints_.AdoptSecret(held.job_id(), held.step(), held.secret());
+    if (holders != 1) return;
     // The first holder is rank 0's worker: now the replicas fetch from it.
     const Job* job = jobs_.Find(held.job_id());
     if (job == nullptr || job->ranks.empty() || job->ranks[0].worker != worker) return;

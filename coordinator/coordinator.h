@@ -341,6 +341,13 @@ class Coordinator {
                      const std::string& stream, int64_t log_end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckLogLocked(const std::string& worker, const v1::LogUpload& log) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `worker`'s claim to hold (job, step) may make it a holder (a
+  // source others fetch from, showing it the record's secret): this
+  // coordinator sent it that hold, or the claim shows the record's secret
+  // (any secret when the record's is not known, after a restart). A claim
+  // of a step with no record never counts.
+  bool HolderClaimCountsLocked(const std::string& worker, const v1::CheckpointHeld& held) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker's answer to a HoldCheckpoint: a verified copy becomes one of
   // the record's holders; a failure is logged.
   void HeldLocked(const std::string& worker, const v1::CheckpointHeld& held)

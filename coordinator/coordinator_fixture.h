@@ -78,12 +78,14 @@ class CoordinatorTest : public ::testing::Test {
     ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
   }
   // The worker's answer to a HoldCheckpoint.
-  void Held(const std::string& worker, const std::string& job, int64_t step, bool ok = true) {
+  void Held(const std::string& worker, const std::string& job, int64_t step, bool ok = true,
+            const std::string& secret = "") {
     v1::WorkerMessage m;
     m.set_session_id(sessions_[worker]);
     m.mutable_held()->set_job_id(job);
     m.mutable_held()->set_step(step);
     m.mutable_held()->set_ok(ok);
+    m.mutable_held()->set_secret(secret);
     if (!ok) m.mutable_held()->set_error("disk full");
     ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
   }

@@ -1,10 +1,13 @@
 #include "coordinator/worker_registry.h"
 
 #include <algorithm>
+#include <iterator>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/received_file.h"
 #include "common/token.h"
 #include "coordinator/job_logs.h"
 
@@ -135,17 +138,50 @@ absl::StatusOr<std::vector<v1::CoordinatorMessage>> WorkerRegistry::Take(
   return out;
 }
 
+namespace {
+
+// The part of a ref a worker matches tasks on; false when the job id is
+// one no worker can run.
+bool TaskRef(const v1::JobRef& in, v1::JobRef* out) {
+  if (!CheckJobIdComponent(in.job_id()).ok()) return false;
+  out->set_job_id(in.job_id());
+  out->set_generation(in.generation());
+  return true;
+}
+
+}  // namespace
+
 void WorkerRegistry::Send(const std::string& worker,
                           v1::CoordinatorMessage msg) {
   auto it = workers_.find(worker);
   if (it == workers_.end()) return;
+  auto& sent = it->second.holds_sent;
+  if (msg.has_hold()) {
+    sent.emplace(msg.hold().job_id(), msg.hold().step());
+    while (sent.size() > kMaxHoldsSent) sent.erase(sent.begin());
+  } else if (msg.has_drop()) {
+    const v1::DropCheckpoint& d = msg.drop();
+    for (auto h = sent.lower_bound({d.job_id(), std::numeric_limits<int64_t>::min()});
+         h != sent.end() && h->first == d.job_id();) {
+      h = d.step() < 0 || h->second == d.step() ? sent.erase(h) : std::next(h);
+    }
+  }
   it->second.outbox.push_back(std::move(msg));
   if (!it->second.session_id.empty()) notify_.insert(it->second.session_id);
+}
+
+bool WorkerRegistry::SentHold(const std::string& worker, const std::string& job_id,
+                              int64_t step) const {
+  auto it = workers_.find(worker);
+  return it != workers_.end() && it->second.holds_sent.count({job_id, step}) > 0;
 }
 
 void WorkerRegistry::SendReceipt(const std::string& worker, v1::CoordinatorMessage msg) {
   auto it = workers_.find(worker);
   if (it == workers_.end() || !msg.has_receipt()) return;
+  v1::JobRef ref;
+  if (!TaskRef(msg.receipt().ref(), &ref)) return;
+  *msg.mutable_receipt()->mutable_ref() = std::move(ref);
   const v1::Receipt& r = msg.receipt();
   size_t queued = 0;
   for (v1::CoordinatorMessage& q : it->second.outbox) {
@@ -164,8 +200,20 @@ void WorkerRegistry::SendReceipt(const std::string& worker, v1::CoordinatorMessa
 
 void WorkerRegistry::SendKill(const std::string& worker, const v1::JobRef& ref,
                               int rank) {
+  auto it = workers_.find(worker);
   v1::CoordinatorMessage msg;
-  *msg.mutable_kill()->mutable_ref() = ref;
+  if (it == workers_.end() || !TaskRef(ref, msg.mutable_kill()->mutable_ref())) return;
+  size_t queued = 0;
+  for (const v1::CoordinatorMessage& q : it->second.outbox) {
+    if (!q.has_kill()) continue;
+    ++queued;
+    const v1::KillTask& k = q.kill();
+    if (k.ref().job_id() == ref.job_id() && k.ref().generation() == ref.generation() &&
+        k.rank() == rank) {
+      return;  // queued already
+    }
+  }
+  if (queued >= kMaxQueuedKills) return;
   msg.mutable_kill()->set_rank(rank);
   msg.mutable_kill()->set_grace_s(options_.kill_grace_s);
   Send(worker, std::move(msg));

@@ -72,6 +72,10 @@ class WorkerRegistry {
     bool attached = false;
     absl::Time last_seen;
     std::deque<v1::CoordinatorMessage> outbox;
+    // The (job, step) of every HoldCheckpoint sent to it and not dropped
+    // since (at most kMaxHoldsSent, the oldest key forgotten first): only
+    // these may its answers make it a holder of (SentHold).
+    std::set<std::pair<std::string, int64_t>> holds_sent;
   };
   // What a message on a session tells: who sent it and whether it made a
   // quiet worker schedulable again.
@@ -105,8 +109,19 @@ class WorkerRegistry {
   absl::StatusOr<std::vector<v1::CoordinatorMessage>> Take(
       const std::string& session_id);
 
-  // Queues a command for the worker; unknown workers are ignored.
+  // Queues a command for the worker; unknown workers are ignored. A
+  // HoldCheckpoint is remembered in holds_sent, a DropCheckpoint forgets
+  // its holds there.
   void Send(const std::string& worker, v1::CoordinatorMessage msg);
+  static constexpr size_t kMaxHoldsSent = 4096;
+  // Whether `worker` was sent a HoldCheckpoint of (job_id, step) that no
+  // DropCheckpoint took back.
+  bool SentHold(const std::string& worker, const std::string& job_id, int64_t step) const;
+  // Receipts and kills name a task by what a worker matches on: the ref's
+  // job id (when it is a plausible one, CheckJobIdComponent; else nothing
+  // is sent, as no worker runs such a task) and generation; its token and
+  // anything else the worker sent are not echoed.
+  //
   // Queues a Receipt (worker_service.proto), coalesced: a queued receipt
   // for the same task and stream (or the same task's final status) takes
   // the newer one's place, and at most kMaxQueuedReceipts stay queued per
@@ -115,7 +130,12 @@ class WorkerRegistry {
   // receipted on its next session.
   static constexpr size_t kMaxQueuedReceipts = 1024;
   void SendReceipt(const std::string& worker, v1::CoordinatorMessage msg);
-  // Queues KillTask for one rank (-1: every rank of `ref` on the worker).
+  // Queues KillTask for one rank (-1: every rank of `ref` on the worker),
+  // unless the same kill is queued already; at most kMaxQueuedKills stay
+  // queued (a worker that reports stale tasks and never reads its stream
+  // cannot grow the outbox; a task still running is reported, and so
+  // killed, again).
+  static constexpr size_t kMaxQueuedKills = 1024;
   void SendKill(const std::string& worker, const v1::JobRef& ref, int rank);
   // DumpStacks for `rank` of `ref` (-1: every rank there); `why` is cut to
   // 256 bytes.

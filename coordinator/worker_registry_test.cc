@@ -143,6 +143,86 @@ TEST_F(WorkerRegistryTest, ReceiptsAreCoalescedAndBounded) {
   EXPECT_EQ(registry_.Take(s)->size(), 1u);
 }
 
+TEST_F(WorkerRegistryTest, KillsAndReceiptsEchoOnlyWhatAWorkerMatchesAndAreBounded) {
+  const std::string s = *registry_.Register(Req("w0", 1));
+  // What a worker sent in a stale status: a long token, an id no job has.
+  v1::JobRef ref;
+  ref.set_job_id("job-000001");
+  ref.set_generation(3);
+  ref.set_token(std::string(1 << 20, 't'));
+  registry_.SendKill("w0", ref, 0);
+  registry_.SendKill("w0", ref, 0);  // the same kill is queued once
+  registry_.SendKill("w0", ref, 1);
+  v1::CoordinatorMessage r;
+  *r.mutable_receipt()->mutable_ref() = ref;
+  registry_.SendReceipt("w0", r);
+  v1::JobRef bad = ref;
+  for (const std::string& id : {std::string(1 << 20, 'j'), std::string("../x"), std::string()}) {
+    bad.set_job_id(id);
+    registry_.SendKill("w0", bad, 0);  // no worker runs such a task: nothing sent
+    *r.mutable_receipt()->mutable_ref() = bad;
+    registry_.SendReceipt("w0", r);
+  }
+  auto cmds = registry_.Take(s);
+  ASSERT_TRUE(cmds.ok());
+  ASSERT_EQ(cmds->size(), 3u);
+  for (int i = 0; i < 2; ++i) {
+    const v1::KillTask& k = (*cmds)[i].kill();
+    EXPECT_EQ(k.ref().job_id(), "job-000001");
+    EXPECT_EQ(k.ref().generation(), 3);
+    EXPECT_TRUE(k.ref().token().empty());
+    EXPECT_EQ(k.rank(), i);
+    EXPECT_EQ(k.grace_s(), 2.5);
+  }
+  EXPECT_TRUE((*cmds)[2].receipt().ref().token().empty());
+  EXPECT_EQ((*cmds)[2].receipt().ref().job_id(), "job-000001");
+  // A worker that keeps reporting stale tasks and never reads its stream:
+  // at most kMaxQueuedKills kills wait.
+  for (int i = 0; i < 5000; ++i) {
+    ref.set_job_id("job-" + std::to_string(i));
+    registry_.SendKill("w0", ref, 0);
+  }
+  registry_.Send("w0", Start("y"));
+  cmds = registry_.Take(s);
+  ASSERT_TRUE(cmds.ok());
+  ASSERT_EQ(cmds->size(), WorkerRegistry::kMaxQueuedKills + 1);
+  EXPECT_TRUE(cmds->back().has_start());
+}
+
+TEST_F(WorkerRegistryTest, HoldsSentAreRememberedUntilDroppedAndBounded) {
+  ASSERT_TRUE(registry_.Register(Req("w0", 1)).ok());
+  auto hold = [](const std::string& job, int64_t step) {
+    v1::CoordinatorMessage m;
+    m.mutable_hold()->set_job_id(job);
+    m.mutable_hold()->set_step(step);
+    return m;
+  };
+  auto drop = [](const std::string& job, int64_t step) {
+    v1::CoordinatorMessage m;
+    m.mutable_drop()->set_job_id(job);
+    m.mutable_drop()->set_step(step);
+    return m;
+  };
+  registry_.Send("w0", hold("a", 10));
+  registry_.Send("w0", hold("a", 20));
+  registry_.Send("w0", hold("b", 10));
+  registry_.Send("nobody", hold("a", 30));
+  EXPECT_TRUE(registry_.SentHold("w0", "a", 10));
+  EXPECT_FALSE(registry_.SentHold("w0", "a", 30));
+  EXPECT_FALSE(registry_.SentHold("w1", "a", 10));
+  registry_.Send("w0", drop("a", 10));
+  EXPECT_FALSE(registry_.SentHold("w0", "a", 10));
+  EXPECT_TRUE(registry_.SentHold("w0", "a", 20));
+  registry_.Send("w0", hold("a", 30));
+  registry_.Send("w0", drop("a", -1));  // every step of the job
+  EXPECT_FALSE(registry_.SentHold("w0", "a", 20));
+  EXPECT_FALSE(registry_.SentHold("w0", "a", 30));
+  EXPECT_TRUE(registry_.SentHold("w0", "b", 10));
+  for (int i = 0; i < 10000; ++i) registry_.Send("w0", hold("c", i));
+  EXPECT_EQ(registry_.Find("w0")->holds_sent.size(), WorkerRegistry::kMaxHoldsSent);
+  EXPECT_TRUE(registry_.SentHold("w0", "c", 9999));
+}
+
 TEST_F(WorkerRegistryTest, SchedulableWhileAttachedAndFresh) {
   const std::string s = *registry_.Register(Req("w0", 1));
   const WorkerRegistry::Worker* w = registry_.Find("w0");

@@ -340,6 +340,8 @@ class WorkerAgentImpl final : public WorkerAgent {
     a.set_step(h.step);
     a.set_ok(s.ok());
     if (!s.ok()) a.set_error(std::string(s.message().substr(0, 512)));
+    // Shows the coordinator it was asked (one restarted since did not ask).
+    if (s.ok()) a.set_secret(h.secret);
     held_out_.push_back(std::move(a));
   }
 
