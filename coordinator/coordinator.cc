@@ -556,12 +556,31 @@ absl::Status Coordinator::CheckLogLocked(const std::string& worker,
     return absl::InvalidArgumentError(
         absl::StrCat("log chunk for rank ", log.rank(), " outside job ", id));
   }
-  if (log.ref().generation() == job->generation &&
-      log.rank() < static_cast<int>(job->ranks.size()) &&
-      job->ranks[log.rank()].worker != worker) {
+  // Only the worker that ran the rank in that generation adds to its log.
+  const int64_t gen = log.ref().generation() == 0 ? job->generation : log.ref().generation();
+  if (gen < 1 || gen > job->generation) {
+    return absl::InvalidArgumentError(absl::StrCat("log chunk for generation ", gen, " of job ",
+                                                   id, ", which is at generation ",
+                                                   job->generation));
+  }
+  const std::vector<std::string>* ran = nullptr;  // by rank, that generation
+  std::vector<std::string> current;
+  if (gen == job->generation && !job->ranks.empty()) {
+    for (const RankState& r : job->ranks) current.push_back(r.worker);
+    ran = &current;
+  } else if (auto past = job->past_rank_workers.find(gen); past != job->past_rank_workers.end()) {
+    ran = &past->second;
+  }
+  const bool ran_it =
+      ran != nullptr
+          ? log.rank() < static_cast<int64_t>(ran->size()) && (*ran)[log.rank()] == worker
+          // Older than what is remembered, or ended before a coordinator
+          // restart: one of the job's workers.
+          : std::find(job->workers.begin(), job->workers.end(), worker) != job->workers.end();
+  if (!ran_it) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "log chunk for rank ", log.rank(), " of job ", id, " from worker ", worker,
-        ", which does not run it"));
+        "log chunk for rank ", log.rank(), " of job ", id, " generation ", gen, " from worker ",
+        worker, ", which did not run it"));
   }
   if (log.data().size() > (1 << 20)) {
     return absl::InvalidArgumentError(

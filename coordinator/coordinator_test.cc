@@ -611,6 +611,56 @@ TEST_F(CoordinatorTest, LogChunksAppendToRankFiles) {
             absl::StatusCode::kNotFound);
 }
 
+// A worker adds only to the logs of ranks it ran, in that generation; a
+// finished generation's logs stay open to its own workers (their last
+// chunks arrive after the end), not to others, and future generations are
+// refused.
+TEST_F(CoordinatorTest, LogChunksComeOnlyFromTheWorkerThatRanTheRankThen) {
+  std::map<std::string, std::string> session;
+  for (const char* w : {"w0", "w1", "w2"}) session[w] = AddWorker(w, 1);
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(1);
+  const std::string id = Submit(spec);
+  auto send = [&](const std::string& w, int64_t gen, int rank) {
+    v1::WorkerMessage m;
+    m.set_session_id(session[w]);
+    m.mutable_log()->mutable_ref()->set_job_id(id);
+    m.mutable_log()->mutable_ref()->set_generation(gen);
+    m.mutable_log()->set_rank(rank);
+    m.mutable_log()->set_stream("stdout");
+    m.mutable_log()->set_offset(0);
+    m.mutable_log()->set_data(w + "\n");
+    return coord_->HandleWorkerMessage(m);
+  };
+  const v1::JobStatus st = Job(id);
+  ASSERT_EQ(st.generation(), 1);
+  std::map<int, std::string> ran;  // rank -> worker, generation 1
+  for (const char* w : {"w0", "w1", "w2"}) {
+    for (const auto& t : Starts(w)) ran[t.rank()] = w;
+  }
+  ASSERT_EQ(ran.size(), 2u);
+  std::string spare = "w2";
+  for (const char* w : {"w0", "w1", "w2"}) {
+    if (ran[0] != w && ran[1] != w) spare = w;
+  }
+  EXPECT_TRUE(send(ran[0], 1, 0).ok());
+  EXPECT_EQ(send(ran[1], 1, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(send(spare, 1, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(send(ran[0], 2, 0).code(), absl::StatusCode::kInvalidArgument);  // not yet
+  EXPECT_EQ(send(ran[0], -1, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(send(ran[0], 1, 2).code(), absl::StatusCode::kInvalidArgument);  // no rank 2
+  // Generation 1 fails; generation 2 starts.
+  TaskState(ran[1], id, 1, 1, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(id).generation(), 2);
+  EXPECT_TRUE(send(ran[0], 1, 0).ok()) << "the ended generation's tail";
+  EXPECT_TRUE(send(ran[1], 1, 1).ok());
+  EXPECT_EQ(send(spare, 1, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(send(ran[1], 1, 0).code(), absl::StatusCode::kInvalidArgument);
+  std::ifstream in(coord_->logs().Path(id, 0));
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(text.find(spare + "\n"), std::string::npos) << text;
+}
+
 // Every stored chunk is receipted with the end of what the coordinator has
 // from its source; a chunk sent again (a worker that lost its session) is
 // written once; a chunk refused for good is receipted so the worker drops it.
@@ -876,6 +926,29 @@ TEST_F(CoordinatorTest, CheckpointDirMustBeUnderTheAllowedRoots) {
   EXPECT_TRUE(coord_->ListJobs().size() == 1u) << "a refused job was stored";
 }
 
+// A worker's "failed to start" message (which can quote job-controlled
+// text: the program name, PATH) enters the job's reason bounded and
+// printable.
+TEST_F(CoordinatorTest, AStartFailureMessageIsBoundedAndPrintable) {
+  const std::string session = AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  v1::WorkerMessage m;
+  m.set_session_id(session);
+  v1::TaskStatus* t = m.mutable_task_status();
+  t->mutable_ref()->set_job_id(id);
+  t->mutable_ref()->set_generation(1);
+  t->set_rank(0);
+  t->set_state(v1::TASK_START_FAILED);
+  t->set_message("program 'x\x1b]0;owned\x07' not found on PATH (" + std::string(600000, 'p') + ")");
+  ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
+  const v1::JobStatus st = Job(id);
+  EXPECT_EQ(st.state(), v1::FAILED);
+  EXPECT_NE(st.reason().find("failed to start on worker w0: program 'x?]0;owned?'"),
+            std::string::npos) << st.reason().substr(0, 200);
+  EXPECT_LT(st.reason().size(), 700u);
+  for (char c : st.reason()) EXPECT_GE(static_cast<unsigned char>(c), 0x20);
+}
+
 TEST_F(CoordinatorTest, StepReportsWithNonFiniteOrNegativeNumbersAreRefused) {
   AddWorker("w0", 1);
   const std::string id = Submit(Spec(1, 1));
@@ -928,6 +1001,18 @@ TEST_F(CoordinatorTest, StepReportsWithNonFiniteOrNegativeNumbersAreRefused) {
             }).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_warning(std::string(513, 'w')); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Metric names reach terminals and dashboards: no control characters.
+  for (const std::string name : {std::string("lo\x1b[2Jss"), std::string("a\rb"), std::string("x\x7f")}) {
+    EXPECT_EQ(report([&](v1::StepMetrics& m) { (*m.mutable_values())[name] = 1; }).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  // Counters far past any run (whose sums and step + lead would overflow).
+  EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_step(INT64_MAX); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_samples(INT64_MAX - 1); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_total_steps((int64_t{1} << 48) + 1); }).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Job(id).warning().empty());
   // A warning (made printable) shows in the job's status, naming rank and step.

@@ -70,6 +70,10 @@ struct Job {
   // Current generation (ranks empty unless RUNNING).
   std::vector<RankState> ranks;
   std::vector<std::string> workers;  // node_rank order
+  // The worker of each rank of the newest kPastGenerations generations that
+  // ended (not stored): who may still upload their logs.
+  static constexpr size_t kPastGenerations = 4;
+  std::map<int64_t, std::vector<std::string>> past_rank_workers;
   std::string master_addr;
   int master_port = 0;
   std::string resume_from;

@@ -435,6 +435,14 @@ void JobScheduler::KillAll(Job& job) {
 
 void JobScheduler::LeaveRunning(Job& job) {
   ports_.Release(job.master_port);
+  if (!job.ranks.empty()) {
+    std::vector<std::string>& ran = job.past_rank_workers[job.generation];
+    ran.clear();
+    for (const RankState& r : job.ranks) ran.push_back(r.worker);
+    while (job.past_rank_workers.size() > Job::kPastGenerations) {
+      job.past_rank_workers.erase(job.past_rank_workers.begin());
+    }
+  }
   job.ranks.clear();
   job.grow_at = 0;
 }
@@ -629,7 +637,9 @@ void JobScheduler::HandleTaskStatus(const std::string& worker,
     case v1::TASK_START_FAILED: {
       v1::Event cause = Cause(
           "rank_failed",
-          absl::StrCat("rank ", t.rank(), " failed to start", where, ": ", t.message()), t.rank());
+          absl::StrCat("rank ", t.rank(), " failed to start", where, ": ",
+                       PrintableLine(t.message(), 512)),
+          t.rank());
       cause.set_worker(worker);
       FailGeneration(*job, std::move(cause));
       return;
@@ -768,6 +778,16 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
         "step report counters must be >= 0 (step ", m.step(), ", epoch ", m.epoch(),
         ", samples ", m.samples(), ", total_steps ", m.total_steps(), ")"));
   }
+  // Far past any real run, and far enough below INT64_MAX that step and
+  // sample arithmetic (step + lead, sums over ranks and steps) cannot
+  // overflow.
+  constexpr int64_t kMaxCounter = int64_t{1} << 48;
+  if (m.step() > kMaxCounter || m.epoch() > kMaxCounter || m.samples() > kMaxCounter ||
+      m.total_steps() > kMaxCounter) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step report counters must be at most 2^48 (step ", m.step(), ", epoch ", m.epoch(),
+        ", samples ", m.samples(), ", total_steps ", m.total_steps(), ")"));
+  }
   if (!std::isfinite(m.step_seconds()) || m.step_seconds() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("step_seconds must be finite and >= 0, got ", m.step_seconds()));
@@ -792,8 +812,12 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
         absl::StrCat("step report has ", m.values_size(), " metrics; at most 64"));
   }
   for (const auto& [name, v] : m.values()) {
-    if (name.empty() || name.size() > 64) {
-      return absl::InvalidArgumentError("metric names must be 1 to 64 characters");
+    if (name.empty() || name.size() > 64 ||
+        std::any_of(name.begin(), name.end(), [](char c) {
+          return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+        })) {
+      return absl::InvalidArgumentError(
+          "metric names must be 1 to 64 characters, none of them a control character");
     }
     if (!std::isfinite(v)) {
       return absl::InvalidArgumentError(absl::StrCat("metric '", name, "' is ", v,

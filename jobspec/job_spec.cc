@@ -77,8 +77,10 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
                                     s.name().size()));
   }
   for (char c : s.name()) {
-    if (c == '/' || c == '\n' || c == '\0') {
-      return err("name", "name must not contain '/', newlines or NUL");
+    // Names reach other users' terminals (frameworm-cli list, events).
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '/' || u < 0x20 || u == 0x7f) {
+      return err("name", "name must not contain '/' or control characters (newline, tab, escape, NUL)");
     }
   }
   // Sizes: what a job carries to every worker and trainer is bounded.

@@ -1,5 +1,6 @@
 #include "jobspec/job_spec.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -214,6 +215,13 @@ TEST(JobSpec, MissingNameAndOtherValues) {
               HasSubstr("checkpoint.replicas must be within 0..8, got -1"));
   EXPECT_THAT(ParseErr("name: a/b\n").message(),
               HasSubstr("job.yaml:1: name must not contain '/'"));
+  for (const char* name : {"\"a\\eb\"", "\"a\\rb\"", "\"a\\tb\"", "\"a\\x7fb\""}) {
+    EXPECT_THAT(ParseErr(absl::StrCat("name: ", name, "\n")).message(),
+                HasSubstr("job.yaml:1: name must not contain '/' or control characters"))
+        << name;
+  }
+  EXPECT_TRUE(ParseJobSpecYaml("name: \"r\xC3\xA9sum\xC3\xA9 run-1\"\n", "job.yaml").ok())
+      << "UTF-8 and spaces are fine";
   EXPECT_THAT(ParseErr("name: x\nentrypoint: []\n").message(),
               HasSubstr("job.yaml:2: entrypoint is empty"));
 }

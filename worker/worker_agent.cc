@@ -20,6 +20,7 @@
 #include "proto/rank_env_proto.h"
 #include "rpc/rpc.h"
 #include "worker/checkpoint_fetcher.h"
+#include "worker/coordinator_values.h"
 #include "worker/checkpoint_holdings.h"
 #include "worker/peer_service.h"
 #include "worker/stack_dump.h"
@@ -227,8 +228,7 @@ class WorkerAgentImpl final : public WorkerAgent {
     } else if (c.has_kill()) {
       const v1::KillTask& k = c.kill();
       DropDeferred(k.ref().job_id(), k.ref().generation(), k.rank());
-      supervisor_.Kill(k.ref().job_id(), k.ref().generation(), k.rank(),
-                       absl::Seconds(k.grace_s()));
+      supervisor_.Kill(k.ref().job_id(), k.ref().generation(), k.rank(), KillGraceOf(k.grace_s()));
     } else if (c.has_dump()) {
       DumpTaskStacks(c.dump());
     } else if (c.has_receipt()) {
@@ -574,8 +574,8 @@ class WorkerAgentImpl final : public WorkerAgent {
     last_error_.clear();
     session_id_ = resp.session_id();
     receipts_ = resp.receipts();
-    if (resp.heartbeat_interval_s() > 0) {
-      heartbeat_interval_ = absl::Seconds(resp.heartbeat_interval_s());
+    if (auto interval = HeartbeatIntervalOf(resp.heartbeat_interval_s())) {
+      heartbeat_interval_ = *interval;
     }
     ctx_ = std::make_unique<grpc::ClientContext>();
     stream_ = stub_->Session(ctx_.get());
