@@ -1,15 +1,20 @@
 // Paging of the list RPCs (ListJobs, ListWorkers, GetMetrics): one page of
 // an ordered list, so no response outgrows the message limit however much
 // the cluster holds. A page holds the items whose key is after the token
-// (empty: from the first), at most `size` of them (0: the default); the
-// next token is the last item's key, empty on the last page. Keys order
-// as strings: numeric keys are written with NumericPageKey.
+// (empty: from the first), at most `size` of them (0: the default) and at
+// most `max_bytes` of encoded items (protobuf messages: ByteSizeLong; a page
+// holds at least one item), so large items (a job's spec can be about
+// 1 MiB) make shorter pages, not an oversized response; the next token is
+// the last item's key, empty on the last page. Keys order as strings:
+// numeric keys are written with NumericPageKey.
 //
 // Errors: INVALID_ARGUMENT for a size outside 0..max_size.
 // Thread safety: free functions.
 #ifndef FRAMEWORM_COORDINATOR_PAGING_H_
 #define FRAMEWORM_COORDINATOR_PAGING_H_
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -32,10 +37,25 @@ struct Page {
   std::string next_token;
 };
 
+// Under gRPC's default 4 MiB receive limit (a client with default
+// settings, e.g. Python's grpcio, reads every page), with room for the
+// response's other fields.
+inline constexpr size_t kMaxPageBytes = 3 << 20;
+
+template <typename T>
+size_t EncodedBytes(const T& item) {
+  if constexpr (requires { item.ByteSizeLong(); }) {
+    return item.ByteSizeLong();
+  } else {
+    return sizeof(T);
+  }
+}
+
 // `all` is in key order; `key(item)` gives an item's key.
 template <typename T, typename KeyFn>
 absl::StatusOr<Page<T>> TakePage(std::vector<T> all, int size, const std::string& token,
-                                 int default_size, int max_size, KeyFn key) {
+                                 int default_size, int max_size, KeyFn key,
+                                 size_t max_bytes = kMaxPageBytes) {
   if (size < 0 || size > max_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("page_size must be 0 (default ", default_size, ") to ", max_size,
@@ -43,12 +63,16 @@ absl::StatusOr<Page<T>> TakePage(std::vector<T> all, int size, const std::string
   }
   if (size == 0) size = default_size;
   Page<T> page;
+  size_t bytes = 0;
   for (T& item : all) {
     if (!token.empty() && !(key(item) > token)) continue;
-    if (static_cast<int>(page.items.size()) == size) {
+    const size_t n = EncodedBytes(item);
+    if (static_cast<int>(page.items.size()) == size ||
+        (!page.items.empty() && n > max_bytes - std::min(bytes, max_bytes))) {
       page.next_token = key(page.items.back());
       break;
     }
+    bytes += n;
     page.items.push_back(std::move(item));
   }
   return page;

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "frameworm/v1/common.pb.h"
 #include "gtest/gtest.h"
 
 namespace frameworm::coordinator {
@@ -41,6 +42,44 @@ TEST(PagingTest, PagesFollowTheirTokensToTheEnd) {
   auto none = TakePage(Numbers(3), 2, NumericPageKey(1000), 2, 5, key);
   EXPECT_TRUE(none->items.empty());
   EXPECT_EQ(none->next_token, "");
+}
+
+// Large items make shorter pages: the bytes of a page stay under the
+// bound (a page holds at least one item), and following the tokens still
+// gives every item once.
+TEST(PagingTest, LargeItemsMakeShorterPages) {
+  std::vector<v1::JobSpec> specs;
+  for (int i = 0; i < 10; ++i) {
+    v1::JobSpec s;
+    s.set_name(NumericPageKey(i));
+    s.add_entrypoint(std::string(300 << 10, 'x'));  // ~300 KiB each
+    specs.push_back(s);
+  }
+  auto key = [](const v1::JobSpec& s) { return s.name(); };
+  std::string token;
+  std::vector<std::string> seen;
+  int pages = 0;
+  do {
+    auto page = TakePage(specs, 0, token, 500, 1000, key, /*max_bytes=*/1 << 20);
+    ASSERT_TRUE(page.ok());
+    size_t bytes = 0;
+    for (const auto& s : page->items) {
+      bytes += s.ByteSizeLong();
+      seen.push_back(s.name());
+    }
+    EXPECT_LE(bytes, size_t{1} << 20);
+    EXPECT_GE(page->items.size(), 1u);
+    token = page->next_token;
+    ++pages;
+  } while (!token.empty() && pages < 20);
+  EXPECT_EQ(pages, 4);  // 3 + 3 + 3 + 1
+  ASSERT_EQ(seen.size(), 10u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(seen[i], NumericPageKey(i));
+  // One item over the bound still makes a page of its own.
+  auto one = TakePage(specs, 0, "", 500, 1000, key, /*max_bytes=*/1000);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->items.size(), 1u);
+  EXPECT_EQ(one->next_token, NumericPageKey(0));
 }
 
 TEST(PagingTest, SizesOutsideTheLimitAreRefused) {
