@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace frameworm::coordinator {
@@ -41,6 +43,24 @@ void CheckpointCopies::Remove(const std::string& job_id, int64_t step) const {
   if (!CheckJobIdComponent(job_id).ok()) return;
   std::error_code ec;
   fs::remove(FileOf(job_id, step), ec);
+}
+
+void CheckpointCopies::RemoveAllBut(const std::string& job_id,
+                                    const std::set<int64_t>& keep) const {
+  if (!CheckJobIdComponent(job_id).ok()) return;
+  std::error_code ec;
+  for (fs::directory_iterator it(fs::path(root_) / job_id, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    int64_t step = 0;
+    if (!absl::StartsWith(name, "ckpt-") || !absl::EndsWith(name, ".pt") ||
+        !absl::SimpleAtoi(name.substr(5, name.size() - 8), &step) || keep.count(step) ||
+        name != absl::StrCat("ckpt-", step, ".pt")) {
+      continue;
+    }
+    std::error_code rm;
+    fs::remove(it->path(), rm);
+  }
 }
 
 void CheckpointCopies::RemoveJob(const std::string& job_id) const {

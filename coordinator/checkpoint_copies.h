@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -42,6 +43,10 @@ class CheckpointCopies {
   // The file holding the copy of (job, step); NOT_FOUND when there is none.
   absl::StatusOr<std::string> PathOf(const std::string& job_id, int64_t step) const;
   void Remove(const std::string& job_id, int64_t step) const;  // best effort
+  // Removes the job's complete copies whose step is not in `keep` (copies
+  // that were uploaded but never reported); best effort. Partial files of
+  // uploads in flight are left alone.
+  void RemoveAllBut(const std::string& job_id, const std::set<int64_t>& keep) const;
   void RemoveJob(const std::string& job_id) const;             // best effort
   int64_t max_bytes() const { return max_bytes_; }
 

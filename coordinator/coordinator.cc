@@ -915,11 +915,19 @@ absl::Status Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& bad) {
 absl::StatusOr<std::unique_ptr<ReceivedFile>>
 Coordinator::BeginCheckpointUpload(const v1::JobRef& ref, int64_t step,
                                    int64_t total_bytes) {
+  std::set<int64_t> recorded;
   {
     absl::MutexLock l(&mu_);
     absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(ref);
     if (!job.ok()) return job.status();
+    for (const v1::CheckpointRecord& r : checkpoints_.List(ref.job_id())) {
+      recorded.insert(r.step());
+    }
   }
+  // Copies uploaded and never reported (a report that failed, or a trainer
+  // uploading steps it never reports) are removed, so at most one waits
+  // for its report at a time.
+  copies_.RemoveAllBut(ref.job_id(), recorded);
   return copies_.Begin(ref.job_id(), step, total_bytes);
 }
 

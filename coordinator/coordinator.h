@@ -290,8 +290,10 @@ class Coordinator {
   // is not what this generation resumed from; the store's.
   absl::Status ReportBadCheckpoint(const v1::BadCheckpoint& bad);
   // Receiving rank 0's copy of a checkpoint (<state_dir>/checkpoint-copies,
-  // see checkpoint_copies.h). Errors as ReportStep (the ref must name the
-  // job's current generation), and CheckpointCopies::Begin's.
+  // see checkpoint_copies.h). The job's copies of steps it has no record
+  // of (uploaded, never reported) are removed first, so uploads that are
+  // never reported cannot fill the disk. Errors as ReportStep (the ref must
+  // name the job's current generation), and CheckpointCopies::Begin's.
   absl::StatusOr<std::unique_ptr<ReceivedFile>> BeginCheckpointUpload(
       const v1::JobRef& ref, int64_t step, int64_t total_bytes);
   // The coordinator's copy of the checkpoint the job reported at `path`,

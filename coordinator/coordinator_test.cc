@@ -276,6 +276,40 @@ TEST_F(CoordinatorTest, CheckpointRetentionDeletesOnlyTheCoordinatorsCopies) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Copies uploaded and never reported do not pile up: each new upload
+// removes the job's copies of steps it has no record of; recorded steps'
+// copies stay.
+TEST_F(CoordinatorTest, UnreportedCheckpointUploadsDoNotAccumulate) {
+  AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  v1::JobRef ref;
+  ref.set_job_id(id);
+  ref.set_generation(1);
+  ref.set_token(TokenOf(id, 1, 0));
+  auto upload = [&](int64_t step) {
+    auto up = coord_->BeginCheckpointUpload(ref, step, 4);
+    ASSERT_TRUE(up.ok()) << up.status();
+    ASSERT_TRUE((*up)->Append("data").ok());
+    ASSERT_TRUE((*up)->Commit(Crc32Text(0xadf3f363u)).ok());  // crc32("data")
+  };
+  const std::string copies = dir_ + "/checkpoint-copies/" + id;
+  auto count = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(copies)) n += e.is_regular_file() ? 1 : 0;
+    return n;
+  };
+  upload(10);
+  const std::string p = CkptPath(id, 10);
+  fs::create_directories(dir_ + "/checkpoints/" + id);
+  std::ofstream(p) << "data";
+  ASSERT_TRUE(Checkpoint(id, 1, 10, p).ok());
+  for (int64_t step = 11; step <= 60; ++step) upload(step);  // never reported
+  EXPECT_EQ(count(), 2) << "step 10 (recorded) and the newest upload";
+  EXPECT_TRUE(fs::exists(copies + "/ckpt-10.pt"));
+  EXPECT_TRUE(fs::exists(copies + "/ckpt-60.pt"));
+  EXPECT_TRUE(coord_->CheckpointCopyOf(ref, p).ok());
+}
+
 TEST_F(CoordinatorTest, OnDemandAndTimedCheckpointsAreAheadOfProgress) {
   AddWorker("w0", 1);
   AddWorker("w1", 1);
