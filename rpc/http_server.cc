@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -28,40 +29,95 @@ namespace frameworm {
 // not the socket). Used by the server and by HttpExchange.
 class HttpServer::Conn {
  public:
-  Conn(int fd, SSL* ssl) : fd_(fd), ssl_(ssl) {}
+  // With a finite `deadline` the socket must be non-blocking: every read,
+  // write and the TLS handshake waits (poll) only until the deadline, so a
+  // peer that trickles bytes cannot hold the connection longer. Without
+  // one (a blocking socket with SO_RCVTIMEO/SO_SNDTIMEO) each call is
+  // bounded by those timeouts alone.
+  Conn(int fd, SSL* ssl, absl::Time deadline = absl::InfiniteFuture())
+      : fd_(fd), ssl_(ssl), deadline_(deadline) {}
   ~Conn() {
     if (ssl_ != nullptr) {
-      SSL_shutdown(ssl_);
+      if (SSL_is_init_finished(ssl_)) SSL_shutdown(ssl_);  // best effort
+      ERR_clear_error();
       SSL_free(ssl_);
+    }
+  }
+  void set_deadline(absl::Time deadline) { deadline_ = deadline; }
+  // The server side of the TLS handshake; false on any failure or past the
+  // deadline.
+  bool Accept() {
+    for (;;) {
+      const int r = SSL_accept(ssl_);
+      if (r == 1) return true;
+      if (!WaitFor(SSL_get_error(ssl_, r))) {
+        ERR_clear_error();
+        return false;
+      }
     }
   }
   // > 0 bytes read, 0 at the end, < 0 on an error or a timeout.
   ssize_t Read(char* buf, size_t n) {
-    if (ssl_ != nullptr) return SSL_read(ssl_, buf, static_cast<int>(n));
     for (;;) {
-      ssize_t r = ::recv(fd_, buf, n, 0);
-      if (r < 0 && errno == EINTR) continue;
-      return r;
+      if (ssl_ != nullptr) {
+        const int r = SSL_read(ssl_, buf, static_cast<int>(n));
+        if (r > 0 || !WaitFor(SSL_get_error(ssl_, r))) return r;
+        continue;
+      }
+      const ssize_t r = ::recv(fd_, buf, n, 0);
+      if (r >= 0) return r;
+      if (errno == EINTR) continue;
+      if ((errno == EAGAIN || errno == EWOULDBLOCK) && Wait(POLLIN)) continue;
+      return -1;
     }
   }
   void WriteAll(const std::string& data) {
     size_t done = 0;
     while (done < data.size()) {
-      ssize_t n;
       if (ssl_ != nullptr) {
-        n = SSL_write(ssl_, data.data() + done, static_cast<int>(data.size() - done));
-      } else {
-        n = ::send(fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR) continue;
+        const int n = SSL_write(ssl_, data.data() + done, static_cast<int>(data.size() - done));
+        if (n > 0) {
+          done += static_cast<size_t>(n);
+        } else if (!WaitFor(SSL_get_error(ssl_, n))) {
+          return;  // the peer left or the deadline passed
+        }
+        continue;
       }
-      if (n <= 0) return;  // the peer left or the write timed out
-      done += static_cast<size_t>(n);
+      const ssize_t n = ::send(fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (!(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && Wait(POLLOUT))) {
+        return;
+      }
     }
   }
 
  private:
+  // Waits, within the deadline, for what OpenSSL's error `e` asks for.
+  bool WaitFor(int e) {
+    if (e == SSL_ERROR_WANT_READ) return Wait(POLLIN);
+    if (e == SSL_ERROR_WANT_WRITE) return Wait(POLLOUT);
+    return false;
+  }
+  // The socket is ready for `events` before the deadline (never without
+  // one: a blocking socket's timeout already expired).
+  bool Wait(short events) {
+    if (deadline_ == absl::InfiniteFuture()) return false;
+    for (;;) {
+      const int64_t ms = absl::ToInt64Milliseconds(deadline_ - absl::Now());
+      if (ms <= 0) return false;
+      pollfd p{fd_, events, 0};
+      const int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, 1000)));
+      if (r > 0) return true;
+      if (r < 0 && errno != EINTR) return false;
+    }
+  }
+
   const int fd_;
   SSL* const ssl_;
+  absl::Time deadline_;
 };
 
 namespace {
@@ -272,11 +328,9 @@ void HttpServer::AcceptLoop() {
       return;
     }
     if (fds[1].revents != 0) return;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    // Non-blocking: Conn bounds each stage by a deadline (see Serve).
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;
-    timeval tv = absl::ToTimeval(options_.io_timeout);
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     bool take = false;
     {
       absl::MutexLock l(&mu_);
@@ -302,9 +356,13 @@ void HttpServer::AcceptLoop() {
   }
 }
 
+// Deadlines: the TLS handshake and the request head together get
+// io_timeout from the accept; writing the response gets io_timeout from
+// when it is ready. A peer that trickles bytes is cut off at the deadline.
 void HttpServer::Serve(int fd) {
+  const absl::Time deadline = absl::Now() + options_.io_timeout;
   if (ssl_ctx_ == nullptr) {
-    Conn conn(fd, nullptr);
+    Conn conn(fd, nullptr, deadline);
     Caller local;
     local.role = Caller::Role::kLocal;
     return Serve(conn, local);
@@ -312,25 +370,20 @@ void HttpServer::Serve(int fd) {
   SSL* ssl = SSL_new(static_cast<SSL_CTX*>(ssl_ctx_));
   if (ssl == nullptr) return;
   SSL_set_fd(ssl, fd);
-  if (SSL_accept(ssl) != 1) {  // no or a foreign certificate, or a timeout
-    ERR_clear_error();
-    SSL_free(ssl);
-    return;
-  }
-  Conn conn(fd, ssl);
+  Conn conn(fd, ssl, deadline);  // owns ssl now
+  if (!conn.Accept()) return;  // no or a foreign certificate, or too slow
   Serve(conn, PeerCaller(ssl));
 }
 
 void HttpServer::Serve(Conn& conn, const Caller& caller) {
   std::string head;
   char buf[2048];
-  const absl::Time deadline = absl::Now() + options_.io_timeout;
   auto respond = [&](const HttpResponse& r, bool head_only) {
+    conn.set_deadline(absl::Now() + options_.io_timeout);
     conn.WriteAll(ResponseBytes(r, head_only));
   };
   while (head.find("\r\n\r\n") == std::string::npos) {
     if (head.size() > kMaxHead) return respond(Plain(431, "request head over 8 KiB"), false);
-    if (absl::Now() > deadline) return;  // a slow sender gets nothing
     ssize_t n = conn.Read(buf, sizeof(buf));
     if (n <= 0) return;
     head.append(buf, static_cast<size_t>(n));

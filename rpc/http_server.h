@@ -1,7 +1,10 @@
 // A minimal HTTP/1.1 server for read-only endpoints (Prometheus /metrics,
 // the coordinator's dashboard):
 // GET and HEAD only, one request per connection (Connection: close), a
-// request head of at most 8 KiB, each read and write bounded by a timeout,
+// request head of at most 8 KiB, the TLS handshake and the request head
+// within io_timeout of the accept and the response within io_timeout of
+// being ready (deadlines, not per-read timeouts: a peer that trickles
+// bytes is cut off),
 // at most `max_connections` served at once (more get 503 at once). The
 // handler runs on the connection's own thread and must be thread-safe.
 //

@@ -136,6 +136,73 @@ TEST_F(HttpServerTest, SilentClientsAreDroppedAndExtraConnectionsGet503) {
   EXPECT_EQ(again->status, 200);
 }
 
+// A connection to 127.0.0.1:port.
+int Connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  return fd;
+}
+
+// Sends `bytes` one at a time, 100 ms apart, until the server closes the
+// connection (or all are sent); returns how long the server kept it.
+absl::Duration TrickleUntilClosed(int fd, const std::string& bytes) {
+  const absl::Time start = absl::Now();
+  for (char c : bytes) {
+    if (::send(fd, &c, 1, MSG_NOSIGNAL) != 1) break;
+    absl::SleepFor(absl::Milliseconds(100));
+    char b;
+    const ssize_t n = ::recv(fd, &b, 1, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) break;
+  }
+  return absl::Now() - start;
+}
+
+// Every stage has a deadline, not a per-read timeout: a client that
+// trickles a byte every 100 ms (each read well within io_timeout) is cut
+// off once io_timeout has passed, in the TLS handshake (before any
+// certificate is checked) as in a plaintext request head, and the server
+// stops promptly while such clients are connected.
+TEST_F(HttpServerTest, ClientsThatTrickleBytesAreCutOffAtTheDeadline) {
+  const std::string dir = ::testing::TempDir() + "/http-slow-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(InitClusterCa(dir + "/ca").ok());
+  ASSERT_TRUE(IssueCertificate(dir + "/ca", "coordinator", "main", dir + "/main").ok());
+  HttpServer::Options o;
+  o.io_timeout = absl::Milliseconds(800);
+  o.max_connections = 4;
+  Start(o);
+  int fd = Connect(server_->port());
+  EXPECT_LT(TrickleUntilClosed(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " +
+                                       std::string(100, 'a')),
+            absl::Seconds(3));
+  ::close(fd);
+  o.tls = *LoadTlsDir(dir + "/main");
+  Start(o);
+  // A TLS ClientHello's first bytes (record header), then one byte at a time.
+  std::string hello("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11);
+  hello += std::string(100, 'r');
+  fd = Connect(server_->port());
+  EXPECT_LT(TrickleUntilClosed(fd, hello), absl::Seconds(3));
+  ::close(fd);
+  // Stopping the server while tricklers are connected takes about the
+  // deadline, not as long as they keep sending.
+  std::vector<int> slow;
+  for (int i = 0; i < 4; ++i) {
+    slow.push_back(Connect(server_->port()));
+    ASSERT_EQ(::send(slow.back(), hello.data(), 3, MSG_NOSIGNAL), 3);
+  }
+  absl::SleepFor(absl::Milliseconds(100));
+  const absl::Time stop = absl::Now();
+  server_.reset();
+  EXPECT_LT(absl::Now() - stop, absl::Seconds(3));
+  for (int s : slow) ::close(s);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(HttpServerStart, BadAndBusyAddressesAreClearErrors) {
   auto handler = [](const HttpRequest&) { return HttpResponse{}; };
   auto bad = HttpServer::Start({.listen = "127.0.0.1"}, handler);
