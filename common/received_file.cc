@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -17,6 +18,12 @@ namespace frameworm {
 namespace fs = std::filesystem;
 
 std::string Crc32Text(uint32_t crc) { return absl::StrFormat("crc32:%08x", crc); }
+
+bool IsCrc32Text(const std::string& text) {
+  if (text.size() != 14 || text.compare(0, 6, "crc32:") != 0) return false;
+  return std::all_of(text.begin() + 6, text.end(),
+                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+}
 
 uint32_t UpdateCrc32(uint32_t crc, const std::string& data) {
   return Crc32(crc, data.data(), data.size());

@@ -88,7 +88,7 @@ TEST_F(ReplicationTest, ReplicasFetchFromRankZerosWorkerOnceItHoldsTheFile) {
   ASSERT_EQ(w0.size(), 1u);
   EXPECT_EQ(w0[0].path(), CkptPath(id, 10));
   EXPECT_EQ(w0[0].step(), 10);
-  EXPECT_EQ(w0[0].checksum(), "abc");
+  EXPECT_EQ(w0[0].checksum(), "crc32:0000abcd");
   EXPECT_TRUE(w0[0].sources().empty());
   EXPECT_TRUE(Holds(Take("w1")).empty());
   Held("w0", id, 10);
@@ -345,7 +345,7 @@ TEST_F(ReplicationTest, MemoryCheckpointsAreKeptTwoDeepAndReleasedWhenTheJobEnds
     r.set_step(step);
     r.set_path(path);
     r.set_bytes(3);
-    r.set_checksum("abc");
+    r.set_checksum("crc32:0000abcd");
     r.set_memory(memory);
     return coord_->ReportCheckpoint(r);
   };

@@ -812,6 +812,11 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
           "checkpoint record out of range: step ", in.step(), ", bytes ", in.bytes(),
           ", checksum of ", in.checksum().size(), " characters (at most 128)"));
     }
+    if (!in.checksum().empty() && !IsCrc32Text(in.checksum())) {  // empty: not given
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint record checksum '", PrintableLine(in.checksum(), 40),
+                       "' is not crc32:xxxxxxxx (8 hex digits)"));
+    }
     if (in.memory() && memory_root_.empty()) {
       return absl::InvalidArgumentError("this coordinator takes no in-memory checkpoints");
     }

@@ -164,7 +164,7 @@ class CoordinatorTest : public ::testing::Test {
     r.set_step(step);
     r.set_path(path);
     r.set_bytes(3);
-    r.set_checksum("abc");
+    r.set_checksum("crc32:0000abcd");
     return coord_->ReportCheckpoint(r);
   }
   static v1::JobSpec Spec(int nodes, int nproc, int priority = 0) {

@@ -274,6 +274,23 @@ TEST_F(CoordinatorTest, CheckpointRetentionDeletesOnlyTheCoordinatorsCopies) {
   EXPECT_EQ((*list)[1].step(), 30);
   EXPECT_EQ(Checkpoint(id, 1, 40, "").status().code(),
             absl::StatusCode::kInvalidArgument);
+  // The checksum is the text every copy is checked against: any other
+  // form would make every worker refuse to hold the file.
+  for (const std::string bad : {std::string("abc"), std::string("crc32:xyz00000"),
+                                std::string("crc32:0000abcd0")}) {
+    v1::CheckpointRecord r;
+    r.mutable_ref()->set_job_id(id);
+    r.mutable_ref()->set_generation(1);
+    r.mutable_ref()->set_token(TokenOf(id, 1, 0));
+    r.set_step(40);
+    r.set_path(CkptPath(id, 40));
+    r.set_bytes(4);
+    r.set_checksum(bad);
+    auto refused = coord_->ReportCheckpoint(r);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(refused.status().message().find("is not crc32:xxxxxxxx"), std::string::npos) << bad;
+  }
+  EXPECT_EQ(coord_->ListCheckpoints(id)->size(), 2u);
 }
 
 // Copies uploaded and never reported do not pile up: each new upload

@@ -17,7 +17,8 @@ enum Op : uint8_t {
   kRegister = 1,         // RegisterWorkerRequest (then its session attaches)
   kWorkerMessage = 2,    // WorkerMessage; empty session_id: the last session
   kReportStep = 3,       // StepMetrics; empty token: the rank's real token
-  kReportCheckpoint = 4, // CheckpointRecord; empty token: rank 0's real token
+  kReportCheckpoint = 4, // CheckpointRecord; empty token: rank 0's real token, empty
+                         // checksum: a well-formed one
   kGetJob = 5,           // GetJobRequest
   kCancelJob = 6,        // CancelJobRequest
   kLogs = 7,             // GetLogsRequest (CheckLogRequest, then a read)

@@ -27,11 +27,7 @@ absl::Status CheckHold(const HeldCheckpoint& h) {
   if (h.bytes < 0 || h.bytes > (int64_t{1} << 40)) {
     return absl::InvalidArgumentError(absl::StrCat("hold: size ", h.bytes, " out of [0, 1 TiB]"));
   }
-  bool crc = h.checksum.size() == 14 && absl::StartsWith(h.checksum, "crc32:");
-  for (size_t i = 6; crc && i < h.checksum.size(); ++i) {
-    crc = std::isxdigit(static_cast<unsigned char>(h.checksum[i])) != 0;
-  }
-  if (!crc) {
+  if (!IsCrc32Text(h.checksum)) {
     return absl::InvalidArgumentError(
         absl::StrCat("hold: checksum '", h.checksum.substr(0, 40), "' is not crc32:xxxxxxxx"));
   }
