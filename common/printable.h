@@ -12,8 +12,11 @@
 
 namespace frameworm {
 
-// The first `max_bytes` bytes of `text`, every control character (newlines
-// included) and DEL replaced by '?'.
+// At most the first `max_bytes` bytes of `text` as valid UTF-8 (proto3
+// strings must be: a peer drops a message that is not): every control
+// character (newlines included), DEL and every byte that is not part of a
+// well-formed UTF-8 sequence replaced by '?', and a character that would
+// straddle `max_bytes` left out whole.
 std::string PrintableLine(absl::string_view text, size_t max_bytes);
 
 }  // namespace frameworm

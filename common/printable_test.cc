@@ -12,5 +12,36 @@ TEST(PrintableTest, BoundedWithoutControlCharacters) {
   EXPECT_EQ(PrintableLine("", 10), "");
 }
 
+// Valid UTF-8 passes whole; anything else becomes '?', and a cut never
+// splits a character, so the result is always a valid proto3 string.
+TEST(PrintableTest, AlwaysValidUtf8AndNeverHalfACharacter) {
+  EXPECT_EQ(PrintableLine("r\xc3\xa9sum\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 256),
+            "r\xc3\xa9sum\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  // 255 ASCII bytes then the euro sign (3 bytes): cut before it, not in it.
+  const std::string line = std::string(255, 'a') + "\xe2\x82\xac";
+  EXPECT_EQ(PrintableLine(line, 256), std::string(255, 'a'));
+  EXPECT_EQ(PrintableLine(line, 258), line);
+  // Stray continuation bytes, a lone lead byte, overlongs, surrogates, past
+  // U+10FFFF, and invalid bytes.
+  EXPECT_EQ(PrintableLine("a\x80" "b", 10), "a?b");
+  EXPECT_EQ(PrintableLine("a\xe2\x82", 10), "a??");
+  EXPECT_EQ(PrintableLine("\xc0\xaf", 10), "??");
+  EXPECT_EQ(PrintableLine("\xed\xa0\x80", 10), "???");
+  EXPECT_EQ(PrintableLine("\xf4\x90\x80\x80", 10), "????");
+  EXPECT_EQ(PrintableLine("\xff\xfe", 10), "??");
+  // Every possible 2-byte input, cut at every length: valid UTF-8 within
+  // the bound (checked by decoding it again).
+  for (int x = 0; x < 256; ++x) {
+    for (int y = 0; y < 256; ++y) {
+      const std::string in = {'z', static_cast<char>(x), static_cast<char>(y)};
+      for (size_t max = 0; max <= 4; ++max) {
+        const std::string out = PrintableLine(in, max);
+        ASSERT_LE(out.size(), max);
+        ASSERT_EQ(PrintableLine(out, 100), out) << x << " " << y << " " << max;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace frameworm

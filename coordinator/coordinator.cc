@@ -655,7 +655,7 @@ void Coordinator::ReceiptLogLocked(const std::string& worker, const v1::LogUploa
   const int64_t own_end = log.offset() < 0              ? 0
                           : log.offset() > INT64_MAX - size ? INT64_MAX
                                                             : log.offset() + size;
-  ReceiptLocked(worker, log.ref(), log.rank(), /*final_status=*/false, log.stream().substr(0, 16),
+  ReceiptLocked(worker, log.ref(), log.rank(), /*final_status=*/false, PrintableLine(log.stream(), 16),
                 end.value_or(own_end));
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/printable.h"
 #include "common/received_file.h"
 #include "common/token.h"
 #include "coordinator/job_logs.h"
@@ -225,7 +226,7 @@ void WorkerRegistry::SendDumpStacks(const std::string& worker, const v1::JobRef&
   *msg.mutable_dump()->mutable_ref() = ref;
   msg.mutable_dump()->mutable_ref()->clear_token();
   msg.mutable_dump()->set_rank(rank);
-  msg.mutable_dump()->set_why(why.substr(0, 256));
+  msg.mutable_dump()->set_why(PrintableLine(why, 256));
   Send(worker, std::move(msg));
 }
 

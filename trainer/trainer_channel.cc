@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/crc32.h"
+#include "common/printable.h"
 #include "common/received_file.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"
 #include "rpc/file_stream.h"
@@ -63,7 +64,7 @@ class GrpcTrainerChannel final : public ControlChannel {
         o->set_seconds(x.seconds);
       }
     }
-    req->set_warning(r.warning);
+    req->set_warning(PrintableLine(r.warning, 512));
     // The coordinator refuses non-finite values (a diverged loss): they are
     // left out here, so the step still counts; the rank's log shows them.
     for (const auto& [k, v] : r.values) {
@@ -122,7 +123,7 @@ class GrpcTrainerChannel final : public ControlChannel {
     v1::BadCheckpoint req;
     FillRef(req.mutable_ref());
     req.set_path(path);
-    req.set_reason(reason.substr(0, 512));
+    req.set_reason(PrintableLine(reason, 512));
     v1::BadCheckpointResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx);

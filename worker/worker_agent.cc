@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/log_cap.h"
+#include "common/printable.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "proto/rank_env_proto.h"
 #include "rpc/rpc.h"
@@ -47,8 +48,10 @@ v1::TaskStatus ToProto(const TaskStatusInfo& s) {
   p.set_exit_code(s.exit_code);
   p.set_signal(s.signal);
   p.set_pid(s.pid);
-  p.set_message(s.message);
-  p.set_stderr_tail(s.stderr_tail);
+  // Proto3 strings: valid UTF-8 or the coordinator drops the message (and
+  // with it this worker's session); bounded.
+  p.set_message(PrintableLine(s.message, 1024));
+  p.set_stderr_tail(PrintableLine(s.stderr_tail, 512));
   return p;
 }
 
@@ -339,7 +342,7 @@ class WorkerAgentImpl final : public WorkerAgent {
     a.set_job_id(h.job_id.substr(0, 64));
     a.set_step(h.step);
     a.set_ok(s.ok());
-    if (!s.ok()) a.set_error(std::string(s.message().substr(0, 512)));
+    if (!s.ok()) a.set_error(PrintableLine(s.message(), 512));
     // Shows the coordinator it was asked (one restarted since did not ask).
     if (s.ok()) a.set_secret(h.secret);
     held_out_.push_back(std::move(a));

@@ -323,6 +323,22 @@ TEST_F(WorkerAgentTest, RegistersRunsTasksReportsAndShutsDown) {
   int64_t stubborn = FindStatus(ms, 1, v1::TASK_RUNNING)->pid();
   EXPECT_TRUE(Alive(stubborn));
 
+  // A last stderr line that is not UTF-8 (or whose 256-byte cut would split
+  // a character) still reaches the coordinator: as valid UTF-8 (a proto3
+  // string that is not would make the coordinator drop the message, and
+  // with it the worker's session, again at each reconnect).
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd(
+      "printf 'bad \\377\\376 bytes\\n' >&2; printf '%0255d\\342\\202\\254\\n' 0 >&2; exit 4",
+      3)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindStatus(ms, 3, v1::TASK_EXITED); }))
+      << "the status with a non-UTF-8 stderr tail never arrived";
+  {
+    const auto all = coord_->messages();
+    const v1::TaskStatus* s = FindStatus(all, 3, v1::TASK_EXITED);
+    EXPECT_EQ(s->exit_code(), 4);
+    EXPECT_EQ(s->stderr_tail(), std::string(255, '0')) << "cut before the euro sign";
+  }
+
   // A start that cannot work is reported, not fatal.
   v1::CoordinatorMessage bad = StartCmd("", 2);
   bad.mutable_start()->mutable_task()->clear_argv();

@@ -80,6 +80,7 @@ import grpc
 
 from frameworm.cadence import MemoryCadence, parse_every
 from frameworm.client import FramewormError, _secure_channel
+from frameworm.text import cut_utf8
 from frameworm.v1 import common_pb2, trainer_service_pb2, trainer_service_pb2_grpc
 
 _MAX_BATCH = 64
@@ -379,7 +380,7 @@ class Reporter:
                 try:
                     self._stub.ReportBadCheckpoint(
                         trainer_service_pb2.BadCheckpoint(ref=self._ref, path=self.resume_from,
-                                                          reason=str(e)[:512]),
+                                                          reason=cut_utf8(str(e), 512)),
                         timeout=self.timeout)
                 except grpc.RpcError:
                     pass
