@@ -1058,6 +1058,11 @@ TEST_F(CoordinatorTest, StepReportsWithNonFiniteOrNegativeNumbersAreRefused) {
     EXPECT_EQ(report([&](v1::StepMetrics& m) { (*m.mutable_values())[name] = 1; }).code(),
               absl::StatusCode::kInvalidArgument);
   }
+  // Values whose weighted mean (value x samples) would overflow.
+  EXPECT_EQ(report([](v1::StepMetrics& m) { (*m.mutable_values())["loss"] = 1e308; }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([](v1::StepMetrics& m) { (*m.mutable_values())["loss"] = -1e201; }).code(),
+            absl::StatusCode::kInvalidArgument);
   // Counters far past any run (whose sums and step + lead would overflow).
   EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_step(INT64_MAX); }).code(),
             absl::StatusCode::kInvalidArgument);

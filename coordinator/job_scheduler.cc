@@ -819,9 +819,11 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
       return absl::InvalidArgumentError(
           "metric names must be 1 to 64 characters, none of them a control character");
     }
-    if (!std::isfinite(v)) {
-      return absl::InvalidArgumentError(absl::StrCat("metric '", name, "' is ", v,
-                                                     "; only finite values are accepted"));
+    // Bounded so the weighted mean over ranks (value x samples, summed)
+    // stays finite.
+    if (!std::isfinite(v) || std::abs(v) > 1e200) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "metric '", name, "' is ", v, "; only finite values within +-1e200 are accepted"));
     }
   }
   return absl::OkStatus();

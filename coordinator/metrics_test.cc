@@ -1,5 +1,7 @@
 #include "coordinator/metrics.h"
 
+#include <cmath>
+
 #include "gtest/gtest.h"
 
 namespace frameworm::coordinator {
@@ -30,6 +32,19 @@ TEST(MetricAggregatorTest, SampleWeightedMeanAndPerRankTimes) {
   // A retried report of the same rank and step counts once.
   EXPECT_EQ(agg.Add(1, 2, Report(1, 1, 10, 0.2, 3.0), 7), nullptr);
   EXPECT_EQ(agg.Last()->samples(), 40);
+}
+
+// The largest values and sample counts a report may carry (job_scheduler's
+// step report check) keep the weighted mean finite.
+TEST(MetricAggregatorTest, TheLargestAcceptedValuesKeepTheMeanFinite) {
+  MetricAggregator agg({1.5, 3});
+  const int64_t most = int64_t{1} << 48;
+  ASSERT_NE(agg.Add(1, 3, Report(0, 1, most, 0.1, 1e200), 5), nullptr);
+  ASSERT_NE(agg.Add(1, 3, Report(1, 1, most, 0.1, 1e200), 5), nullptr);
+  const v1::AggregatedStep* s = agg.Add(1, 3, Report(2, 1, most, 0.1, -1e200), 6);
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(std::isfinite(s->mean().at("loss")));
+  EXPECT_NEAR(s->mean().at("loss"), 1e200 / 3, 1e186);
 }
 
 TEST(MetricAggregatorTest, NewerGenerationReplacesStep) {
