@@ -103,7 +103,11 @@ TEST_F(ReplicationTest, ReplicasFetchFromRankZerosWorkerOnceItHoldsTheFile) {
   EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w0", "w1"));
   auto listed = coord_->ListCheckpoints(id);
   ASSERT_TRUE(listed.ok());
-  for (const auto& c : *listed) EXPECT_TRUE(c.secret().empty());
+  for (const auto& c : *listed) {
+    EXPECT_TRUE(c.secret().empty());
+    EXPECT_TRUE(c.ref().token().empty()) << "rank 0's token is not the reader's";
+    EXPECT_EQ(c.ref().job_id(), id);
+  }
   // A trainer cannot choose the secret (or the holders) of its checkpoint.
   v1::CheckpointRecord forged;
   forged.mutable_ref()->set_job_id(id);

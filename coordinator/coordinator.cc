@@ -216,7 +216,7 @@ void Coordinator::Flush() {
 absl::StatusOr<const Job*> Coordinator::FindLocked(
     const std::string& job_id) const {
   const Job* job = jobs_.Find(job_id);
-  if (!job) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (!job) return absl::NotFoundError(absl::StrCat("no job '", PrintableLine(job_id, 64), "'"));
   return job;
 }
 
@@ -325,7 +325,7 @@ absl::Status Coordinator::CheckLogRequest(const std::string& job_id, int rank,
                                           int64_t offset) const {
   absl::MutexLock l(&mu_);
   const Job* job = jobs_.Find(job_id);
-  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", PrintableLine(job_id, 64), "'"));
   if (rank != -1 && (rank < 0 || rank >= LargestWorld(*job))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "job ", job_id, " has no rank ", rank, " (ranks 0..", LargestWorld(*job) - 1,
@@ -393,7 +393,10 @@ absl::StatusOr<std::vector<v1::CheckpointRecord>> Coordinator::ListCheckpoints(
   absl::StatusOr<const Job*> job = FindLocked(job_id);
   if (!job.ok()) return job.status();
   std::vector<v1::CheckpointRecord> out = checkpoints_.List(job_id);
-  for (auto& r : out) r.clear_secret();  // workers' business only
+  for (auto& r : out) {
+    r.clear_secret();                  // workers' business only
+    r.mutable_ref()->clear_token();    // rank 0's credential, not the reader's
+  }
   return out;
 }
 
@@ -551,7 +554,7 @@ absl::Status Coordinator::CheckLogLocked(const std::string& worker,
   const Job* job = jobs_.Find(id);
   if (job == nullptr)
     return absl::InvalidArgumentError(
-        absl::StrCat("log chunk for unknown job '", id, "'"));
+        absl::StrCat("log chunk for unknown job '", PrintableLine(id, 64), "'"));
   if (log.rank() < 0 || log.rank() >= LargestWorld(*job)) {
     return absl::InvalidArgumentError(
         absl::StrCat("log chunk for rank ", log.rank(), " outside job ", id));

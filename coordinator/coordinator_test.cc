@@ -662,6 +662,16 @@ TEST_F(CoordinatorTest, LogChunksAppendToRankFiles) {
             absl::StatusCode::kNotFound);
 }
 
+// Errors name an unknown job by a bounded, printable excerpt of its id.
+TEST_F(CoordinatorTest, UnknownJobErrorsQuoteTheIdCutShort) {
+  const std::string huge = std::string(1 << 20, 'j') + "\x1b";
+  for (const absl::Status& s : {coord_->GetJob(huge).status(), coord_->CancelJob(huge).status(),
+                                coord_->ListCheckpoints(huge).status()}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+    EXPECT_LT(s.message().size(), 200u) << s.message().substr(0, 100);
+  }
+}
+
 // A worker adds only to the logs of ranks it ran, in that generation; a
 // finished generation's logs stay open to its own workers (their last
 // chunks arrive after the end), not to others, and future generations are

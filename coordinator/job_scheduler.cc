@@ -188,7 +188,7 @@ absl::StatusOr<std::string> JobScheduler::Submit(v1::JobSpec spec) {
 
 absl::StatusOr<const Job*> JobScheduler::Cancel(const std::string& job_id) {
   Job* job = FindMutable(job_id);
-  if (!job) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (!job) return absl::NotFoundError(absl::StrCat("no job '", PrintableLine(job_id, 64), "'"));
   if (IsFinal(job->state))
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " already ended: ", v1::JobState_Name(job->state)));
@@ -216,7 +216,7 @@ absl::StatusOr<const Job*> JobScheduler::Cancel(const std::string& job_id) {
 absl::StatusOr<int64_t> JobScheduler::RequestCheckpoint(
     const std::string& job_id) {
   Job* job = FindMutable(job_id);
-  if (!job) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (!job) return absl::NotFoundError(absl::StrCat("no job '", PrintableLine(job_id, 64), "'"));
   if (job->state != v1::RUNNING)
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job->state),
@@ -402,7 +402,7 @@ bool JobScheduler::StartGeneration(Job& job,
 absl::StatusOr<std::vector<int>> JobScheduler::DebugJob(const std::string& job_id, int rank,
                                                         const std::string& marker) {
   Job* job = FindMutable(job_id);
-  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", job_id.substr(0, 64), "'"));
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", PrintableLine(job_id, 64), "'"));
   if (job->state != v1::RUNNING) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " is ", v1::JobState_Name(job->state), ": only a running job has stacks"));
@@ -835,7 +835,7 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
     const v1::StepMetrics& m) {
   Job* job = FindMutable(m.ref().job_id());
   if (!job)
-    return absl::NotFoundError(absl::StrCat("no job '", m.ref().job_id(), "'"));
+    return absl::NotFoundError(absl::StrCat("no job '", PrintableLine(m.ref().job_id(), 64), "'"));
   if (absl::Status s = CheckGeneration(*job, m.ref(), true); !s.ok()) return s;
   if (m.rank() < 0 || m.rank() >= static_cast<int>(job->ranks.size()))
     return absl::InvalidArgumentError(absl::StrCat(
@@ -883,7 +883,7 @@ absl::StatusOr<const Job*> JobScheduler::CheckpointTarget(
     const v1::JobRef& ref) const {
   const Job* job = Find(ref.job_id());
   if (!job)
-    return absl::NotFoundError(absl::StrCat("no job '", ref.job_id(), "'"));
+    return absl::NotFoundError(absl::StrCat("no job '", PrintableLine(ref.job_id(), 64), "'"));
   if (absl::Status s = CheckGeneration(*job, ref, false); !s.ok()) return s;
   if (ref.generation() < 1) {
     return absl::FailedPreconditionError(absl::StrCat(

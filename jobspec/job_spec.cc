@@ -21,7 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/closest_match.h"
-#include "common/rank_env.h"
+#include "common/printable.h"
 #include "common/rank_env.h"
 #include "yaml-cpp/yaml.h"
 
@@ -45,6 +45,11 @@ constexpr size_t kMaxTotalBytes = 256 << 10;
 // fields above fit, an alias bomb (a large anchor referenced thousands of
 // times) is refused before it is copied.
 constexpr size_t kMaxExpandedBytes = 4 * kMaxTotalBytes + (64 << 10);
+
+// A value quoted in an error: printable and cut (values may be 256 KiB).
+std::string Shown(const std::string& v) {
+  return v.size() <= 80 ? PrintableLine(v, 80) : PrintableLine(v, 80) + "...";
+}
 
 bool IsEnvName(const std::string& k) {
   if (k.empty() || !(absl::ascii_isalpha(k[0]) || k[0] == '_')) return false;
@@ -122,12 +127,12 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
   if (const std::string& dir = s.checkpoint().dir(); !dir.empty()) {
     if (dir.front() != '/' || dir.size() > 4096 || dir.find('\0') != std::string::npos) {
       return err("checkpoint.dir",
-                 absl::StrCat("checkpoint.dir must be an absolute path, got '", dir, "'"));
+                 absl::StrCat("checkpoint.dir must be an absolute path, got '", Shown(dir), "'"));
     }
     for (absl::string_view part : absl::StrSplit(dir, '/')) {
       if (part == "." || part == "..") {
         return err("checkpoint.dir",
-                   absl::StrCat("checkpoint.dir must not contain '.' or '..', got '", dir, "'"));
+                   absl::StrCat("checkpoint.dir must not contain '.' or '..', got '", Shown(dir), "'"));
       }
     }
   }
@@ -135,12 +140,12 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
     return err("train",
                absl::StrCat("train options apply only to the built-in "
                             "frameworm-train, but entrypoint is '",
-                            s.entrypoint(0), "'"));
+                            Shown(s.entrypoint(0)), "'"));
   }
   for (const auto& [k, v] : s.train_options()) {
     if (!IsFlagName(k)) {
       return err("train." + k,
-                 absl::StrCat("train option '", k,
+                 absl::StrCat("train option '", Shown(k),
                               "' is not a flag name (lowercase letters, digits "
                               "and '-')"));
     }
@@ -173,13 +178,13 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
           kBackends.end()) {
     return err("backend",
                absl::StrCat("backend must be one of gloo, nccl, mpi, got '",
-                            s.backend(), "'", Suggest(s.backend(), kBackends)));
+                            Shown(s.backend()), "'", Suggest(s.backend(), kBackends)));
   }
   for (const auto* map : {&s.env(), &s.secret_env()}) {
     const std::string field = map == &s.env() ? "env" : "secret_env";
     for (const auto& [k, v] : *map) {
       if (!IsEnvName(k)) {
-        return err(field + "." + k, absl::StrCat(field, " name '", k,
+        return err(field + "." + k, absl::StrCat(field, " name '", Shown(k),
                                                  "' is not a valid variable name"));
       }
       if (IsReservedEnvName(k)) {

@@ -308,6 +308,24 @@ TEST(JobSpec, SizesAndNulBytesAreBounded) {
   EXPECT_THAT(ValidateJobSpec(big).message(), HasSubstr("contains NUL"));
 }
 
+// An error quotes a bad value cut short (values may be 256 KiB).
+TEST(JobSpec, ErrorsQuoteLongValuesCutShort) {
+  v1::JobSpec spec;
+  spec.set_name("x");
+  spec.set_nodes_min(1);
+  spec.set_nodes_max(1);
+  spec.set_nproc_per_node(1);
+  spec.set_backend(std::string(1 << 20, 'b'));
+  absl::Status s = ValidateJobSpec(spec);
+  EXPECT_THAT(s.message(), HasSubstr("backend must be one of gloo, nccl, mpi, got 'bbbb"));
+  EXPECT_LT(s.message().size(), 300u);
+  spec.clear_backend();
+  spec.mutable_checkpoint()->set_dir("rel/" + std::string(1 << 20, 'd'));
+  s = ValidateJobSpec(spec);
+  EXPECT_THAT(s.message(), HasSubstr("checkpoint.dir must be an absolute path"));
+  EXPECT_LT(s.message().size(), 300u);
+}
+
 TEST(JobSpec, AliasesWorkButCannotExpandPastTheBound) {
   // Ordinary use of an anchor is fine.
   auto ok = ParseJobSpecYaml("name: a\nenv: {A: &v hello, B: *v}\n", "job.yaml");
