@@ -16,9 +16,16 @@ namespace frameworm::coordinator {
 
 absl::StatusOr<std::string> WorkerRegistry::Register(
     const v1::RegisterWorkerRequest& req) {
-  if (!IsPathComponent(req.name()))
+  // The rule of certificate names (a worker's must match its certificate's
+  // on TLS): names reach logs, events and every admin's terminal.
+  if (!IsPathComponent(req.name()) || req.name().size() > kMaxNameBytes ||
+      req.name().find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+          std::string::npos) {
     return absl::InvalidArgumentError(
-        absl::StrCat("worker name '", req.name(), "' is empty or invalid"));
+        absl::StrCat("worker name '", PrintableLine(req.name(), 64),
+                     "' is not 1 to 64 characters of A-Z a-z 0-9 . _ -"));
+  }
   if (req.address().empty())
     return absl::InvalidArgumentError("worker address is required");
   if (req.address().size() > kMaxAddressBytes ||

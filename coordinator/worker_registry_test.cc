@@ -41,6 +41,13 @@ TEST_F(WorkerRegistryTest, RegisterValidatesAndReplacesTheSession) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(registry_.Register(Req("a/b", 1)).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // Names reach logs and terminals: no control characters, no 8 MB names.
+  for (const std::string bad : {std::string("w\nevent {forged}"), std::string("w\x1b[2J"),
+                                std::string(65, 'w'), std::string("w 1")}) {
+    auto r = registry_.Register(Req(bad, 1));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_LT(r.status().message().size(), 200u);
+  }
   EXPECT_EQ(registry_.Register(Req("w0", 0)).status().code(),
             absl::StatusCode::kInvalidArgument);
   v1::RegisterWorkerRequest no_addr = Req("w0", 1);
@@ -67,6 +74,12 @@ TEST_F(WorkerRegistryTest, RegisterValidatesAndReplacesTheSession) {
   ASSERT_EQ(registry_.All().size(), 1u);
   EXPECT_EQ(registry_.Find("w0")->slots, 4);
   EXPECT_FALSE(registry_.Find("w0")->attached);  // the new session is not yet
+}
+
+TEST_F(WorkerRegistryTest, NamesOfTheCertificateRuleAreTaken) {
+  EXPECT_TRUE(registry_.Register(Req("node-1.rack_2", 1)).ok());
+  EXPECT_TRUE(registry_.Register(Req(std::string(64, 'w'), 1)).ok());
+  EXPECT_EQ(registry_.All().size(), 2u);
 }
 
 TEST_F(WorkerRegistryTest, OutboxIsPerSessionInOrderAndNotifies) {
