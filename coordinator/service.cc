@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/printable.h"
 #include "coordinator/heartbeat_pacer.h"
 #include "coordinator/job.h"
 #include "coordinator/write_pump.h"
@@ -43,6 +44,34 @@ struct CoordinatorService::Impl {
   absl::Mutex mu;
   std::map<std::string, Pokeable*> sessions ABSL_GUARDED_BY(mu);
   std::multimap<std::string, Pokeable*> job_watchers ABSL_GUARDED_BY(mu);
+
+  // Checkpoint uploads in flight: at most kMaxUploadsPerJob for one job and
+  // kMaxUploads in all (each holds a stream, a thread's worth of state and a
+  // partial file; a job's rank 0 sends one at a time).
+  static constexpr int kMaxUploadsPerJob = 2;
+  static constexpr int kMaxUploads = 64;
+  std::map<std::string, int> uploads ABSL_GUARDED_BY(mu);
+  int uploads_total ABSL_GUARDED_BY(mu) = 0;
+  absl::Status AcquireUpload(const std::string& job) {
+    absl::MutexLock l(&mu);
+    if (uploads_total >= kMaxUploads) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the coordinator is receiving ", uploads_total, " checkpoint uploads; retry later"));
+    }
+    int& n = uploads[job];
+    if (n >= kMaxUploadsPerJob) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "job ", PrintableLine(job, 64), " has ", n, " checkpoint uploads in flight already"));
+    }
+    ++n;
+    ++uploads_total;
+    return absl::OkStatus();
+  }
+  void ReleaseUpload(const std::string& job) {
+    absl::MutexLock l(&mu);
+    if (auto it = uploads.find(job); it != uploads.end() && --it->second <= 0) uploads.erase(it);
+    --uploads_total;
+  }
 
   void AddSession(const std::string& id, Pokeable* p) {
     absl::MutexLock l(&mu);
@@ -303,6 +332,10 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
       return Finish(ToGrpcStatus(s));
     }
     if (!incoming_) {
+      if (!slot_) {
+        if (absl::Status s = impl_->AcquireUpload(chunk_.ref().job_id()); !s.ok()) return Fail(s);
+        slot_ = chunk_.ref().job_id();
+      }
       auto in = impl_->core->BeginCheckpointUpload(chunk_.ref(), chunk_.step(),
                                                    chunk_.total_bytes());
       if (!in.ok()) return Fail(in.status());
@@ -314,7 +347,13 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
     StartRead(&chunk_);
     if (absl::Status s = incoming_->Append(data); !s.ok()) return Fail(s);
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    {
+      absl::MutexLock l(&mu_);
+      if (slot_) impl_->ReleaseUpload(*slot_);
+    }
+    delete this;
+  }
 
  private:
   // Ends the call once; reads still in flight end with ok=false and are
@@ -329,6 +368,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
   absl::Mutex mu_;
   v1::CheckpointChunk chunk_;
   std::unique_ptr<ReceivedFile> incoming_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::string> slot_ ABSL_GUARDED_BY(mu_);  // the job counted in impl_
   std::string checksum_ ABSL_GUARDED_BY(mu_);
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };

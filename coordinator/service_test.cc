@@ -420,6 +420,63 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
   EXPECT_EQ(user_download("../../etc", 0, &got, &head).error_code(), grpc::NOT_FOUND);
 }
 
+// Uploads held open (a first chunk, then nothing) are bounded per job: a
+// third for the same job is refused at once, and once one ends another is
+// taken again.
+TEST_F(ServiceTest, CheckpointUploadsInFlightAreBoundedPerJob) {
+  grpc::ClientContext c0;
+  std::unique_ptr<Stream> s0;
+  Connect("w0", &c0, &s0);
+  const std::string id = Submit(Spec(1));
+  v1::CoordinatorMessage msg;
+  ASSERT_TRUE(s0->Read(&msg));
+  struct Held {
+    grpc::ClientContext ctx;
+    v1::UploadCheckpointResponse resp;
+    std::unique_ptr<grpc::ClientWriter<v1::CheckpointChunk>> w;
+  };
+  auto open = [&](Held& h) {
+    Deadline(&h.ctx);
+    h.w = trainers_->UploadCheckpoint(&h.ctx, &h.resp);
+    v1::CheckpointChunk ch;
+    ch.mutable_ref()->set_job_id(id);
+    ch.mutable_ref()->set_generation(1);
+    ch.mutable_ref()->set_token(TokenOf(id, 1, 0));
+    ch.set_step(10);
+    ch.set_total_bytes(8);
+    ch.set_data("1234");
+    return h.w->Write(ch);
+  };
+  Held first, second, third;
+  ASSERT_TRUE(open(first));
+  ASSERT_TRUE(open(second));
+  open(third);  // the server may end it before or after this write
+  third.w->WritesDone();
+  const grpc::Status refused = third.w->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("uploads in flight"), std::string::npos);
+  first.ctx.TryCancel();
+  (void)first.w->Finish();
+  // The cancelled one's slot is free once the server saw it end.
+  grpc::StatusCode code = grpc::RESOURCE_EXHAUSTED;
+  for (int i = 0; i < 50 && code == grpc::RESOURCE_EXHAUSTED; ++i) {
+    Held again;
+    open(again);
+    v1::CheckpointChunk last;
+    last.set_data("5678");
+    last.set_checksum(absl::StrFormat(
+        "crc32:%08x", static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0),
+                                                   reinterpret_cast<const Bytef*>("12345678"), 8))));
+    again.w->Write(last);
+    again.w->WritesDone();
+    code = again.w->Finish().error_code();
+    if (code == grpc::RESOURCE_EXHAUSTED) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(code, grpc::OK);
+  second.ctx.TryCancel();
+  (void)second.w->Finish();
+}
+
 TEST_F(ServiceTest, StaleGenerationIsAbortedAndMetricsAggregate) {
   grpc::ClientContext c0, c1;
   std::unique_ptr<Stream> s0, s1;
