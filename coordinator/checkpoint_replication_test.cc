@@ -80,6 +80,23 @@ TEST_F(ReplicationTest, OnlyAWorkerAskedToHoldOrShowingTheSecretBecomesAHolder) 
   EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w0", "w2"));
 }
 
+// A worker that floods failed or unasked hold answers gets a bounded number
+// of log lines (a burst, then a few a second, the rest counted).
+TEST_F(ReplicationTest, AFloodOfHoldAnswersLogsABoundedNumberOfLines) {
+  const std::string id = StartJob(Spec(2, 1));
+  ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10)).ok());
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 1000; ++i) Held("w2", id, 10, /*ok=*/i % 2 == 0);
+  clock_.Advance(absl::Seconds(2));
+  Held("w2", id, 10, /*ok=*/false);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  int lines = 0;
+  for (char c : err) lines += c == '\n';
+  EXPECT_LE(lines, 31) << err.substr(0, 500);
+  EXPECT_GE(lines, 2);
+  EXPECT_NE(err.find("more such lines not logged)"), std::string::npos);
+}
+
 TEST_F(ReplicationTest, ReplicasFetchFromRankZerosWorkerOnceItHoldsTheFile) {
   const std::string id = StartJob(Spec(2, 1));
   ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10)).ok());

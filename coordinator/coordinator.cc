@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/received_file.h"
 #include "absl/synchronization/notification.h"
+#include "common/line_budget.h"
 #include "common/printable.h"
 #include "common/token.h"
 #include "coordinator/checkpoint_paths.h"
@@ -316,6 +317,11 @@ bool Coordinator::JobExists(const std::string& job_id) const {
 }
 
 namespace {
+// What a log line says of the lines a LineBudget held back before it.
+std::string Suppressed(int64_t n) {
+  return n > 0 ? absl::StrCat(" (", n, " more such lines not logged)") : "";
+}
+
 int64_t LargestWorld(const Job& job) {
   return int64_t{job.spec.nodes_max()} * std::max(1, job.spec.nproc_per_node());
 }
@@ -689,11 +695,13 @@ bool Coordinator::HolderClaimCountsLocked(const std::string& worker,
 void Coordinator::HeldLocked(const std::string& worker, const v1::CheckpointHeld& held) {
   if (held.ok()) {
     if (!HolderClaimCountsLocked(worker, held)) {
-      std::fprintf(stderr,
-                   "coordinator: worker %s claims job %s's checkpoint of step %lld, which it was "
-                   "not asked to hold; ignored\n",
-                   worker.c_str(), PrintableLine(held.job_id(), 64).c_str(),
-                   static_cast<long long>(held.step()));
+      if (int64_t more = 0; held_log_budget_.Take(clock_.Now(), &more)) {
+        std::fprintf(stderr,
+                     "coordinator: worker %s claims job %s's checkpoint of step %lld, which it "
+                     "was not asked to hold; ignored%s\n",
+                     worker.c_str(), PrintableLine(held.job_id(), 64).c_str(),
+                     static_cast<long long>(held.step()), Suppressed(more).c_str());
+      }
       return;
     }
     const int holders = checkpoints_.AddHolder(held.job_id(), held.step(), worker);
@@ -712,10 +720,13 @@ void Coordinator::HeldLocked(const std::string& worker, const v1::CheckpointHeld
     }
     return;
   }
-  std::fprintf(stderr, "coordinator: worker %s holds no copy of job %s's checkpoint of step %lld: %s\n",
-               worker.c_str(), PrintableLine(held.job_id(), 64).c_str(),
-               static_cast<long long>(held.step()),
-               PrintableLine(held.error(), 512).c_str());
+  if (int64_t more = 0; held_log_budget_.Take(clock_.Now(), &more)) {
+    std::fprintf(stderr,
+                 "coordinator: worker %s holds no copy of job %s's checkpoint of step %lld: %s%s\n",
+                 worker.c_str(), PrintableLine(held.job_id(), 64).c_str(),
+                 static_cast<long long>(held.step()), PrintableLine(held.error(), 512).c_str(),
+                 Suppressed(more).c_str());
+  }
 }
 
 // --------------------------------------------------------------- trainers

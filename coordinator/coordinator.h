@@ -67,6 +67,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/line_budget.h"
 #include "coordinator/checkpoint_catalog.h"
 #include "coordinator/checkpoint_copies.h"
 #include "coordinator/event_log.h"
@@ -343,6 +344,8 @@ class Coordinator {
                      const std::string& stream, int64_t log_end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckLogLocked(const std::string& worker, const v1::LogUpload& log) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Log lines of holds refused or failed (any worker can send those).
+  LineBudget held_log_budget_ ABSL_GUARDED_BY(mu_){/*per_second=*/5, /*burst=*/20};
   // Whether `worker`'s claim to hold (job, step) may make it a holder (a
   // source others fetch from, showing it the record's secret): this
   // coordinator sent it that hold, or the claim shows the record's secret

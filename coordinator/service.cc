@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/line_budget.h"
 #include "common/printable.h"
 #include "coordinator/heartbeat_pacer.h"
 #include "coordinator/job.h"
@@ -145,7 +146,7 @@ class SessionReactor final
     } else if (in_.session_id() != session) {
       RequestFinish(grpc::Status(
           grpc::FAILED_PRECONDITION,
-          absl::StrCat("message for session '", in_.session_id(),
+          absl::StrCat("message for session '", PrintableLine(in_.session_id(), 64),
                        "' on the stream of session '", session, "'")));
       return;
     }
@@ -154,9 +155,13 @@ class SessionReactor final
       RequestFinish(ToGrpcStatus(s));
       return;
     }
-    if (!s.ok())
-      std::fprintf(stderr, "coordinator: worker message: %s\n",
-                   s.ToString().c_str());
+    if (int64_t suppressed = 0; !s.ok() && log_budget_.Take(absl::Now(), &suppressed)) {
+      std::fprintf(stderr, "coordinator: worker message: %s%s\n",
+                   PrintableLine(s.ToString(), 512).c_str(),
+                   suppressed > 0
+                       ? absl::StrCat(" (", suppressed, " more on this session not logged)").c_str()
+                       : "");
+    }
     if (in_.has_log()) impl_->PokeJob(in_.log().ref().job_id());
     // Commands queued later reach this reactor through SessionHasCommands;
     // only those queued before it registered (first message) need a pump
@@ -210,6 +215,7 @@ class SessionReactor final
   Impl* const impl_;
   v1::WorkerMessage in_;  // only touched by the read chain
   HeartbeatPacer pacer_{impl_->core->heartbeat_interval()};  // read chain only
+  LineBudget log_budget_{/*per_second=*/5, /*burst=*/20};    // read chain only
   grpc::Alarm alarm_;  // the read chain's pause (heartbeat flood)
   std::string session_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::CoordinatorMessage> queue_ ABSL_GUARDED_BY(mu_);
