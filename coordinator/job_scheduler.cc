@@ -780,13 +780,12 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
   }
   // Far past any real run, and far enough below INT64_MAX that step and
   // sample arithmetic (step + lead, sums over ranks and steps) cannot
-  // overflow.
+  // overflow (epoch is 32 bits: no sum of it can).
   constexpr int64_t kMaxCounter = int64_t{1} << 48;
-  if (m.step() > kMaxCounter || m.epoch() > kMaxCounter || m.samples() > kMaxCounter ||
-      m.total_steps() > kMaxCounter) {
+  if (m.step() > kMaxCounter || m.samples() > kMaxCounter || m.total_steps() > kMaxCounter) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "step report counters must be at most 2^48 (step ", m.step(), ", epoch ", m.epoch(),
-        ", samples ", m.samples(), ", total_steps ", m.total_steps(), ")"));
+        "step report counters must be at most 2^48 (step ", m.step(), ", samples ", m.samples(),
+        ", total_steps ", m.total_steps(), ")"));
   }
   if (!std::isfinite(m.step_seconds()) || m.step_seconds() < 0) {
     return absl::InvalidArgumentError(
