@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "absl/strings/ascii.h"
+
 namespace frameworm {
 namespace {
 
@@ -36,6 +38,20 @@ size_t Utf8SequenceAt(absl::string_view text, size_t i) {
 }
 
 }  // namespace
+
+bool HasControlCharacter(absl::string_view text) {
+  return std::any_of(text.begin(), text.end(), [](char c) {
+    return static_cast<uint8_t>(c) < 0x20 || c == 0x7f;
+  });
+}
+
+bool IsPlainName(absl::string_view name) {
+  return !name.empty() && name.size() <= 64 && name != "." && name != ".." &&
+         std::all_of(name.begin(), name.end(), [](char c) {
+           return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
+                  c == '-';
+         });
+}
 
 std::string PrintableLine(absl::string_view text, size_t max_bytes) {
   std::string out;

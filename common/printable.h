@@ -19,6 +19,15 @@ namespace frameworm {
 // straddle `max_bytes` left out whole.
 std::string PrintableLine(absl::string_view text, size_t max_bytes);
 
+// Whether `text` holds a control character (below 0x20, newlines and tabs
+// included) or DEL: names that reach terminals must not.
+bool HasControlCharacter(absl::string_view text);
+
+// Whether `name` is 1 to 64 characters of A-Z a-z 0-9 . _ -, and not "."
+// or "..": safe as one path component and on any terminal (job ids, worker
+// names).
+bool IsPlainName(absl::string_view name);
+
 }  // namespace frameworm
 
 #endif  // FRAMEWORM_COMMON_PRINTABLE_H_

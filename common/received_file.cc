@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/printable.h"
 #include "common/crc32.h"
 
 namespace frameworm {
@@ -56,11 +57,7 @@ bool FileMatches(const std::string& path, int64_t bytes, const std::string& chec
 }
 
 absl::Status CheckJobIdComponent(const std::string& id) {
-  bool ok = !id.empty() && id.size() <= 64 && id != "." && id != "..";
-  for (char c : id) {
-    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
-  }
-  if (!ok) {
+  if (!IsPlainName(id)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "job id '", id.substr(0, 80), "' is not 1-64 characters of [A-Za-z0-9_.-]"));
   }

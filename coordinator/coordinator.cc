@@ -572,20 +572,17 @@ absl::Status Coordinator::CheckLogLocked(const std::string& worker,
                                                    id, ", which is at generation ",
                                                    job->generation));
   }
-  const std::vector<std::string>* ran = nullptr;  // by rank, that generation
-  std::vector<std::string> current;
+  const size_t rank = static_cast<size_t>(log.rank());
+  bool ran_it;
   if (gen == job->generation && !job->ranks.empty()) {
-    for (const RankState& r : job->ranks) current.push_back(r.worker);
-    ran = &current;
+    ran_it = rank < job->ranks.size() && job->ranks[rank].worker == worker;
   } else if (auto past = job->past_rank_workers.find(gen); past != job->past_rank_workers.end()) {
-    ran = &past->second;
+    ran_it = rank < past->second.size() && past->second[rank] == worker;
+  } else {
+    // Older than what is remembered, or ended before a coordinator
+    // restart: one of the job's workers.
+    ran_it = std::find(job->workers.begin(), job->workers.end(), worker) != job->workers.end();
   }
-  const bool ran_it =
-      ran != nullptr
-          ? log.rank() < static_cast<int64_t>(ran->size()) && (*ran)[log.rank()] == worker
-          // Older than what is remembered, or ended before a coordinator
-          // restart: one of the job's workers.
-          : std::find(job->workers.begin(), job->workers.end(), worker) != job->workers.end();
   if (!ran_it) {
     return absl::InvalidArgumentError(absl::StrCat(
         "log chunk for rank ", log.rank(), " of job ", id, " generation ", gen, " from worker ",

@@ -811,10 +811,7 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
         absl::StrCat("step report has ", m.values_size(), " metrics; at most 64"));
   }
   for (const auto& [name, v] : m.values()) {
-    if (name.empty() || name.size() > 64 ||
-        std::any_of(name.begin(), name.end(), [](char c) {
-          return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-        })) {
+    if (name.empty() || name.size() > 64 || HasControlCharacter(name)) {
       return absl::InvalidArgumentError(
           "metric names must be 1 to 64 characters, none of them a control character");
     }

@@ -10,7 +10,6 @@
 #include "common/printable.h"
 #include "common/received_file.h"
 #include "common/token.h"
-#include "coordinator/job_logs.h"
 
 namespace frameworm::coordinator {
 
@@ -18,10 +17,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
     const v1::RegisterWorkerRequest& req) {
   // The rule of certificate names (a worker's must match its certificate's
   // on TLS): names reach logs, events and every admin's terminal.
-  if (!IsPathComponent(req.name()) || req.name().size() > kMaxNameBytes ||
-      req.name().find_first_not_of("abcdefghijklmnopqrstuvwxyz"
-                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
-          std::string::npos) {
+  if (!IsPlainName(req.name())) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker name '", PrintableLine(req.name(), 64),
                      "' is not 1 to 64 characters of A-Z a-z 0-9 . _ -"));

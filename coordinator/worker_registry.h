@@ -61,7 +61,6 @@ class WorkerRegistry {
   // Limits on what a worker may declare.
   static constexpr int kMaxSlots = 4096;
   static constexpr size_t kMaxAddressBytes = 255;
-  static constexpr size_t kMaxNameBytes = 64;
   struct Worker {
     std::string name;
     std::string address;
@@ -90,7 +89,7 @@ class WorkerRegistry {
       : options_(options), clock_(clock) {}
 
   // (Re)registers the worker under a new session; returns the session id.
-  // INVALID_ARGUMENT: a bad name (not 1..kMaxNameBytes of [A-Za-z0-9._-]),
+  // INVALID_ARGUMENT: a bad name (not IsPlainName: 1 to 64 of [A-Za-z0-9._-]),
   // address (empty, over kMaxAddressBytes, or
   // not a host), peer endpoint (not HOST:PORT), slots outside 1..kMaxSlots, or more than kMaxSlots
   // running tasks. ALREADY_EXISTS: the name belongs to a live session (attached

@@ -48,7 +48,7 @@ constexpr size_t kMaxExpandedBytes = 4 * kMaxTotalBytes + (64 << 10);
 
 // A value quoted in an error: printable and cut (values may be 256 KiB).
 std::string Shown(const std::string& v) {
-  return v.size() <= 80 ? PrintableLine(v, 80) : PrintableLine(v, 80) + "...";
+  return PrintableLine(v, 80) + (v.size() > 80 ? "..." : "");
 }
 
 bool IsEnvName(const std::string& k) {
@@ -81,12 +81,9 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
     return err("name", absl::StrCat("name must be at most 128 characters, got ",
                                     s.name().size()));
   }
-  for (char c : s.name()) {
-    // Names reach other users' terminals (frameworm-cli list, events).
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '/' || u < 0x20 || u == 0x7f) {
-      return err("name", "name must not contain '/' or control characters (newline, tab, escape, NUL)");
-    }
+  // Names reach other users' terminals (frameworm-cli list, events).
+  if (absl::StrContains(s.name(), '/') || HasControlCharacter(s.name())) {
+    return err("name", "name must not contain '/' or control characters (newline, tab, escape, NUL)");
   }
   // Sizes: what a job carries to every worker and trainer is bounded.
   if (s.entrypoint_size() > kMaxListEntries) {
@@ -296,7 +293,7 @@ class Parser {
         // Cut: the value may be a large (or aliased) scalar.
         const std::string& t = n.Scalar();
         return t.size() <= 64 ? "'" + t + "'"
-                              : absl::StrCat("'", t.substr(0, 64), "...' (", t.size(), " bytes)");
+                              : absl::StrCat("'", PrintableLine(t, 64), "...' (", t.size(), " bytes)");
       }
       default: return "an undefined value";
     }
