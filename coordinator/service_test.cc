@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "coordinator/sqlite_store.h"
@@ -19,6 +20,7 @@
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "proto/checked_serialization.h"
 #include "rpc/rpc.h"
 
 namespace frameworm::coordinator {
@@ -278,6 +280,104 @@ TEST_F(ServiceTest, SessionGetsStartTaskThenKillTaskAfterCancel) {
   EXPECT_EQ(msg.kill().rank(), -1);
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
+}
+
+// A message of more elements than proto/checked_serialization.h allows is
+// refused before it is parsed: the call ends UNIMPLEMENTED (gRPC's answer to
+// an unparsable request), where the handler, had it seen the message, would
+// have answered INVALID_ARGUMENT or NOT_FOUND. Unknown fields count; a few
+// (a newer client) pass. The coordinator goes on serving.
+TEST_F(ServiceTest, FloodedMessagesAreRefusedBeforeTheyAreParsed) {
+  const int kFlood = static_cast<int>(kMaxWireElements) + 10;
+  auto add_unknown = [](google::protobuf::Message* m, int n) {
+    for (int i = 0; i < n; ++i) m->GetReflection()->MutableUnknownFields(m)->AddVarint(999, 1);
+  };
+  {
+    v1::RegisterWorkerRequest req;
+    req.set_name("flood");
+    req.set_slots(1);
+    for (int i = 0; i < kFlood; ++i) req.add_running();
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::RegisterWorkerResponse resp;
+    EXPECT_EQ(workers_->RegisterWorker(&ctx, req, &resp).error_code(), grpc::UNIMPLEMENTED);
+  }
+  {
+    v1::RegisterWorkerRequest req;
+    req.set_name("flood");
+    req.set_slots(1);
+    add_unknown(&req, kFlood);
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::RegisterWorkerResponse resp;
+    EXPECT_EQ(workers_->RegisterWorker(&ctx, req, &resp).error_code(), grpc::UNIMPLEMENTED);
+  }
+  {
+    v1::StepReports batch;
+    for (int i = 0; i < kFlood; ++i) batch.add_reports();
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::ReportStepResponse resp;
+    EXPECT_EQ(trainers_->ReportSteps(&ctx, batch, &resp).error_code(), grpc::UNIMPLEMENTED);
+  }
+  {
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Spec(1);
+    for (int i = 0; i < kFlood; ++i) req.mutable_spec()->add_entrypoint("");
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::SubmitJobResponse resp;
+    EXPECT_EQ(jobs_->SubmitJob(&ctx, req, &resp).error_code(), grpc::UNIMPLEMENTED);
+  }
+  {
+    // The largest legitimate batch is parsed: the handler answers it (no
+    // such job).
+    v1::StepReports batch;
+    for (int r = 0; r < 256; ++r) {
+      v1::StepMetrics* m = batch.add_reports();
+      m->mutable_ref()->set_job_id("no-such-job");
+      for (int k = 0; k < 64; ++k) (*m->mutable_values())[absl::StrCat("m", k)] = k;
+      for (int c = 0; c < 16; ++c) m->mutable_collectives()->add_recent()->set_seq(c + 1);
+    }
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::ReportStepResponse resp;
+    grpc::Status st = trainers_->ReportSteps(&ctx, batch, &resp);
+    EXPECT_NE(st.error_code(), grpc::UNIMPLEMENTED) << st.error_message();
+    EXPECT_FALSE(st.ok());
+  }
+  // A session whose message floods ends; the worker can connect again, and
+  // a registration with a few unknown fields (a newer worker) is served.
+  grpc::ClientContext c1;
+  std::unique_ptr<Stream> s1;
+  const std::string session = Connect("w1", &c1, &s1);
+  v1::WorkerMessage hb;
+  hb.set_session_id(session);
+  hb.mutable_heartbeat()->set_unix_ms(2);
+  add_unknown(&hb, kFlood);
+  s1->Write(hb);
+  v1::CoordinatorMessage msg;
+  while (s1->Read(&msg)) {
+  }
+  // The coordinator ended the stream (not the 10 s deadline).
+  EXPECT_NE(s1->Finish().error_code(), grpc::DEADLINE_EXCEEDED);
+  {
+    v1::RegisterWorkerRequest req;
+    req.set_name("newer");
+    req.set_address("127.0.0.1");
+    req.set_slots(1);
+    add_unknown(&req, 100);
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::RegisterWorkerResponse resp;
+    grpc::Status st = workers_->RegisterWorker(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  grpc::ClientContext c2;
+  std::unique_ptr<Stream> s2;
+  EXPECT_FALSE(Connect("w2", &c2, &s2).empty());
+  s2->WritesDone();
+  c2.TryCancel();
 }
 
 TEST_F(ServiceTest, UnknownSessionIsRefused) {

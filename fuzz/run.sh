@@ -10,7 +10,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECONDS_EACH="${1:-10}"
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(job_spec_fuzzer coordinator_fuzzer)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(job_spec_fuzzer coordinator_fuzzer wire_budget_fuzzer)
 BUILD="${FRAMEWORM_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S "$ROOT/fuzz" -B "$BUILD" -G Ninja -DCMAKE_CXX_COMPILER=clang++ >/dev/null
