@@ -29,6 +29,7 @@ absl::Status CheckpointCatalog::Load(const std::string& job_id) {
     r.set_bytes(c.bytes);
     r.set_checksum(c.checksum);
     r.set_created_unix_ms(c.created_ms);
+    r.set_secret(c.secret);
     r.set_memory(!memory_root_.empty() && c.path.rfind(memory_root_ + "/", 0) == 0);
     list.push_back(std::move(r));
   }
@@ -45,7 +46,7 @@ absl::StatusOr<std::vector<std::string>> CheckpointCatalog::Record(
   const std::string& job_id = rec.ref().job_id();
   const CheckpointRow row{
       job_id,      rec.ref().generation(), rec.step(),           rec.path(),
-      rec.bytes(), rec.checksum(),         rec.created_unix_ms()};
+      rec.bytes(), rec.checksum(),         rec.created_unix_ms(), rec.secret()};
   if (absl::Status s = store_.AddCheckpoint(row); !s.ok()) return s;
   std::vector<v1::CheckpointRecord>& list = jobs_[job_id];
   list.erase(std::remove_if(list.begin(), list.end(),

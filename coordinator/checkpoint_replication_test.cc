@@ -258,8 +258,16 @@ namespace {
 
 TEST_F(ReplicationTest, ARestartedCoordinatorLearnsTheHoldersFromTheWorkers) {
   const std::string id = StartJob(Spec(2, 1));
-  HeldByBoth(id, 10);
-  Open();  // a restart: holders are not stored
+  ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10)).ok());
+  auto holds = Holds(Take("w0"));
+  ASSERT_EQ(holds.size(), 1u);
+  const std::string secret = holds[0].secret();
+  ASSERT_FALSE(secret.empty());
+  Held("w0", id, 10);
+  Held("w1", id, 10);
+  Take("w0");
+  Take("w1");
+  Open();  // a restart: holders are not stored, the record's secret is
   EXPECT_TRUE(HoldersOf(id, 10).empty());
   v1::RegisterWorkerRequest req;
   req.set_name("w1");
@@ -270,25 +278,60 @@ TEST_F(ReplicationTest, ARestartedCoordinatorLearnsTheHoldersFromTheWorkers) {
   h->set_job_id(id);
   h->set_step(10);
   h->set_ok(true);
-  // A claim without the hold's secret does not count.
+  // A claim without the hold's secret, or with another one (even as the
+  // first claim after the restart), does not count.
   ASSERT_TRUE(coord_->RegisterWorker(req).ok());
   EXPECT_TRUE(HoldersOf(id, 10).empty());
-  h->set_secret("the-secret");
+  h->set_secret("a-guess");
+  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  EXPECT_TRUE(HoldersOf(id, 10).empty());
+  h->set_secret(secret);
   ASSERT_TRUE(coord_->RegisterWorker(req).ok());
   EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1"));
-  // The first holder's secret is the record's now: another worker's claim
-  // must show the same one.
   req.set_name("w0");
   req.set_address("w0.host");
   req.set_peer_endpoint("w0.host:7071");
   h->set_secret("a-guess");
   ASSERT_TRUE(coord_->RegisterWorker(req).ok());
   EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1"));
-  h->set_secret("the-secret");
+  h->set_secret(secret);
   ASSERT_TRUE(coord_->RegisterWorker(req).ok());
   EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1", "w0"));
   for (int i = 0; i < 1025; ++i) *req.add_held() = *h;
   EXPECT_EQ(coord_->RegisterWorker(req).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A record stored by an older coordinator has no secret: after the upgrade
+// the first holder that shows one gives it, and later claims must match.
+TEST_F(ReplicationTest, ARecordStoredWithoutASecretAdoptsTheFirstHolders) {
+  const std::string id = StartJob(Spec(2, 1));
+  HeldByBoth(id, 10);
+  auto rows = store_.LoadCheckpoints(id);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  CheckpointRow old = (*rows)[0];
+  EXPECT_FALSE(old.secret.empty()) << "stored with the record";
+  old.secret.clear();
+  ASSERT_TRUE(store_.AddCheckpoint(old).ok());
+  Open();
+  v1::RegisterWorkerRequest req;
+  req.set_name("w1");
+  req.set_address("w1.host");
+  req.set_slots(1);
+  req.set_peer_endpoint("w1.host:7071");
+  v1::CheckpointHeld* h = req.add_held();
+  h->set_job_id(id);
+  h->set_step(10);
+  h->set_ok(true);
+  h->set_secret("the-secret");
+  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1"));
+  req.set_name("w0");
+  req.set_address("w0.host");
+  req.set_peer_endpoint("w0.host:7071");
+  h->set_secret("a-guess");
+  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1"));
 }
 
 }  // namespace
@@ -395,9 +438,15 @@ TEST_F(ReplicationTest, MemoryCheckpointsAreKeptTwoDeepAndReleasedWhenTheJobEnds
                                 std::pair<int64_t, bool>{14, true},
                                 std::pair<int64_t, bool>{16, true}));
   // Holds the coordinator sent before its restart: the answers show their
-  // secret (which the restarted coordinator did not know).
-  Held("w0", id, 16, true, "s16");
-  Held("w1", id, 16, true, "s16");
+  // secret (the restarted coordinator has it from its store).
+  std::string s16;
+  auto rows = store_.LoadCheckpoints(id);
+  ASSERT_TRUE(rows.ok());
+  for (const CheckpointRow& r : *rows)
+    if (r.step == 16) s16 = r.secret;
+  ASSERT_FALSE(s16.empty());
+  Held("w0", id, 16, true, s16);
+  Held("w1", id, 16, true, s16);
   Take("w0");
   Take("w1");
   // The job ends (its workers came back without their ranks: failed, or

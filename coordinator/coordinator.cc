@@ -683,8 +683,9 @@ bool Coordinator::HolderClaimCountsLocked(const std::string& worker,
   if (rec == nullptr) return false;
   if (workers_.SentHold(worker, held.job_id(), held.step())) return true;
   // Not asked by this coordinator process: the worker must show the hold's
-  // secret. After a restart (secrets are not stored) the record's is not
-  // known, and the first holder that shows one gives it (AdoptSecret).
+  // secret (stored with the record, so a restart keeps it). A record stored
+  // by an older coordinator has none: the first holder that shows one
+  // gives it (AdoptSecret).
   if (rec->secret().empty()) return !held.secret().empty();
   return TokensEqual(held.secret(), rec->secret());
 }

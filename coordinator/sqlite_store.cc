@@ -106,7 +106,8 @@ CREATE TABLE IF NOT EXISTS assignments(
   PRIMARY KEY(job_id, generation, rank));
 CREATE TABLE IF NOT EXISTS checkpoints(
   job_id TEXT, generation INTEGER, step INTEGER, path TEXT, bytes INTEGER,
-  checksum TEXT, created_ms INTEGER, PRIMARY KEY(job_id, path));
+  checksum TEXT, created_ms INTEGER, secret TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY(job_id, path));
 CREATE TABLE IF NOT EXISTS metrics(
   job_id TEXT, step INTEGER, aggregate BLOB, PRIMARY KEY(job_id, step));
 CREATE TABLE IF NOT EXISTS events(
@@ -143,6 +144,19 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
   for (const char* sql :
        {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", kSchema}) {
     absl::Status s = store->ExecLocked(sql);
+    if (!s.ok()) return s;
+  }
+  // A state dir of an older coordinator: its checkpoints table has no
+  // secret column yet (its rows read as ""; the first holder's is adopted).
+  bool has_secret = false;
+  {
+    Stmt cols(db, "SELECT name FROM pragma_table_info('checkpoints')");
+    while (cols.Next()) has_secret = has_secret || cols.Str(0) == "secret";
+    if (absl::Status s = cols.status(); !s.ok()) return s;
+  }
+  if (!has_secret) {
+    absl::Status s = store->ExecLocked(
+        "ALTER TABLE checkpoints ADD COLUMN secret TEXT NOT NULL DEFAULT '';");
     if (!s.ok()) return s;
   }
   return store;
@@ -290,9 +304,10 @@ absl::Status SqliteStore::SetAssignmentState(const std::string& job_id,
 absl::Status SqliteStore::AddCheckpoint(const CheckpointRow& c) {
   absl::MutexLock l(&mu_);
   return Stmt(db_,
-              "INSERT OR REPLACE INTO checkpoints VALUES(?,?,?,?,?,?,?)")
+              "INSERT OR REPLACE INTO checkpoints(job_id, generation, step, path, bytes, "
+              "checksum, created_ms, secret) VALUES(?,?,?,?,?,?,?,?)")
       .Bind(c.job_id).Bind(c.generation).Bind(c.step).Bind(c.path)
-      .Bind(c.bytes).Bind(c.checksum).Bind(c.created_ms)
+      .Bind(c.bytes).Bind(c.checksum).Bind(c.created_ms).Bind(c.secret)
       .Run();
 }
 
@@ -495,12 +510,12 @@ absl::StatusOr<std::vector<CheckpointRow>> SqliteStore::LoadCheckpoints(
     const std::string& job_id) {
   absl::MutexLock l(&mu_);
   Stmt st(db_,
-          "SELECT generation, step, path, bytes, checksum, created_ms FROM "
-          "checkpoints WHERE job_id=? ORDER BY step, created_ms");
+          "SELECT generation, step, path, bytes, checksum, created_ms, IFNULL(secret, '') "
+          "FROM checkpoints WHERE job_id=? ORDER BY step, created_ms");
   st.Bind(job_id);
   return Rows<CheckpointRow>(st, [&](Stmt& r) {
     return CheckpointRow{job_id,   r.Int(0), r.Int(1), r.Str(2),
-                         r.Int(3), r.Str(4), r.Int(5)};
+                         r.Int(3), r.Str(4), r.Int(5), r.Str(6)};
   });
 }
 

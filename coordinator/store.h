@@ -82,6 +82,9 @@ struct CheckpointRow {
   int64_t bytes = 0;
   std::string checksum;
   int64_t created_ms = 0;
+  // What workers show to fetch a copy from each other (CheckpointRecord.
+  // secret); empty in rows stored before it was kept.
+  std::string secret;
 };
 
 struct EventRow {
