@@ -55,14 +55,12 @@ grpc::ServerWriteReactor<v1::CheckpointChunk>* PeerServiceImpl::FetchCheckpoint(
   }
   if (absl::Status s = CheckJobIdComponent(req->job_id()); !s.ok()) return new Refused<Writer>(s);
   std::optional<HeldCheckpoint> h = holdings_.Find(req->job_id(), req->step());
-  if (h && (h->secret.empty() || !TokensEqual(req->secret(), h->secret))) {
-    return new Refused<Writer>(absl::PermissionDeniedError(absl::StrCat(
-        "the secret of job ", req->job_id(), "'s checkpoint of step ", req->step(),
-        " does not match")));
-  }
-  if (!h) {
-    return new Refused<Writer>(absl::NotFoundError(absl::StrCat(
-        "this worker holds no checkpoint of step ", req->step(), " of job ", req->job_id())));
+  // A copy not held and a wrong secret get the same answer: a caller
+  // without the secret learns nothing of what this worker holds.
+  if (!h || h->secret.empty() || !TokensEqual(req->secret(), h->secret)) {
+    return new Refused<Writer>(absl::NotFoundError(
+        absl::StrCat("this worker holds no checkpoint of step ", req->step(), " of job ",
+                     req->job_id(), " with that secret")));
   }
   absl::StatusOr<int> fd = OpenHeld(*h);
   if (!fd.ok()) return new Refused<Writer>(fd.status());

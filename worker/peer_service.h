@@ -5,8 +5,10 @@
 // fetch (on a plaintext server, loopback or an operator's --insecure, any
 // caller), and only with the hold's secret (HoldCheckpoint.secret, which
 // the coordinator sends workers only: job code runs with its worker's
-// certificate); PERMISSION_DENIED otherwise. A held file that is not a
-// regular file is NOT_FOUND. A request names a job and a
+// certificate). Another caller is PERMISSION_DENIED; a wrong secret is
+// NOT_FOUND, word for word what a copy not held gets (the answer does not
+// tell what this worker holds). A held file that is not a regular file is
+// NOT_FOUND. A request names a job and a
 // step, never a path: what is served is the file the coordinator's hold
 // named (checked by CheckHold), opened without following a final symlink.
 //

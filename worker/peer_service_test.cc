@@ -191,14 +191,23 @@ TEST_F(PeerServiceTest, AWorkerCertificateAloneIsNotEnoughTheHoldsSecretIsNeeded
   HeldCheckpoint want = src;
   want.path = dir_ + "/b/ck/ckpt-7.pt";
   want.sources = {Serve(a, "a")};
+  std::string held_answer;
   for (const std::string wrong : {"", "s3creT", "another job's secret"}) {
     want.secret = wrong;
     absl::Status s = Fetch(want);
-    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << wrong << ": " << s;
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << wrong << ": " << s;
     EXPECT_FALSE(fs::exists(want.path));
+    held_answer = std::string(s.message());
   }
   want.secret = src.secret;
   EXPECT_TRUE(Fetch(want).ok());
+  // Without the secret, a copy held and one not held look the same.
+  ASSERT_FALSE(a.Remove(src.job_id, src.step).empty());
+  fs::remove(want.path);
+  want.secret = "another job's secret";
+  absl::Status s = Fetch(want);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_EQ(std::string(s.message()), held_answer);
 }
 
 TEST_F(PeerServiceTest, OnTheSharedTmpfsTheDirectoriesMustBeThisUsersAlone) {
