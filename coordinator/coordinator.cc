@@ -832,6 +832,21 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
     if (in.memory() && memory_root_.empty()) {
       return absl::InvalidArgumentError("this coordinator takes no in-memory checkpoints");
     }
+    // A copy uploaded for this step is the file the record describes: a
+    // record of another size would make every replica's fetch of it fail.
+    // Bytes not given (0): the copy's.
+    int64_t copy_bytes = -1;
+    if (absl::StatusOr<std::string> copy = copies_.PathOf(in.ref().job_id(), in.step());
+        !in.memory() && copy.ok()) {
+      std::error_code ec;
+      const uintmax_t size = std::filesystem::file_size(*copy, ec);
+      if (!ec) copy_bytes = static_cast<int64_t>(size);
+      if (!ec && in.bytes() != 0 && static_cast<int64_t>(size) != in.bytes()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint record of step ", in.step(), " says ", in.bytes(),
+                         " bytes; the copy uploaded for that step has ", size));
+      }
+    }
     if (absl::Status s = CheckReportedCheckpointPath(
             in.path(), in.step(),
             in.memory() ? MemoryCheckpointDir(memory_root_, (*job)->id, (*job)->submitted_ms)
@@ -840,6 +855,7 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
       return s;
     }
     v1::CheckpointRecord rec = in;
+    if (rec.bytes() == 0 && copy_bytes >= 0) rec.set_bytes(copy_bytes);
     rec.clear_holders();  // read-only: learned from the workers' answers
     rec.clear_secret();   // the coordinator's, never a trainer's
     rec.set_created_unix_ms(absl::ToUnixMillis(clock_.Now()));

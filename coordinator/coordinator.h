@@ -278,8 +278,9 @@ class Coordinator {
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::StepMetrics& m);
   // Records a complete checkpoint (rank 0) and applies retention; returns
   // the expired paths (the coordinator deletes only its own copies of
-  // them; rank 0 deletes its files). Errors as
-  // ReportStep, INVALID_ARGUMENT for an empty path.
+  // them; rank 0 deletes its files). A step with an uploaded copy must
+  // report that copy's size (0: the copy's is taken). Errors as
+  // ReportStep, INVALID_ARGUMENT for an empty path or another size.
   absl::StatusOr<std::vector<std::string>> ReportCheckpoint(
       const v1::CheckpointRecord& record);
   // A rank of the current generation could load no copy of `bad.path`,

@@ -163,7 +163,7 @@ class CoordinatorTest : public ::testing::Test {
     r.mutable_ref()->set_token(TokenOf(job, gen, 0));
     r.set_step(step);
     r.set_path(path);
-    r.set_bytes(3);
+    r.set_bytes(4);  // the size of the copies tests upload ("data")
     r.set_checksum("crc32:0000abcd");
     return coord_->ReportCheckpoint(r);
   }

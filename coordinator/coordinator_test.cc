@@ -309,6 +309,26 @@ TEST_F(CoordinatorTest, UnreportedCheckpointUploadsDoNotAccumulate) {
     ASSERT_TRUE((*up)->Append("data").ok());
     ASSERT_TRUE((*up)->Commit(Crc32Text(0xadf3f363u)).ok());  // crc32("data")
   };
+  // A record whose size is not its uploaded copy's is refused, by name.
+  upload(9);
+  {
+    v1::CheckpointRecord r;
+    r.mutable_ref()->set_job_id(id);
+    r.mutable_ref()->set_generation(1);
+    r.mutable_ref()->set_token(TokenOf(id, 1, 0));
+    r.set_step(9);
+    r.set_path(CkptPath(id, 9));
+    r.set_bytes(5);
+    r.set_checksum(Crc32Text(0xadf3f363u));
+    auto refused = coord_->ReportCheckpoint(r);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("says 5 bytes; the copy uploaded for that step has 4"),
+              std::string::npos)
+        << refused.status();
+    EXPECT_TRUE(coord_->ListCheckpoints(id)->empty());
+    r.set_bytes(4);
+    EXPECT_TRUE(coord_->ReportCheckpoint(r).ok());
+  }
   const std::string copies = dir_ + "/checkpoint-copies/" + id;
   auto count = [&] {
     int n = 0;
@@ -321,7 +341,7 @@ TEST_F(CoordinatorTest, UnreportedCheckpointUploadsDoNotAccumulate) {
   std::ofstream(p) << "data";
   ASSERT_TRUE(Checkpoint(id, 1, 10, p).ok());
   for (int64_t step = 11; step <= 60; ++step) upload(step);  // never reported
-  EXPECT_EQ(count(), 2) << "step 10 (recorded) and the newest upload";
+  EXPECT_EQ(count(), 3) << "steps 9 and 10 (recorded) and the newest upload";
   EXPECT_TRUE(fs::exists(copies + "/ckpt-10.pt"));
   EXPECT_TRUE(fs::exists(copies + "/ckpt-60.pt"));
   EXPECT_TRUE(coord_->CheckpointCopyOf(ref, p).ok());

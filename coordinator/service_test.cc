@@ -477,6 +477,17 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
     v1::ReportCheckpointResponse r;
     ASSERT_TRUE(trainers_->ReportCheckpoint(&ctx, rec, &r).ok());
   }
+  {
+    // Its size was not given: the record has the uploaded copy's.
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::ListCheckpointsRequest req;
+    req.set_job_id(id);
+    v1::ListCheckpointsResponse list;
+    ASSERT_TRUE(jobs_->ListCheckpoints(&ctx, req, &list).ok());
+    ASSERT_EQ(list.checkpoints_size(), 1);
+    EXPECT_EQ(list.checkpoints(0).bytes(), static_cast<int64_t>(payload.size()));
+  }
   grpc::Status d = download(1, path, &got);
   ASSERT_TRUE(d.ok()) << d.error_message();
   EXPECT_TRUE(got == payload) << got.size() << " bytes";
