@@ -48,7 +48,8 @@ absl::StatusOr<StartedServer> StartServer(
       options.listen,
       options.tls ? ServerCredentials(*options.tls) : grpc::InsecureServerCredentials(),
       &out.port);
-  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxReceiveMessageSize(options.max_receive_bytes > 0 ? options.max_receive_bytes
+                                                                 : options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   // A second server on a port already in use must fail, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

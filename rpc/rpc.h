@@ -30,6 +30,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
 struct ServerOptions {
   std::string listen = "127.0.0.1:0";  // port 0: pick a free one
   int max_message_bytes = 16 << 20;    // larger messages are refused
+  // Received messages larger than this are refused (RESOURCE_EXHAUSTED);
+  // 0: max_message_bytes. A server whose requests are small sets it low,
+  // so a call costs it no more than that in buffers.
+  int max_receive_bytes = 0;
   // Mutual TLS: every client must present a certificate of tls->ca_pem.
   // Unset: plaintext.
   std::optional<TlsFiles> tls;

@@ -106,6 +106,7 @@ class WorkerAgentImpl final : public WorkerAgent {
     ServerOptions so;
     so.listen = options_.peer_listen;
     so.tls = options_.tls;
+    so.max_receive_bytes = 64 << 10;  // FetchCheckpointRequest is a few hundred bytes
     absl::StatusOr<StartedServer> started = StartServer(so, {&peer_service_});
     if (!started.ok()) return started.status();
     peer_server_ = std::move(started->server);

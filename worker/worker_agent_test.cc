@@ -20,6 +20,7 @@
 #include "common/log_cap.h"
 #include "common/received_file.h"
 #include "absl/synchronization/mutex.h"
+#include "frameworm/v1/peer_service.grpc.pb.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -600,6 +601,27 @@ TEST_F(WorkerAgentTest, HoldsServeFetchAndDropCheckpointCopies) {
   EXPECT_THAT(events(), ::testing::Contains(HasSubstr("holds job-1's checkpoint of step 10")));
   std::ifstream in(copy, std::ios::binary);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), data);
+  {
+    // The peer server takes requests of at most 64 KiB (a real one is a
+    // few hundred bytes): a bigger one is refused before it is read whole.
+    auto peer = v1::PeerService::NewStub(MakeChannel(agent_->peer_endpoint()));
+    for (const size_t secret : {size_t{1000}, size_t{100} << 10}) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      v1::FetchCheckpointRequest req;
+      req.set_job_id("job-1");
+      req.set_step(10);
+      req.set_secret(std::string(secret, 's'));
+      auto reader = peer->FetchCheckpoint(&ctx, req);
+      v1::CheckpointChunk chunk;
+      while (reader->Read(&chunk)) {
+      }
+      const grpc::Status st = reader->Finish();
+      EXPECT_EQ(st.error_code(), secret > (64 << 10) ? grpc::StatusCode::RESOURCE_EXHAUSTED
+                                                     : grpc::StatusCode::NOT_FOUND)
+          << secret << ": " << st.error_message();
+    }
+  }
 
   v1::CoordinatorMessage drop;
   drop.mutable_drop()->set_job_id("job-1");
