@@ -8,7 +8,6 @@ loopback) so its VmHWM is that case's alone. The requests are raw bytes
         -> bench/results/wire_flood.md
 """
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,7 +16,7 @@ import time
 
 import grpc
 
-from benchlib import machine, write_report
+from benchlib import free_port, machine, write_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
@@ -62,14 +61,6 @@ CASES = [
     ("RegisterWorker: unknown empty groups", REG, repeat(field(999, 3) + field(999, 4), SIZE)),
     ("RegisterWorker: one 16 MiB name (valid, parsed)", REG, field(1, 2, b"x" * (SIZE - 8))),
 ]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def hwm_kb(pid):

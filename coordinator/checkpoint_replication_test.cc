@@ -44,6 +44,22 @@ class ReplicationTest : public CoordinatorTest {
     Take("w0");
     Take("w1");
   }
+  // A registration of `worker` (at <worker>.host) claiming to hold job
+  // `id`'s checkpoint of `step`, showing `secret`.
+  static v1::RegisterWorkerRequest Claim(const std::string& worker, const std::string& id,
+                                         int64_t step, const std::string& secret) {
+    v1::RegisterWorkerRequest req;
+    req.set_name(worker);
+    req.set_address(worker + ".host");
+    req.set_slots(1);
+    req.set_peer_endpoint(worker + ".host:7071");
+    v1::CheckpointHeld* h = req.add_held();
+    h->set_job_id(id);
+    h->set_step(step);
+    h->set_ok(true);
+    h->set_secret(secret);
+    return req;
+  }
   std::vector<std::string> HoldersOf(const std::string& id, int64_t step) {
     auto list = coord_->ListCheckpoints(id);
     EXPECT_TRUE(list.ok());
@@ -269,35 +285,20 @@ TEST_F(ReplicationTest, ARestartedCoordinatorLearnsTheHoldersFromTheWorkers) {
   Take("w1");
   Open();  // a restart: holders are not stored, the record's secret is
   EXPECT_TRUE(HoldersOf(id, 10).empty());
-  v1::RegisterWorkerRequest req;
-  req.set_name("w1");
-  req.set_address("w1.host");
-  req.set_slots(1);
-  req.set_peer_endpoint("w1.host:7071");
-  v1::CheckpointHeld* h = req.add_held();
-  h->set_job_id(id);
-  h->set_step(10);
-  h->set_ok(true);
   // A claim without the hold's secret, or with another one (even as the
   // first claim after the restart), does not count.
-  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
-  EXPECT_TRUE(HoldersOf(id, 10).empty());
-  h->set_secret("a-guess");
-  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
-  EXPECT_TRUE(HoldersOf(id, 10).empty());
-  h->set_secret(secret);
-  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  for (const std::string wrong : {"", "a-guess"}) {
+    ASSERT_TRUE(coord_->RegisterWorker(Claim("w1", id, 10, wrong)).ok());
+    EXPECT_TRUE(HoldersOf(id, 10).empty()) << wrong;
+  }
+  ASSERT_TRUE(coord_->RegisterWorker(Claim("w1", id, 10, secret)).ok());
   EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1"));
-  req.set_name("w0");
-  req.set_address("w0.host");
-  req.set_peer_endpoint("w0.host:7071");
-  h->set_secret("a-guess");
-  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  ASSERT_TRUE(coord_->RegisterWorker(Claim("w0", id, 10, "a-guess")).ok());
   EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1"));
-  h->set_secret(secret);
+  v1::RegisterWorkerRequest req = Claim("w0", id, 10, secret);
   ASSERT_TRUE(coord_->RegisterWorker(req).ok());
   EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1", "w0"));
-  for (int i = 0; i < 1025; ++i) *req.add_held() = *h;
+  for (int i = 0; i < 1025; ++i) *req.add_held() = req.held(0);
   EXPECT_EQ(coord_->RegisterWorker(req).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -314,24 +315,12 @@ TEST_F(ReplicationTest, ARecordStoredWithoutASecretAdoptsTheFirstHolders) {
   old.secret.clear();
   ASSERT_TRUE(store_.AddCheckpoint(old).ok());
   Open();
-  v1::RegisterWorkerRequest req;
-  req.set_name("w1");
-  req.set_address("w1.host");
-  req.set_slots(1);
-  req.set_peer_endpoint("w1.host:7071");
-  v1::CheckpointHeld* h = req.add_held();
-  h->set_job_id(id);
-  h->set_step(10);
-  h->set_ok(true);
-  h->set_secret("the-secret");
-  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  ASSERT_TRUE(coord_->RegisterWorker(Claim("w1", id, 10, "the-secret")).ok());
   EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1"));
-  req.set_name("w0");
-  req.set_address("w0.host");
-  req.set_peer_endpoint("w0.host:7071");
-  h->set_secret("a-guess");
-  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  ASSERT_TRUE(coord_->RegisterWorker(Claim("w0", id, 10, "a-guess")).ok());
   EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1"));
+  ASSERT_TRUE(coord_->RegisterWorker(Claim("w0", id, 10, "the-secret")).ok());
+  EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w1", "w0"));
 }
 
 }  // namespace
