@@ -14,6 +14,7 @@
 #include "client/cli_format.h"
 #include "common/received_file.h"
 #include "jobspec/job_spec.h"
+#include "rpc/status_util.h"
 
 namespace frameworm {
 namespace {
@@ -30,10 +31,7 @@ int Fail(const Invocation& c, const absl::Status& s) {
   return Fail(c, absl::StrCat(absl::StatusCodeToString(s.code()), ": ",
                               s.message()));
 }
-int Fail(const Invocation& c, const grpc::Status& s) {
-  return Fail(c, absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                              s.error_message()));
-}
+int Fail(const Invocation& c, const grpc::Status& s) { return Fail(c, FromGrpcStatus(s)); }
 
 const std::string& JobId(const Invocation& c) { return c.args[0]; }
 

@@ -378,6 +378,7 @@ TEST_F(CliTest, ServerErrorIsOneLine) {
 TEST_F(CliTest, UnimplementedCommandIsAServerError) {
   EXPECT_EQ(Run({"workers"}), 1);
   EXPECT_THAT(err_.str(), HasSubstr("frameworm-cli: workers: UNIMPLEMENTED"));
+  EXPECT_THAT(err_.str(), HasSubstr("does not have this call (an older version?)"));
 }
 
 TEST_F(CliTest, WatchExitsWithJobOutcome) {

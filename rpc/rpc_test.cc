@@ -73,6 +73,13 @@ TEST(StatusUtil, CodesMapOneToOne) {
   EXPECT_EQ(back.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(back.error_message(), "no job x");
   EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK).ok());
+  // gRPC's own UNIMPLEMENTED comes without a message: it gets one.
+  absl::Status bare = FromGrpcStatus(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, ""), "Submit");
+  EXPECT_EQ(bare.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(bare.message().find("Submit: the server does not have this call"), std::string::npos);
+  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no batches here"))
+                .message(),
+            "no batches here");
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
 }
 

@@ -14,7 +14,10 @@
 namespace frameworm {
 
 // The gRPC code is preserved; `what` (e.g. the method name) prefixes the
-// message when non-empty.
+// message when non-empty. gRPC's own UNIMPLEMENTED, which has no message
+// (the server lacks the method, or could not parse the request: one of
+// more entries than proto/checked_serialization.h allows), gets one
+// saying so.
 absl::Status FromGrpcStatus(const grpc::Status& s, const std::string& what = "");
 grpc::Status ToGrpcStatus(const absl::Status& s);
 
