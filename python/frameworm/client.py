@@ -8,6 +8,7 @@ import grpc
 import yaml
 from google.protobuf import json_format
 
+from frameworm import text
 from frameworm.v1 import common_pb2, job_service_pb2, job_service_pb2_grpc
 
 FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -19,6 +20,7 @@ class FramewormError(Exception):
     gRPC status code name (NOT_FOUND, INVALID_ARGUMENT, ...)."""
 
     def __init__(self, code, message):
+        message = text.error_text(code, message)
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message

@@ -25,5 +25,14 @@ class CutUtf8Test(unittest.TestCase):
         self.assertEqual(text.cut_utf8("a\udcffb", 10), "a?b")
 
 
+
+class ErrorTextTest(unittest.TestCase):
+    def test_bare_unimplemented_says_what_it_means(self):
+        self.assertIn("does not have this call", text.error_text("UNIMPLEMENTED", ""))
+        self.assertIn("could not parse the request", text.error_text("UNIMPLEMENTED", None))
+        self.assertEqual(text.error_text("UNIMPLEMENTED", "no batches here"), "no batches here")
+        self.assertEqual(text.error_text("NOT_FOUND", ""), "")
+
+
 if __name__ == "__main__":
     unittest.main()
