@@ -2,11 +2,12 @@
 // receives: the requests of the job, worker, trainer and peer services,
 // client-streamed messages included. Before protobuf parses one, its wire
 // bytes are counted (proto/wire_budget.h); a message of more than
-// kMaxWireElements elements (repeated entries and unknown fields) or a
-// malformed one is refused unparsed, so a hostile 16 MiB message costs
-// the receiver at most a few MiB instead of up to 2 GB. The largest
-// legitimate request (256 step reports of 64 metrics and 16 collective
-// records each) has about 21,000.
+// kMaxWireElements elements (repeated entries, submessages and unknown
+// fields) or a malformed one is refused unparsed, so a hostile message
+// costs the receiver at most about 16 MB of parsed objects (an element
+// parses to 100-400 bytes) instead of up to 2 GB. The largest legitimate
+// request (256 step reports of 64 metrics and 16 collective records each)
+// has about 21,000.
 //
 // What a refused sender sees is gRPC's answer to a request it could not
 // deserialize: a unary or server-streaming call ends UNIMPLEMENTED, a

@@ -47,11 +47,11 @@ class Counter {
           !(f->is_packable() && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
         f = nullptr;  // protobuf keeps a known field of another wire type as unknown
       }
-      if (f == nullptr || f->is_repeated()) {
+      if (f == nullptr || f->is_repeated() || f->type() == FieldDescriptor::TYPE_MESSAGE) {
         if (++count_ > max_) {
           return absl::ResourceExhaustedError(absl::StrCat(
               top_.full_name(), " message of more than ", max_,
-              " repeated entries and unknown fields (the most a message may hold)"));
+              " repeated entries, submessages and unknown fields (the most a message may hold)"));
         }
       }
       if (absl::Status s = Skip(f, number, wire, depth); !s.ok()) return s;

@@ -8,10 +8,11 @@
 //
 // Counted: each element of a repeated field that is not packed (strings,
 // bytes, messages, map entries, scalars sent one by one), each packed run
-// (one), each unknown field (a field the type lacks, or a known one with
-// the wrong wire type, which protobuf keeps as unknown), and everything
-// inside submessages and unknown groups. Singular fields are not counted:
-// a repeat of one replaces or merges into the one object.
+// (one), each submessage, singular ones too (inside a repeated entry each
+// is an object of its own), each unknown field (a field the type lacks, or
+// a known one with the wrong wire type, which protobuf keeps as unknown),
+// and everything inside submessages and unknown groups. Singular scalars
+// and strings are not counted: a repeat of one replaces the one value.
 //
 // Errors: RESOURCE_EXHAUSTED once the count passes `max_elements` (the
 // message names the type and the budget); INVALID_ARGUMENT for bytes that

@@ -69,8 +69,8 @@ TEST(WireBudget, LegitimateLargestBatchIsWithinTheBudgetAndCountedExactly) {
   const std::string bytes = LargestBatch().SerializeAsString();
   absl::StatusOr<int64_t> n = Count(*v1::StepReports::descriptor(), bytes);
   ASSERT_TRUE(n.ok()) << n.status();
-  // Each report, each map entry, each collective record.
-  EXPECT_EQ(*n, 256 * (1 + 64 + 16));
+  // Each report, its ref and collectives, each map entry, each record.
+  EXPECT_EQ(*n, 256 * (1 + 2 + 64 + 16));
   EXPECT_LT(*n, kMaxWireElements / 3);
 }
 
@@ -100,20 +100,25 @@ TEST(WireBudget, UnknownFieldsOfEveryWireTypeAreCounted) {
             absl::StatusCode::kResourceExhausted);
 }
 
-TEST(WireBudget, SingularFieldsAreNotCountedPackedRunsCountOnce) {
+TEST(WireBudget, SingularScalarsAreNotCountedSubmessagesAre) {
   const Descriptor& metrics = *v1::StepMetrics::descriptor();
   // step (singular) 100,000 times: one value, replaced each time.
   const std::string steps = Repeat(Tag(v1::StepMetrics::kStepFieldNumber, 0) + Varint(3), 100000);
   EXPECT_EQ(*Count(metrics, steps), 0);
   v1::StepMetrics parsed;
   EXPECT_TRUE(parsed.ParseFromString(steps));
-  // A singular submessage repeated merges into one: its own fields count.
+  // Submessages count, singular ones too (a repeat merges into one object
+  // at the top, but inside each repeated entry each is an object: a report
+  // with `ref {}` and `collectives {}` is 6 bytes and parses to ~390).
   const std::string ref = Repeat(Delimited(v1::StepMetrics::kRefFieldNumber, ""), 1000);
-  EXPECT_EQ(*Count(metrics, ref), 0);
+  EXPECT_EQ(*Count(metrics, ref), 1000);
+  const std::string report = Delimited(1, Delimited(v1::StepMetrics::kRefFieldNumber, "") +
+                                              Delimited(v1::StepMetrics::kCollectivesFieldNumber, ""));
+  EXPECT_EQ(*Count(*v1::StepReports::descriptor(), Repeat(report, 100)), 300);
   // Repeated entries inside a singular submessage (collectives.recent) count.
   v1::StepMetrics m;
   for (int i = 0; i < 1000; ++i) m.mutable_collectives()->add_recent();
-  EXPECT_EQ(*Count(metrics, m.SerializeAsString()), 1000);
+  EXPECT_EQ(*Count(metrics, m.SerializeAsString()), 1001);
 }
 
 TEST(WireBudget, PackedAndUnpackedRepeatedScalars) {

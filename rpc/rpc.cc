@@ -51,6 +51,11 @@ absl::StatusOr<StartedServer> StartServer(
   builder.SetMaxReceiveMessageSize(options.max_receive_bytes > 0 ? options.max_receive_bytes
                                                                  : options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  // Uncompressed messages only: gzip would let a few hundred bytes become a
+  // 16 MiB message (limits and the wire count see the inflated message).
+  // A compressed request is refused (UNIMPLEMENTED, naming the algorithm).
+  builder.AddChannelArgument(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET,
+                             1 << GRPC_COMPRESS_NONE);
   // A second server on a port already in use must fail, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Accept our clients' keepalive pings (every kKeepaliveMs while a call is

@@ -34,6 +34,9 @@ struct ServerOptions {
   // 0: max_message_bytes. A server whose requests are small sets it low,
   // so a call costs it no more than that in buffers.
   int max_receive_bytes = 0;
+  // Every server takes uncompressed messages only: a compressed request is
+  // refused (UNIMPLEMENTED), as a few hundred bytes of gzip can inflate to
+  // a message of max_message_bytes.
   // Mutual TLS: every client must present a certificate of tls->ca_pem.
   // Unset: plaintext.
   std::optional<TlsFiles> tls;

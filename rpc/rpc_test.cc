@@ -64,6 +64,32 @@ TEST(Rpc, OversizedMessageIsRefused) {
   started->server->Shutdown();
 }
 
+// A gzip request is refused before it is inflated; the same uncompressed
+// passes.
+TEST(Rpc, CompressedRequestsAreRefused) {
+  testing::RecordingTrainerService svc;
+  auto started = StartServer(ServerOptions{}, {&svc});
+  ASSERT_TRUE(started.ok());
+  auto stub = v1::TrainerService::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", started->port)));
+  v1::CheckpointRecord rec;
+  rec.set_path(std::string(1 << 20, 'x'));  // 1 MiB that gzip makes about 1 KB
+  for (const bool gzip : {true, false}) {
+    grpc::ClientContext ctx;
+    if (gzip) ctx.set_compression_algorithm(GRPC_COMPRESS_GZIP);
+    v1::ReportCheckpointResponse resp;
+    grpc::Status s = stub->ReportCheckpoint(&ctx, rec, &resp);
+    if (gzip) {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << s.error_message();
+      EXPECT_TRUE(svc.checkpoints().empty());
+    } else {
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      EXPECT_EQ(svc.checkpoints().size(), 1u);
+    }
+  }
+  started->server->Shutdown();
+}
+
 TEST(StatusUtil, CodesMapOneToOne) {
   grpc::Status g(grpc::StatusCode::ABORTED, "old generation");
   absl::Status a = FromGrpcStatus(g, "ReportStep");
