@@ -835,9 +835,11 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
     // A copy uploaded for this step is the file the record describes: a
     // record of another size would make every replica's fetch of it fail.
     // Bytes not given (0): the copy's.
+    // (In-memory records have no copy.)
     int64_t copy_bytes = -1;
-    if (absl::StatusOr<std::string> copy = copies_.PathOf(in.ref().job_id(), in.step());
-        !in.memory() && copy.ok()) {
+    if (absl::StatusOr<std::string> copy =
+            in.memory() ? absl::NotFoundError("") : copies_.PathOf(in.ref().job_id(), in.step());
+        copy.ok()) {
       std::error_code ec;
       const uintmax_t size = std::filesystem::file_size(*copy, ec);
       if (!ec) copy_bytes = static_cast<int64_t>(size);

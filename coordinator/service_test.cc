@@ -292,26 +292,26 @@ TEST_F(ServiceTest, FloodedMessagesAreRefusedBeforeTheyAreParsed) {
   auto add_unknown = [](google::protobuf::Message* m, int n) {
     for (int i = 0; i < n; ++i) m->GetReflection()->MutableUnknownFields(m)->AddVarint(999, 1);
   };
-  {
+  // A registration of `name`; the call's status.
+  auto register_worker = [&](const std::string& name, auto&& fill) {
     v1::RegisterWorkerRequest req;
-    req.set_name("flood");
+    req.set_name(name);
+    req.set_address("127.0.0.1");
     req.set_slots(1);
-    for (int i = 0; i < kFlood; ++i) req.add_running();
+    fill(&req);
     grpc::ClientContext ctx;
     Deadline(&ctx);
     v1::RegisterWorkerResponse resp;
-    EXPECT_EQ(workers_->RegisterWorker(&ctx, req, &resp).error_code(), grpc::UNIMPLEMENTED);
-  }
-  {
-    v1::RegisterWorkerRequest req;
-    req.set_name("flood");
-    req.set_slots(1);
-    add_unknown(&req, kFlood);
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::RegisterWorkerResponse resp;
-    EXPECT_EQ(workers_->RegisterWorker(&ctx, req, &resp).error_code(), grpc::UNIMPLEMENTED);
-  }
+    return workers_->RegisterWorker(&ctx, req, &resp);
+  };
+  EXPECT_EQ(register_worker("flood", [&](v1::RegisterWorkerRequest* r) {
+              for (int i = 0; i < kFlood; ++i) r->add_running();
+            }).error_code(),
+            grpc::UNIMPLEMENTED);
+  EXPECT_EQ(register_worker("flood", [&](v1::RegisterWorkerRequest* r) {
+              add_unknown(r, kFlood);
+            }).error_code(),
+            grpc::UNIMPLEMENTED);
   {
     v1::StepReports batch;
     for (int i = 0; i < kFlood; ++i) batch.add_reports();
@@ -361,18 +361,9 @@ TEST_F(ServiceTest, FloodedMessagesAreRefusedBeforeTheyAreParsed) {
   }
   // The coordinator ended the stream (not the 10 s deadline).
   EXPECT_NE(s1->Finish().error_code(), grpc::DEADLINE_EXCEEDED);
-  {
-    v1::RegisterWorkerRequest req;
-    req.set_name("newer");
-    req.set_address("127.0.0.1");
-    req.set_slots(1);
-    add_unknown(&req, 100);
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::RegisterWorkerResponse resp;
-    grpc::Status st = workers_->RegisterWorker(&ctx, req, &resp);
-    EXPECT_TRUE(st.ok()) << st.error_message();
-  }
+  grpc::Status newer =
+      register_worker("newer", [&](v1::RegisterWorkerRequest* r) { add_unknown(r, 100); });
+  EXPECT_TRUE(newer.ok()) << newer.error_message();
   grpc::ClientContext c2;
   std::unique_ptr<Stream> s2;
   EXPECT_FALSE(Connect("w2", &c2, &s2).empty());
