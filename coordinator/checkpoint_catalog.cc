@@ -2,14 +2,20 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace frameworm::coordinator {
 namespace {
 
-bool ByStep(const v1::CheckpointRecord& a, const v1::CheckpointRecord& b) {
-  return a.step() < b.step();
+// The catalog's order, oldest first: by generation, then by step. A later
+// generation's checkpoint is the newer state whatever its step: a program
+// that counts its steps from 0 again after a restart (it does not resume),
+// or one resumed from an older checkpoint, saves newer state at lower steps.
+bool Older(const v1::CheckpointRecord& a, const v1::CheckpointRecord& b) {
+  return std::make_pair(a.ref().generation(), a.step()) <
+         std::make_pair(b.ref().generation(), b.step());
 }
 
 }  // namespace
@@ -33,6 +39,7 @@ absl::Status CheckpointCatalog::Load(const std::string& job_id) {
     r.set_memory(!memory_root_.empty() && c.path.rfind(memory_root_ + "/", 0) == 0);
     list.push_back(std::move(r));
   }
+  std::stable_sort(list.begin(), list.end(), Older);  // the store's rows are by step
   return absl::OkStatus();
 }
 
@@ -54,7 +61,7 @@ absl::StatusOr<std::vector<std::string>> CheckpointCatalog::Record(
                               return c.path() == rec.path();
                             }),
              list.end());
-  list.insert(std::upper_bound(list.begin(), list.end(), rec, ByStep), rec);
+  list.insert(std::upper_bound(list.begin(), list.end(), rec, Older), rec);
   std::vector<std::string> expired;
   // Per kind: the newest keep_last disk records, the newest kKeepMemory
   // memory records.
@@ -92,7 +99,8 @@ int CheckpointCatalog::AddHolder(const std::string& job_id, int64_t step,
                                  const std::string& worker) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return 0;
-  for (v1::CheckpointRecord& r : it->second) {
+  for (auto rec = it->second.rbegin(); rec != it->second.rend(); ++rec) {  // as Find
+    v1::CheckpointRecord& r = *rec;
     if (r.step() != step) continue;
     if (std::find(r.holders().begin(), r.holders().end(), worker) == r.holders().end() &&
         r.holders_size() < kMaxHolders) {
@@ -140,8 +148,9 @@ std::vector<std::string> CheckpointCatalog::JobsWithMemoryRecords() const {
 
 const v1::CheckpointRecord* CheckpointCatalog::Find(const std::string& job_id,
                                                      int64_t step) const {
-  for (const v1::CheckpointRecord& r : List(job_id)) {
-    if (r.step() == step) return &r;
+  const std::vector<v1::CheckpointRecord>& list = List(job_id);
+  for (auto r = list.rbegin(); r != list.rend(); ++r) {
+    if (r->step() == step) return &*r;  // the newest generation's
   }
   return nullptr;
 }

@@ -1,6 +1,9 @@
 // The checkpoint catalog: per job, the complete checkpoints rank 0 reported,
-// ordered by step, and their retention (keep the newest `keep_last`). The
-// newest record is where a restarted generation resumes from.
+// ordered by generation, then by step (a later generation's record is newer
+// whatever its step: a program that counts steps from 0 again after a
+// restart saves newer state at lower steps), and their retention (keep the
+// newest `keep_last`). The newest record is where a restarted generation
+// resumes from.
 //
 // Durability: Record commits the record to the Store before it changes the
 // catalog; retention deletes the expired rows: a record whose row could not
@@ -43,7 +46,8 @@ class CheckpointCatalog {
   absl::StatusOr<std::vector<std::string>> Record(
       const v1::CheckpointRecord& record, int keep_last);
 
-  // `worker` holds a verified copy of the job's checkpoint of `step`
+  // `worker` holds a verified copy of the job's checkpoint of `step` (the
+  // record Find returns)
   // (CheckpointRecord.holders, in memory only: a restarted coordinator
   // learns them again from the workers' registrations). Returns how many holders
   // the record has now (a worker counts once), 0 when there is no such
@@ -59,14 +63,16 @@ class CheckpointCatalog {
   void AdoptSecret(const std::string& job_id, int64_t step, const std::string& secret);
   // The jobs that have memory records.
   std::vector<std::string> JobsWithMemoryRecords() const;
-  // The job's record of `step`; nullptr when there is none.
+  // The job's record of `step` (of the newest generation that has one);
+  // nullptr when there is none.
   const v1::CheckpointRecord* Find(const std::string& job_id, int64_t step) const;
   // The job's newest record; nullptr when it has none.
   const v1::CheckpointRecord* NewestRecord(const std::string& job_id) const;
 
   // Drops the job's records from memory (its rows are the caller's).
   void Forget(const std::string& job_id) { jobs_.erase(job_id); }
-  // The job's records, oldest step first (empty for an unknown job).
+  // The job's records, oldest first (generation, then step; empty for an
+  // unknown job).
   const std::vector<v1::CheckpointRecord>& List(
       const std::string& job_id) const;
   // The newest record's path; empty when the job has none.

@@ -112,5 +112,45 @@ TEST_F(CheckpointCatalogTest, LoadReadsBackWhatWasRecorded) {
   EXPECT_EQ(reloaded.Newest("j"), dir_ + "/8");
 }
 
+// A program that counts its steps from 0 again after a restart (it does not
+// resume) saves newer state at lower steps: ordered by step alone, the new
+// generation's checkpoints were the oldest and expired as they were
+// reported (rank 0 deleted them), and a restart resumed from the old
+// generation's. A later generation's record is newer whatever its step.
+TEST_F(CheckpointCatalogTest, ALaterGenerationIsNewerWhateverItsStep) {
+  CheckpointCatalog catalog(store_);
+  ASSERT_TRUE(catalog.Record(Rec("j", 400, "g1-400"), 2)->empty());
+  ASSERT_TRUE(catalog.Record(Rec("j", 500, "g1-500"), 2)->empty());
+  v1::CheckpointRecord g2 = Rec("j", 100, "g2-100");
+  g2.mutable_ref()->set_generation(2);
+  auto expired = catalog.Record(g2, 2);
+  ASSERT_TRUE(expired.ok()) << expired.status();
+  EXPECT_EQ(*expired, std::vector<std::string>{dir_ + "/g1-400"});
+  EXPECT_EQ(catalog.Newest("j"), dir_ + "/g2-100");
+  g2 = Rec("j", 200, "g2-200");
+  g2.mutable_ref()->set_generation(2);
+  expired = catalog.Record(g2, 2);
+  ASSERT_TRUE(expired.ok()) << expired.status();
+  EXPECT_EQ(*expired, std::vector<std::string>{dir_ + "/g1-500"});
+  EXPECT_EQ(Steps(catalog, "j"), (std::vector<int64_t>{100, 200}));
+  // A step both generations saved: Find and AddHolder mean the newer one.
+  v1::CheckpointRecord g3 = Rec("j", 200, "g3-200");
+  g3.mutable_ref()->set_generation(3);
+  ASSERT_TRUE(catalog.Record(g3, 3).ok());
+  ASSERT_NE(catalog.Find("j", 200), nullptr);
+  EXPECT_EQ(catalog.Find("j", 200)->path(), dir_ + "/g3-200");
+  EXPECT_EQ(catalog.AddHolder("j", 200, "w1"), 1);
+  EXPECT_EQ(catalog.Find("j", 200)->holders_size(), 1);
+  EXPECT_EQ(catalog.List("j")[1].holders_size(), 0);  // generation 2's
+  // The order survives a coordinator restart (the store's rows are by step).
+  CheckpointCatalog reloaded(store_);
+  ASSERT_TRUE(reloaded.Load("j").ok());
+  std::vector<std::string> paths;
+  for (const auto& r : reloaded.List("j")) paths.push_back(r.path());
+  EXPECT_EQ(paths, (std::vector<std::string>{dir_ + "/g2-100", dir_ + "/g2-200",
+                                             dir_ + "/g3-200"}));
+  EXPECT_EQ(reloaded.Newest("j"), dir_ + "/g3-200");
+}
+
 }  // namespace
 }  // namespace frameworm::coordinator

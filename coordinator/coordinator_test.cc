@@ -434,6 +434,51 @@ TEST_F(CoordinatorTest, HeartbeatTimeoutRestartsFromNewestCheckpointThenFails) {
   EXPECT_NE(st.reason().find("no restarts left"), std::string::npos);
 }
 
+// A program that does not resume counts its steps from 0 again in each
+// generation: its new checkpoints are newer than the old generation's
+// higher steps. Ordered by step alone they expired as they were reported
+// and the next restart resumed from the old generation's.
+TEST_F(CoordinatorTest, ALaterGenerationsCheckpointsAreNewerWhateverTheirSteps) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  AddWorker("w2", 1);
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_max_restarts(2);
+  spec.set_heartbeat_timeout_s(5);
+  spec.mutable_checkpoint()->set_keep_last(2);
+  const std::string id = Submit(spec);
+  ASSERT_EQ(Starts("w0").size(), 1u);
+  ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10)).ok());
+  ASSERT_TRUE(Checkpoint(id, 1, 20, CkptPath(id, 20)).ok());
+  // Silences every worker but `alive` until the job's generation moves on.
+  auto lose_all_but = [&](std::vector<std::string> alive, int64_t generation) {
+    for (int i = 0; i < 8 && Job(id).generation() < generation; ++i) {
+      clock_.Advance(absl::Seconds(1));
+      for (const std::string& w : alive) Heartbeat(w);
+      coord_->Tick();
+    }
+    ASSERT_EQ(Job(id).generation(), generation);
+  };
+  lose_all_but({"w1", "w2"}, 2);
+  auto expired = Checkpoint(id, 2, 5, CkptPath(id, 5));
+  ASSERT_TRUE(expired.ok()) << expired.status();
+  EXPECT_EQ(*expired, std::vector<std::string>{CkptPath(id, 10)});
+  expired = Checkpoint(id, 2, 8, CkptPath(id, 8));
+  ASSERT_TRUE(expired.ok()) << expired.status();
+  EXPECT_EQ(*expired, std::vector<std::string>{CkptPath(id, 20)});
+  // The next restart resumes from generation 2's newest, not step 20.
+  std::string worker;
+  for (const std::string& w : {"w1", "w2"}) {
+    if (!Starts(w).empty()) worker = w;
+  }
+  ASSERT_FALSE(worker.empty());
+  lose_all_but({worker == "w1" ? "w2" : "w1"}, 3);
+  const std::string next = worker == "w1" ? "w2" : "w1";
+  auto starts = Starts(next);
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].resume_from(), CkptPath(id, 8));
+}
+
 TEST_F(CoordinatorTest, HungRankAbortsGeneration) {
   AddWorker("w0", 1);
   AddWorker("w1", 1);
