@@ -11,15 +11,34 @@ need "$BIN/fault_e2e_test"
 FRAMEWORM_BIN_DIR="$BIN" FRAMEWORM_FAULT_SEEDS="$SEEDS" FRAMEWORM_FAULT_RESULTS="$TMP/runs.jsonl" \
   "$BIN/fault_e2e_test" --gtest_filter='Seeds/*' >"$TMP/run.log" 2>&1 || true
 [[ -s "$TMP/runs.jsonl" ]] || { echo "faults: no schedule ran; see the log below" >&2; tail -30 "$TMP/run.log" >&2; exit 1; }
-python3 - "$TMP/runs.jsonl" "$OUT" "$SEEDS" <<'PY'
-import json, os, statistics, sys
+python3 - "$TMP/runs.jsonl" "$OUT" "$SEEDS" "$TMP/run.log" <<'PY'
+import json, os, re, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 out, seeds = sys.argv[2], sys.argv[3]
+# A schedule the test wrote no result for (an exception or a crash ended it
+# first) counts as failed, with the first failure line of its log.
+wanted = []
+for part in seeds.split(","):
+  lo, _, hi = part.partition("-")
+  wanted += range(int(lo), int(hi or lo) + 1)
+log = open(sys.argv[4], errors="replace").read()
+for seed in sorted(set(wanted) - {r["seed"] for r in runs}):
+  block = re.search(r"\[ RUN +\] \S+/seed%d\n(.*?)(?=\n\[ RUN|\Z)" % seed, log, re.S)
+  lines = [l for l in (block.group(1) if block else "").splitlines()
+           if "Failure" in l or "exception" in l or "FAILED" in l]
+  why = lines[0] if lines else "the test did not run or did not finish"
+  if len(lines) > 1 and lines[0].endswith("Failure"): why += " " + lines[1]
+  print(f"faults: seed {seed} wrote no result: {why}", file=sys.stderr)
+  runs.append({"seed": seed, "ok": False, "restarts": 0, "wall_s": 0.0, "limit_s": 0.0,
+               "accuracy": 0.0, "baseline_wall_s": runs[0]["baseline_wall_s"] if runs else 1.0,
+               "baseline_accuracy": runs[0]["baseline_accuracy"] if runs else 0.0,
+               "schedule": f"seed {seed}: (no result)", "error": "no result: " + why[:300]})
+runs.sort(key=lambda r: r["seed"])
 from benchlib import cpu_model; cpu = cpu_model()
 ok = [r for r in runs if r["ok"]]
 bad = [r for r in runs if not r["ok"]]
 base = runs[0]["baseline_wall_s"]
-ratio = [r["wall_s"] / r["baseline_wall_s"] for r in runs]
+ratio = [r["wall_s"] / r["baseline_wall_s"] for r in runs if r["wall_s"] > 0] or [0.0]
 lines = ["# Fault-injection suite: seeded schedules against an undisturbed run", "",
   f"Command: `bench/faults.sh` (FAULT_SEEDS={seeds}); {os.cpu_count()} cores, {cpu}.",
   "Job: 2 nodes x 1 process, CNN on Fashion-MNIST, 150 steps, checkpoint every 25, heartbeat_timeout 4 s,",
