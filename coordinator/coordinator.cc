@@ -398,8 +398,12 @@ absl::StatusOr<std::vector<v1::CheckpointRecord>> Coordinator::ListCheckpoints(
   absl::MutexLock l(&mu_);
   absl::StatusOr<const Job*> job = FindLocked(job_id);
   if (!job.ok()) return job.status();
-  std::vector<v1::CheckpointRecord> out = checkpoints_.List(job_id);
-  for (auto& r : out) {
+  std::vector<v1::CheckpointRecord> out;
+  for (const v1::CheckpointRecord& c : checkpoints_.List(job_id)) {
+    // An ended job's memory copies are being released (trainers and workers
+    // delete them; the catalog drops the records at the next BoundGrowth).
+    if (c.memory() && IsFinal((*job)->state)) continue;
+    v1::CheckpointRecord& r = out.emplace_back(c);
     r.clear_secret();                  // workers' business only
     r.mutable_ref()->clear_token();    // rank 0's credential, not the reader's
   }

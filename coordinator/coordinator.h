@@ -204,6 +204,8 @@ class Coordinator {
     absl::Time now;
   };
   absl::StatusOr<DebugAsked> DebugJob(const std::string& job_id, int rank);
+  // The job's checkpoint records, oldest first, without secrets or tokens;
+  // an ended job's in-memory records are left out (they are being released).
   absl::StatusOr<std::vector<v1::CheckpointRecord>> ListCheckpoints(
       const std::string& job_id) const;
   // Aggregated steps with step > since_step (older ones are read from the
