@@ -128,9 +128,9 @@ L += ["", "Targets: cnn ratio <= 1.0, mlp ratio <= 0.7, 2-rank step within 10% o
       "(the RPC hardening since: no training code changed): the 1.10 target is met in some runs and",
       "not in others; this machine's run-to-run spread is as large as what is left to gain.",
       "On 2026-12-05/06 the runs moved to a 2-core Intel Xeon VM, slower and noisier (a 1-rank MLP step",
-      "0.89-1.46 ms between runs and within one): 1.510, then 1.093 once the launcher no longer woke every",
-      "5 ms (no training code changed) and the MLP side-by-side runs were made long enough to overlap (they",
-      "were 0.3 s each, less than their start-up skew). On that VM two busy processes slow each other",
+      "0.89-1.46 ms between runs and within one): 1.510, then 1.093 an hour later (both with the launcher",
+      "no longer waking every 5 ms, no training code changed; between them the MLP side-by-side runs were",
+      "made long enough to overlap: they were 0.3 s each, less than their start-up skew). On that VM two busy processes slow each other",
       "unevenly: in two 3,000-step 1-rank runs at once, one ran at 1.48 ms while the other ran at 0.95,",
       "then the other way round, so a 2-rank job, paced by its slower rank, is compared with the slower",
       "of the two side-by-side runs too.", ""]
