@@ -18,6 +18,16 @@ bool Older(const v1::CheckpointRecord& a, const v1::CheckpointRecord& b) {
          std::make_pair(b.ref().generation(), b.step());
 }
 
+// The newest generation's record of `step` in `list` (a job's records, in
+// the catalog's order); nullptr when there is none.
+template <typename Records>
+auto NewestOfStep(Records& list, int64_t step) -> decltype(&list.front()) {
+  for (auto r = list.rbegin(); r != list.rend(); ++r) {
+    if (r->step() == step) return &*r;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 absl::Status CheckpointCatalog::Load(const std::string& job_id) {
@@ -99,16 +109,13 @@ int CheckpointCatalog::AddHolder(const std::string& job_id, int64_t step,
                                  const std::string& worker) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return 0;
-  for (auto rec = it->second.rbegin(); rec != it->second.rend(); ++rec) {  // as Find
-    v1::CheckpointRecord& r = *rec;
-    if (r.step() != step) continue;
-    if (std::find(r.holders().begin(), r.holders().end(), worker) == r.holders().end() &&
-        r.holders_size() < kMaxHolders) {
-      r.add_holders(worker);
-    }
-    return r.holders_size();
+  v1::CheckpointRecord* r = NewestOfStep(it->second, step);
+  if (r == nullptr) return 0;
+  if (std::find(r->holders().begin(), r->holders().end(), worker) == r->holders().end() &&
+      r->holders_size() < kMaxHolders) {
+    r->add_holders(worker);
   }
-  return 0;
+  return r->holders_size();
 }
 
 absl::Status CheckpointCatalog::Remove(const std::string& job_id, const std::string& path) {
@@ -148,11 +155,7 @@ std::vector<std::string> CheckpointCatalog::JobsWithMemoryRecords() const {
 
 const v1::CheckpointRecord* CheckpointCatalog::Find(const std::string& job_id,
                                                      int64_t step) const {
-  const std::vector<v1::CheckpointRecord>& list = List(job_id);
-  for (auto r = list.rbegin(); r != list.rend(); ++r) {
-    if (r->step() == step) return &*r;  // the newest generation's
-  }
-  return nullptr;
+  return NewestOfStep(List(job_id), step);
 }
 
 const v1::CheckpointRecord* CheckpointCatalog::NewestRecord(const std::string& job_id) const {

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 
 extern char** environ;
@@ -245,9 +246,11 @@ absl::Status launch_distributed(const std::function<int(int, int)>& fn,
   // timeout, so it never wakes while training runs (on a small machine every
   // wakeup takes a core from a rank). Where pidfds are unavailable (Linux
   // before 5.3), it checks every 5 ms instead.
-  std::vector<int> pidfds = OpenPidfds(pids);
+  const std::vector<int> pidfds = OpenPidfds(pids);
+  const absl::Cleanup close_pidfds = [&pidfds] {
+    for (int fd : pidfds) ::close(fd);
+  };
   int remaining = options.nprocs;
-  absl::Status result = absl::OkStatus();
   while (remaining > 0) {
     bool progressed = false;
     for (int r = 0; r < options.nprocs; ++r) {
@@ -265,17 +268,14 @@ absl::Status launch_distributed(const std::function<int(int, int)>& fn,
             got < 0 ? std::string("could not be waited for")
                     : DescribeExit(st);
         kill_all();
-        result = absl::InternalError(absl::StrCat(
+        return absl::InternalError(absl::StrCat(
             "rank ", r, " (pid ", pids[r], ") ", what,
             "; the other ranks were killed"));
-        remaining = 0;
-        break;
       }
     }
     if (remaining > 0 && !progressed) SleepUntilAChildEnds(pidfds, done);
   }
-  for (int fd : pidfds) ::close(fd);
-  return result;
+  return absl::OkStatus();
 }
 
 }  // namespace frameworm
