@@ -552,6 +552,11 @@ TEST_F(ServiceTest, CheckpointUploadsInFlightAreBoundedPerJob) {
   Held first, second, third;
   ASSERT_TRUE(open(first));
   ASSERT_TRUE(open(second));
+  // A slot is taken when the server reads a stream's first chunk, on any
+  // of its threads: give it time to read these two before the third's
+  // (without this pause the third was sometimes read first, taken, and one
+  // of these refused instead: 1 run in 5 on a 2-core machine).
+  absl::SleepFor(absl::Milliseconds(300));
   open(third);  // the server may end it before or after this write
   third.w->WritesDone();
   const grpc::Status refused = third.w->Finish();
