@@ -7,7 +7,9 @@
 // steps, heartbeat timeout 4 s. Per failure: the newest aggregated step
 // before the kill and the step of the checkpoint the next generation
 // loaded (rank 0's "resumed" event; 0: it started over); steps lost = the
-// difference. Prints one JSON line
+// difference (the coordinator's newest step trails the trainers' by up to
+// the step reporter's 50 ms pause, so this can be short by that many
+// steps: about 2 of the CNN's). Prints one JSON line
 // per failure, then a summary: goodput = undisturbed wall / disturbed wall,
 // both accuracies. Usage:
 //   p8_goodput [--every-s=30] [--seed=1] [--checkpoint-every=50]

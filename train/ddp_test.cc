@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "train/launch.h"
 #include "train/process_group.h"
 #include "train/test_util.h"
@@ -458,6 +460,80 @@ TEST(DdpTest, GradientAccumulationSyncsOnlyOnLastMicroBatch) {
   auto a = model->parameters(), b = ref_model->parameters();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-5, 1e-6));
 }
+
+// sync_step_actions: rank 0's answer is every rank's, on both paths (the
+// intra-node shared memory and Gloo): rank 1 asks to stop at step 2 and to
+// checkpoint at step 1, rank 0 to checkpoint at step 3 and stop at step 5;
+// both ranks checkpoint at 3 and stop after step 5, and each step's
+// broadcast is in the flight recorder.
+void StepActionsAreRank0s(bool shm) {
+  const std::string out = IsLaunchedChild() ? OutDir() : MakeOutDir("actions");
+  auto fn = [shm](int rank, int world) -> int {
+    torch::set_num_threads(1);
+    torch::manual_seed(7);
+    auto model = SmallNet();
+    auto opt = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+    DistributedOptions o;
+    o.backend = "gloo";
+    o.intra_node_shm = shm;
+    o.trainer.sync_step_actions = true;
+    o.trainer.checkpoint_dir = OutDir() + "/ckpt";
+    std::vector<int64_t> checkpointed;
+    o.trainer.on_step = [rank](const StepInfo& info) -> absl::StatusOr<StepAction> {
+      StepAction a;
+      a.checkpoint = info.step == (rank == 0 ? 3 : 1);
+      a.stop = info.step == (rank == 0 ? 5 : 2);
+      return a;
+    };
+    std::vector<std::string> acted;  // on_action: step, c(heckpoint), s(top)
+    o.trainer.on_action = [&acted](const StepInfo& info, const StepAction& a) {
+      acted.push_back(absl::StrCat(info.step, a.checkpoint ? "c" : "", a.stop ? "s" : ""));
+    };
+    auto t = DistributedTrainer::Create(model, opt, o);
+    if (!t.ok()) {
+      std::cerr << t.status() << std::endl;
+      return 10;
+    }
+    if ((*t)->intra_node_active() != shm) return 11;
+    Dataset d{torch::randn({64 * world, 16}), torch::randint(0, 4, {64 * world}, torch::kLong), {}};
+    DataLoaderOptions lo;
+    lo.batch_size = 4;
+    DataLoader train(d, lo), val(d, lo);
+    if (absl::Status s = (*t)->train(train, val); !s.ok()) {
+      std::cerr << s << std::endl;
+      return 12;
+    }
+    if ((*t)->state().step != 5) {
+      std::cerr << "rank " << rank << " stopped at step " << (*t)->state().step << std::endl;
+      return 13;
+    }
+    if (acted != std::vector<std::string>{"3c", "5s"}) {
+      std::cerr << "rank " << rank << " acted at " << absl::StrJoin(acted, ",") << std::endl;
+      return 15;
+    }
+    int broadcasts = 0;
+    for (const auto& r : (*t)->flight_recorder()->Take(256).recent) {
+      if (std::string(r.op) == "broadcast" && std::string(r.what) == "step action" &&
+          r.state == CollectiveState::kCompleted) {
+        ++broadcasts;
+      }
+    }
+    if (broadcasts != 5) {
+      std::cerr << "rank " << rank << ": " << broadcasts << " step-action broadcasts recorded" << std::endl;
+      return 14;
+    }
+    return 0;
+  };
+  absl::Status s = LaunchTwoRanks(fn);
+  ASSERT_TRUE(s.ok()) << s;
+  if (IsLaunchedChild()) return;
+  EXPECT_TRUE(std::filesystem::exists(out + "/ckpt/ckpt-3.pt"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/ckpt/ckpt-1.pt"));
+  testutil::RemoveTree(out);
+}
+
+TEST(DdpTest, StepActionsAreRank0sThroughSharedMemory) { StepActionsAreRank0s(true); }
+TEST(DdpTest, StepActionsAreRank0sThroughGloo) { StepActionsAreRank0s(false); }
 
 TEST(DdpTest, MpiBackendIsAClearError) {
   auto model = SmallNet();

@@ -24,7 +24,7 @@
 namespace frameworm {
 namespace {
 
-constexpr uint64_t kMagic = 0x6672776d73686d31ULL;  // "frwmshm1"
+constexpr uint64_t kMagic = 0x6672776d73686d32ULL;  // "frwmshm2"
 constexpr size_t kLine = 64;
 constexpr int32_t kDeparted = -1;
 
@@ -152,6 +152,8 @@ struct ShmAllreduce::Header {
   int32_t pad;
   int64_t capacity;
   std::atomic<int32_t> aborted_by;  // -1: none, else the rank that failed
+  // Broadcast's two buffers, used alternately.
+  alignas(kLine) int64_t broadcast[2][ShmAllreduce::kMaxBroadcastValues];
 };
 
 struct alignas(kLine) ShmAllreduce::RankBlock {
@@ -385,6 +387,25 @@ absl::Status ShmAllreduce::Barrier() {
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllreduce::Broadcast(int64_t* values, int n, int root) {
+  if (n < 0 || n > kMaxBroadcastValues || (n > 0 && values == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shm broadcast: ", n, " values (at most ", kMaxBroadcastValues, ", and a buffer)"));
+  }
+  if (root < 0 || root >= world_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shm broadcast: root ", root, " outside [0, ", world_, ")"));
+  }
+  if (absl::Status s = CheckCall(1.0f); !s.ok()) return s;
+  int64_t* buffer = static_cast<Header*>(base_)->broadcast[broadcasts_++ & 1];
+  // The barrier's release store publishes the root's writes; its acquire
+  // loads make them visible to the others.
+  if (rank_ == root) std::memcpy(buffer, values, sizeof(int64_t) * static_cast<size_t>(n));
+  if (absl::Status s = Barrier(); !s.ok()) return s;
+  if (rank_ != root) std::memcpy(values, buffer, sizeof(int64_t) * static_cast<size_t>(n));
   return absl::OkStatus();
 }
 

@@ -49,6 +49,14 @@
 // memory, e.g. autograd's gradients) instead of copying them into the
 // region; the share's mean is still written into the region.
 //
+// Broadcast(values, n, root) copies root's n int64 values (n <= 8) to every
+// rank: the root writes them into one of two small buffers in the header
+// (alternating per call), one barrier, the others read. Reusing a buffer two
+// calls later is safe: the root writes it only after passing the barrier of
+// the call in between, which every rank reaches after its read. The small
+// agreements of a training step (rank 0's step action) cost one barrier
+// here instead of a Gloo round trip through TCP loopback and its threads.
+//
 // Waiting spins briefly and then sched_yield()s (ranks may share a core).
 // A wait never hangs: past options.timeout it returns DEADLINE_EXCEEDED
 // naming the rank(s) that did not arrive; a peer whose process is gone
@@ -113,6 +121,13 @@ class ShmAllreduce {
   // that is 0 or not finite, which leaves the instance usable).
   absl::Status Allreduce(float* data, int64_t n, float divisor = 1.0f);
 
+  // Most values one Broadcast carries.
+  static constexpr int kMaxBroadcastValues = 8;
+  // Every rank gets `root`'s values[0, n) in `values` (see above; the same
+  // errors, and INVALID_ARGUMENT, which leaves the instance usable, for n
+  // outside [0, kMaxBroadcastValues], a null buffer or a bad root).
+  absl::Status Broadcast(int64_t* values, int n, int root = 0);
+
   // Part of this rank's own share whose addend lies outside the region:
   // elements [begin, begin + len) of the buffer, read from src.
   struct OwnAddend {
@@ -154,7 +169,7 @@ class ShmAllreduce {
   float* slot(int r) const;
   float* result() const;
   float* region(int r) const;
-  // Checks shared by both calls: usable, finite non-zero divisor.
+  // Checks shared by the calls: usable, finite non-zero divisor.
   absl::Status CheckCall(float divisor) const;
 
   int rank_ = 0;
@@ -166,6 +181,7 @@ class ShmAllreduce {
   void* base_ = nullptr;
   size_t size_ = 0;
   uint64_t epoch_ = 0;
+  uint64_t broadcasts_ = 0;  // Broadcast calls so far (picks the buffer)
   absl::Status broken_ = absl::OkStatus();
 };
 

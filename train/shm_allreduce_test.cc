@@ -169,6 +169,56 @@ int SumsRank(const std::string& dir, int rank, int world) {
   return 0;
 }
 
+// Broadcast: every rank gets the root's values, call after call with no
+// pause between them (three ranks on this machine's cores, so a rank is
+// often preempted between the barrier and its read), roots changing, and
+// allreduces in between. Bad arguments are errors that leave it usable.
+int BroadcastsRank(const std::string& dir, int rank, int world) {
+  c10d::FileStore store(dir + "/store", world);
+  auto s = ShmAllreduce::Create(Opts(rank, world, 4096, milliseconds(30000)), store);
+  if (!s.ok()) {
+    std::cerr << s.status() << std::endl;
+    return 20;
+  }
+  auto want = [](int64_t call, int k, int root) { return call * 1000 + k * 10 + root; };
+  for (int64_t call = 0; call < 3000; ++call) {
+    const int root = static_cast<int>(call % world);
+    const int n = 1 + static_cast<int>(call % ShmAllreduce::kMaxBroadcastValues);
+    int64_t v[ShmAllreduce::kMaxBroadcastValues];
+    for (int k = 0; k < n; ++k) v[k] = rank == root ? want(call, k, root) : -1;
+    if (absl::Status st = (*s)->Broadcast(v, n, root); !st.ok()) {
+      std::cerr << st << std::endl;
+      return 21;
+    }
+    for (int k = 0; k < n; ++k) {
+      if (v[k] != want(call, k, root)) {
+        std::cerr << "rank " << rank << " call " << call << " value " << k << ": " << v[k]
+                  << " != " << want(call, k, root) << std::endl;
+        return 22;
+      }
+    }
+    if (call % 7 == 0) {
+      std::vector<float> f(17, static_cast<float>(rank));
+      if (!(*s)->Allreduce(f.data(), 17).ok()) return 23;
+      if (f[16] != static_cast<float>(world * (world - 1) / 2)) return 24;
+    }
+  }
+  int64_t nine[9] = {0};
+  if ((*s)->Broadcast(nine, 9).code() != absl::StatusCode::kInvalidArgument) return 25;
+  if ((*s)->Broadcast(nine, 1, world).code() != absl::StatusCode::kInvalidArgument) return 26;
+  if ((*s)->Broadcast(nullptr, 1).code() != absl::StatusCode::kInvalidArgument) return 27;
+  nine[0] = rank == 0 ? 77 : 0;
+  if (!(*s)->Broadcast(nine, 1).ok() || nine[0] != 77) return 28;
+  return 0;
+}
+
+TEST(ShmAllreduceTest, BroadcastsEveryCallsValuesToEveryRank) {
+  const std::string dir = OutDir("shmb");
+  absl::Status s = LaunchRanks(3, [dir](int r, int w) { return BroadcastsRank(dir, r, w); });
+  EXPECT_TRUE(s.ok()) << s;
+  testutil::RemoveTree(dir);
+}
+
 TEST(ShmAllreduceTest, SumsTwoRanks) {
   const std::string dir = OutDir("shm2");
   absl::Status s = LaunchRanks(2, [dir](int r, int w) { return SumsRank(dir, r, w); });

@@ -265,6 +265,7 @@ absl::StatusOr<bool> Trainer::AfterStep(const StepInfo& info) {
   if (options_.checkpoint_every > 0 && info.step % options_.checkpoint_every == 0) {
     a.checkpoint = true;
   }
+  if ((a.checkpoint || a.stop) && options_.on_action) options_.on_action(info, a);
   if (a.checkpoint) {
     absl::Status s = CheckpointAt(info.step);
     if (!s.ok()) return s;

@@ -152,10 +152,15 @@ struct TrainerOptions {
   int64_t checkpoint_every = 0;  // steps; 0: never (except on request)
   // Called on every rank after every step. Only rank 0's answer counts in a
   // DistributedTrainer when sync_step_actions is set: it is broadcast (one
-  // tiny collective per step) so all ranks act at the same step. An error
-  // ends train() with that error.
+  // tiny collective per step: a barrier in the intra-node shared memory
+  // when the gradients go there, else the process group) so all ranks act
+  // at the same step. An error ends train() with that error.
   std::function<absl::StatusOr<StepAction>(const StepInfo&)> on_step;
   bool sync_step_actions = false;
+  // Called on every rank, from the training thread, when the action agreed
+  // for a step (after the broadcast; checkpoint_every counts) is a
+  // checkpoint or a stop, before it is carried out. May be null.
+  std::function<void(const StepInfo&, const StepAction&)> on_action;
   // Checkpoints taken by train() (checkpoint_every, a StepAction, the
   // final one) are asynchronous: rank 0 blocks only while the state is
   // copied in memory (parameters, buffers, RNG; the optimizer's SGD, Adam,
@@ -458,6 +463,10 @@ class DistributedTrainer : public Trainer {
   DistributedOptions doptions_;
   c10::intrusive_ptr<c10d::Backend> pg_;
   std::shared_ptr<FlightRecorder> recorder_;  // shared with reducer_
+  // The intra-node allreduce the reducer averages gradients with (null when
+  // it does not): small broadcasts go through it too. Used by the training
+  // thread only, between the reducer's collectives (Finalize has returned).
+  std::shared_ptr<ShmAllreduce> intra_node_;
   std::unique_ptr<Reducer> reducer_;
 };
 

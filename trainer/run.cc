@@ -233,6 +233,11 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     a.stop = d->stop;
     return a;
   };
+  // A checkpoint or a stop: the generation may end soon (a growth, a
+  // drain), so the steps' reports go now, not after the reporter's pause.
+  to.on_action = [&](const StepInfo&, const StepAction&) {
+    if (reporter) reporter->SendNow();
+  };
   // During evaluation and checkpointing (no steps), a sign of life at most
   // once a second, so the coordinator does not take this rank for hung.
   to.on_progress = [&]() {

@@ -6,10 +6,12 @@
 
 namespace frameworm {
 
-StepReporter::StepReporter(ControlChannel* channel, size_t max_batch, size_t max_queued)
+StepReporter::StepReporter(ControlChannel* channel, size_t max_batch, size_t max_queued,
+                           std::chrono::milliseconds min_interval)
     : channel_(channel),
       max_batch_(std::max<size_t>(1, max_batch)),
-      max_queued_(std::max<size_t>(1, max_queued)) {
+      max_queued_(std::max<size_t>(1, max_queued)),
+      min_interval_(std::max(std::chrono::milliseconds(0), min_interval)) {
   if (channel_ != nullptr) thread_ = std::thread([this] { Run(); });
 }
 
@@ -22,16 +24,32 @@ absl::StatusOr<StepDirective> StepReporter::Submit(StepReport r) {
     queue_.pop_front();
     ++dropped_;
   }
-  // A call in flight picks the queue up when it returns: no wake-up (and
-  // no context switch) per step while the coordinator answers.
-  if (!in_flight_) cv_.notify_one();
+  // The thread wakes for the first report after a quiet spell and for a
+  // full batch; otherwise it picks the queue up when its pause (or the
+  // call in flight) ends: no wake-up, and no context switch, per step.
+  if (idle_waiting_ || queue_.size() == max_batch_) cv_.notify_one();
   return latest_;
+}
+
+void StepReporter::SendNow() {
+  std::lock_guard<std::mutex> l(mu_);
+  send_now_ = true;
+  cv_.notify_one();
 }
 
 void StepReporter::Run() {
   std::unique_lock<std::mutex> l(mu_);
+  auto last_call = std::chrono::steady_clock::now() - min_interval_;
   for (;;) {
+    idle_waiting_ = true;
     cv_.wait(l, [this] { return closing_ || !queue_.empty(); });
+    idle_waiting_ = false;
+    // At most one call per min_interval_, unless a full batch waits or
+    // Close flushes.
+    cv_.wait_until(l, last_call + min_interval_, [this] {
+      return closing_ || flushing_ || send_now_ || queue_.size() >= max_batch_;
+    });
+    send_now_ = false;
     if (queue_.empty() || !terminal_.ok()) {
       if (closing_) break;
       queue_.clear();
@@ -46,6 +64,7 @@ void StepReporter::Run() {
     }
     in_flight_ = true;
     ++calls_;
+    last_call = std::chrono::steady_clock::now();
     l.unlock();
     absl::StatusOr<StepDirective> d = channel_->ReportSteps(batch);
     l.lock();
@@ -73,6 +92,8 @@ void StepReporter::Run() {
 absl::Status StepReporter::Close(std::chrono::milliseconds flush) {
   std::unique_lock<std::mutex> l(mu_);
   if (thread_.joinable()) {
+    flushing_ = true;
+    cv_.notify_all();
     idle_.wait_for(l, flush, [this] { return (queue_.empty() && !in_flight_) || !terminal_.ok(); });
     closing_ = true;
     dropped_ += static_cast<int64_t>(queue_.size());

@@ -7,8 +7,13 @@
 // last answered (the checkpoint step it asks for) or a terminal error. The
 // thread sends everything queued while its previous call was in flight as
 // one ReportSteps batch (at most `max_batch`; one group commit on the
-// coordinator), so reports keep their order and a fast trainer sends one
-// call per round trip, not one per step.
+// coordinator), so reports keep their order. Calls start at most once per
+// `min_interval` (50 ms by default) unless `max_batch` reports wait or
+// Close flushes: a 1 ms step makes 20 calls a second, not 1000, and the
+// training thread wakes the reporter only when the queue was empty. On a
+// machine whose cores the ranks fill, every wake-up and call takes time
+// from a rank's step. A directive from the coordinator (a checkpoint it
+// asks for) therefore arrives up to `min_interval` later.
 //
 // Errors: ABORTED or PERMISSION_DENIED from the coordinator (this
 // generation is over, or the rank is refused) is terminal: Submit returns
@@ -39,13 +44,18 @@ namespace frameworm {
 
 class StepReporter {
  public:
-  StepReporter(ControlChannel* channel, size_t max_batch = 64, size_t max_queued = 4096);
+  StepReporter(ControlChannel* channel, size_t max_batch = 64, size_t max_queued = 4096,
+               std::chrono::milliseconds min_interval = std::chrono::milliseconds(50));
   ~StepReporter() { Close(std::chrono::milliseconds(0)).IgnoreError(); }
   StepReporter(const StepReporter&) = delete;
   StepReporter& operator=(const StepReporter&) = delete;
 
   // Queues `r`; the coordinator's latest directive, or the terminal error.
   absl::StatusOr<StepDirective> Submit(StepReport r);
+  // The reports queued so far go in the next call without waiting out the
+  // pause (a checkpoint or a stop was decided at this step: the
+  // generation may end soon, and its last steps' reports with it).
+  void SendNow();
   // Sends what is queued, waiting at most `flush` for it, then ends the
   // thread; idempotent. Returns the terminal error, if any.
   absl::Status Close(std::chrono::milliseconds flush);
@@ -60,11 +70,15 @@ class StepReporter {
   ControlChannel* const channel_;
   const size_t max_batch_;
   const size_t max_queued_;
+  const std::chrono::milliseconds min_interval_;
   mutable std::mutex mu_;
   std::condition_variable cv_;     // queue changed, or closing
   std::condition_variable idle_;   // the queue drained (for Close)
   std::deque<StepReport> queue_;   // guarded by mu_
   bool in_flight_ = false;         // guarded by mu_
+  bool idle_waiting_ = false;      // the thread waits for a first report; guarded by mu_
+  bool flushing_ = false;          // Close wants the queue sent now; guarded by mu_
+  bool send_now_ = false;          // SendNow: the next call without a pause; guarded by mu_
   bool closing_ = false;           // guarded by mu_
   StepDirective latest_;           // guarded by mu_
   absl::Status terminal_;          // guarded by mu_

@@ -175,6 +175,52 @@ TEST_F(TrainerChannelTest, TheStepReporterSendsEveryReportInOrderInBatches) {
   EXPECT_EQ(d->checkpoint_at_step, 18);
 }
 
+// Calls are paced: a report every millisecond makes about one call per
+// min_interval, not one per report; a full batch goes at once, and
+// SendNow and Close send what waits without waiting out the pause.
+TEST_F(TrainerChannelTest, TheStepReporterPacesItsCalls) {
+  auto ch = Channel("job-7", 3);
+  {
+    StepReporter reporter(ch.get(), 64, 4096, std::chrono::milliseconds(50));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t step = 1; step <= 300; ++step) {
+      ASSERT_TRUE(reporter.Submit(StepNumber(step)).ok());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(reporter.Close(std::chrono::seconds(10)).ok());
+    EXPECT_EQ(reporter.sent(), 300);
+    // One call at the first report, one per 50 ms after it, one at Close.
+    EXPECT_LE(reporter.calls(), static_cast<int64_t>(elapsed / 0.05) + 2) << elapsed << " s";
+  }
+  const std::vector<v1::StepMetrics> got = service_.steps();
+  ASSERT_EQ(got.size(), 300u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].step(), static_cast<int64_t>(i + 1));
+
+  // An hour's pause: the first report goes at once, a full batch goes at
+  // once, and Close flushes the rest.
+  StepReporter slow(ch.get(), 8, 4096, std::chrono::hours(1));
+  ASSERT_TRUE(slow.Submit(StepNumber(1)).ok());
+  for (int i = 0; i < 500 && slow.sent() < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(slow.sent(), 1);
+  for (int64_t step = 2; step <= 9; ++step) ASSERT_TRUE(slow.Submit(StepNumber(step)).ok());
+  for (int i = 0; i < 500 && slow.sent() < 9; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(slow.sent(), 9);
+  EXPECT_EQ(slow.calls(), 2);
+  for (int64_t step = 10; step <= 12; ++step) ASSERT_TRUE(slow.Submit(StepNumber(step)).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(slow.sent(), 9) << "three reports, less than a batch, wait for the pause";
+  slow.SendNow();  // a checkpoint or a stop at this step
+  for (int i = 0; i < 500 && slow.sent() < 12; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(slow.sent(), 12);
+  EXPECT_EQ(slow.calls(), 3);
+  ASSERT_TRUE(slow.Submit(StepNumber(13)).ok());
+  ASSERT_TRUE(slow.Close(std::chrono::seconds(10)).ok());
+  EXPECT_EQ(slow.sent(), 13);
+  EXPECT_EQ(slow.calls(), 4);
+  EXPECT_EQ(service_.steps().size(), 313u);
+}
+
 // An older coordinator without ReportSteps: the same reports, one call each.
 TEST_F(TrainerChannelTest, TheStepReporterFallsBackToSingleReports) {
   service_.set_batches(false);
