@@ -52,10 +52,10 @@ def free_port():
     return port
 
 
-def start_cluster(bin_dir, state, workers=("w0", "w1")):
-    """A frameworm-coordinator and single-slot workers on 127.0.0.1, their
-    state and logs under `state`; returns (processes, coordinator address),
-    the coordinator first. Give the processes to stop_cluster."""
+def start_cluster(bin_dir, state, workers=("w0", "w1"), slots=1):
+    """A frameworm-coordinator and workers of `slots` slots on 127.0.0.1,
+    their state and logs under `state`; returns (processes, coordinator
+    address), the coordinator first. Give the processes to stop_cluster."""
     addr = f"127.0.0.1:{free_port()}"
     procs = [subprocess.Popen([f"{bin_dir}/frameworm-coordinator", f"--listen={addr}",
                                f"--state-dir={state}/state", "--metrics-listen=none",
@@ -64,7 +64,7 @@ def start_cluster(bin_dir, state, workers=("w0", "w1")):
     time.sleep(1)
     for w in workers:
         procs.append(subprocess.Popen([f"{bin_dir}/frameworm-worker", f"--coordinator={addr}",
-                                       f"--name={w}", "--slots=1", f"--work-dir={state}/{w}"],
+                                       f"--name={w}", f"--slots={slots}", f"--work-dir={state}/{w}"],
                                       stdout=open(f"{state}/{w}.log", "w"), stderr=subprocess.STDOUT))
     time.sleep(2)  # the workers register
     return procs, addr

@@ -1,6 +1,7 @@
 """P1c: what running as a cluster job adds to each step. A local cluster
-(coordinator and 2 single-slot workers on 127.0.0.1) runs the 2-rank MLP
-and CNN on Fashion-MNIST with a given frameworm-train binary (the job's
+(coordinator and 2 two-slot workers on 127.0.0.1) runs the 2-rank MLP
+(on two nodes, and on one node with two processes) and CNN (two nodes) on
+Fashion-MNIST with a given frameworm-train binary (the job's
 entrypoint), and the same binary runs the same configuration on its own
 (no coordinator). Per run: the wall time per step from the job's
 aggregated metrics (unix_ms of the step's last report, between step 50
@@ -25,7 +26,11 @@ import time
 import frameworm
 from benchlib import start_cluster, stop_cluster
 
-CONFIGS = {"mlp": 2000, "cnn": 300}
+# (model, nodes, processes per node, flags): the MLP on two nodes (Gloo
+# between them), and on one node with two processes (the intra-node
+# shared-memory path); the CNN on two nodes.
+CONFIGS = [("mlp", 2, 1, ["--epochs=5"]), ("mlp", 1, 2, ["--epochs=5"]),
+           ("cnn", 2, 1, ["--max-steps=300"])]
 FLAGS = ["--dataset=fashion-mnist", "--batch-size=64", "--threads=1", "--backend=gloo",
          "--seed=42", "--log-every=1000000"]
 
@@ -48,14 +53,14 @@ def main():
     bin_dir, runs = sys.argv[1], int(sys.argv[2])
     trainers = dict(a.split("=", 1) for a in sys.argv[3:]) or {"this": f"{bin_dir}/frameworm-train"}
     d = tempfile.mkdtemp(prefix="p1c-")
-    procs, addr = start_cluster(bin_dir, d)
+    procs, addr = start_cluster(bin_dir, d, slots=2)
     c = frameworm.Client(addr)
     try:
         for run in range(runs):
-            for model, steps in CONFIGS.items():
+            for model, nodes, nproc, extra in CONFIGS:
                 for label, train in trainers.items():
-                    args = [train, f"--model={model}", f"--max-steps={steps}"] + FLAGS
-                    spec = {"name": f"p1c-{model}-{label}", "nodes": 2, "nproc_per_node": 1,
+                    args = [train, f"--model={model}"] + extra + FLAGS
+                    spec = {"name": f"p1c-{model}-{label}", "nodes": nodes, "nproc_per_node": nproc,
                             "backend": "gloo", "entrypoint": args}
                     job = c.submit(spec)
                     final = c.wait(job, timeout=600)
@@ -70,7 +75,8 @@ def main():
                     alone = subprocess.run(args + ["--nprocs=2", f"--checkpoint-dir={d}/alone"],
                                            capture_output=True, text=True)
                     wall = time.monotonic() - t0
-                    print(json.dumps({"run": run, "model": model, "trainer": label,
+                    print(json.dumps({"run": run, "model": model, "layout": f"{nodes}x{nproc}",
+                                      "trainer": label,
                                       "cluster": cluster,
                                       "alone": {"in_step": done_line(alone.stdout).get("mean_step_seconds"),
                                                 "process_seconds": wall}}), flush=True)

@@ -25,29 +25,35 @@ out, runs, baseline = sys.argv[2], sys.argv[3], sys.argv[4]
 L = ["# P1c: a step as a cluster job against the step itself", "",
      f"Command: `{'P1C_BASELINE=' + baseline + ' ' if baseline else ''}bench/p1_cluster.sh` "
      f"({runs} runs, alternating); machine: {machine()}.",
-     "A local cluster (coordinator and 2 single-slot workers on 127.0.0.1, all on the same 2 cores) "
-     "runs each 2-rank job (Gloo, batch 64 per rank, 1 thread per rank, Fashion-MNIST; MLP 2000 steps, "
-     "CNN 300) with the named frameworm-train as its entrypoint. Wall per step: from the job's "
-     "aggregated metrics (time of each step's last report, step 50 to the last); in-step: the time "
-     "inside the training step (rank 0's done line); alone: the same binary and flags without a "
-     "coordinator. Medians over runs.", "",
-     "| model | trainer | wall per step as a job (ms) | in-step as a job (ms) | wall / in-step | in-step alone (ms) |",
-     "|---|---|---|---|---|---|"]
+     "A local cluster (coordinator and 2 two-slot workers on 127.0.0.1, all on the same 2 cores) "
+     "runs each 2-rank job (Gloo, batch 64 per rank, 1 thread per rank, Fashion-MNIST; MLP 5 epochs, "
+     "2345 steps, as 2 nodes x 1 process and as 1 node x 2 processes, which averages gradients "
+     "through the intra-node shared memory; CNN 300 steps, 2 x 1) with the named frameworm-train as "
+     "its entrypoint. Wall per step: from the job's aggregated metrics (time the coordinator took "
+     "each step's last report, step 50 to the last; reports arrive in batches at most 50 ms apart "
+     "since 2026-12-06); in-step: the time inside the training step (rank 0's done line); alone: "
+     "the same binary and flags as `--nprocs 2` without a coordinator (always the shared-memory "
+     "path). Medians over runs.", "",
+     "| model | nodes x processes | trainer | wall per step as a job (ms) | in-step as a job (ms) | wall / in-step | in-step alone (ms) |",
+     "|---|---|---|---|---|---|---|"]
 outages = [r for r in rows if r.get("outage")]
 rows = [r for r in rows if not r.get("outage")]
-keys = sorted({(r["model"], r["trainer"]) for r in rows}, key=lambda k: (k[0] != "mlp", k[1] != "this", k))
+keys = sorted({(r["model"], r["layout"], r["trainer"]) for r in rows},
+              key=lambda k: (k[0] != "mlp", k[1], k[2] != "this", k))
 res = {}
-for model, trainer in keys:
-    rs = [r for r in rows if r["model"] == model and r["trainer"] == trainer and r["cluster"]["wall_per_step"]]
+for model, layout, trainer in keys:
+    rs = [r for r in rows if (r["model"], r["layout"], r["trainer"]) == (model, layout, trainer)
+          and r["cluster"]["wall_per_step"]]
     w = median([r["cluster"]["wall_per_step"] for r in rs])
     i = median([r["cluster"]["in_step"] for r in rs])
     a = median([r["alone"]["in_step"] for r in rs])
-    res[(model, trainer)] = w
-    L.append(f"| {model} | {trainer} | {w*1e3:.2f} | {i*1e3:.2f} | {w/i:.2f} | {a*1e3:.2f} |")
+    res[(model, layout, trainer)] = w
+    L.append(f"| {model} | {layout} | {trainer} | {w*1e3:.2f} | {i*1e3:.2f} | {w/i:.2f} | {a*1e3:.2f} |")
 L.append("")
-for model in ("mlp", "cnn"):
-    if (model, "baseline") in res:
-        L.append(f"- {model}: wall per step, this / baseline = **{res[(model, 'this')] / res[(model, 'baseline')]:.3f}**")
+for model, layout, trainer in keys:
+    if trainer == "this" and (model, layout, "baseline") in res:
+        L.append(f"- {model} {layout}: wall per step, this / baseline = "
+                 f"**{res[(model, layout, 'this')] / res[(model, layout, 'baseline')]:.3f}**")
 L += ["", "## A coordinator outage", "",
       "The MLP job; the coordinator stopped (SIGSTOP) for 5 s: the steps made meanwhile against 5 s at "
       "the rate just before (medians over runs).", "",
