@@ -128,8 +128,12 @@ absl::Status Cluster::StartCoordinator(const std::string& listen) {
   std::string addr(line->substr(line->find("listening on ") + 13));
   while (!addr.empty() && (addr.back() == '\r' || addr.back() == ' ')) addr.pop_back();
   address_ = addr;
-  stub_ = v1::JobService::NewStub(MakeChannel(address_, options_.tls ? &admin_tls_ : nullptr));
+  Redial();
   return absl::OkStatus();
+}
+
+void Cluster::Redial() {
+  stub_ = v1::JobService::NewStub(MakeChannel(address_, options_.tls ? &admin_tls_ : nullptr));
 }
 
 absl::Status Cluster::StartWorker(const std::string& name, int slots) {

@@ -47,6 +47,10 @@ class Cluster {
   const std::string& dir() const { return dir_; }
   const std::string& coordinator_address() const { return address_; }
   v1::JobService::Stub& jobs() { return *stub_; }
+  // jobs() on a new channel, as WorkerAgent redials: a channel whose first
+  // connection met a coordinator just restarted and then stopped
+  // (SIGSTOP) was seen to answer nothing for minutes after it went on.
+  void Redial();
   ChildProcess& coordinator() { return *coordinator_; }
   // With options_.tls: the TLS directory of `role`:`name`, issued on first
   // use (a worker restarted under its name reuses its certificate).

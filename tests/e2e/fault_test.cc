@@ -152,13 +152,21 @@ Outcome RunJob(const std::vector<Fault>& faults) {
   v1::JobStatus st;
   // A short deadline: deferred actions stay on time while the coordinator
   // is stopped.
+  // Unanswered for 3 s: a new channel (Cluster::Redial).
+  absl::Time answered = absl::Now();
   auto poll = [&]() {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
     v1::GetJobRequest req;
     req.set_job_id(*id);
     v1::JobStatus s;
-    if (cl.jobs().GetJob(&ctx, req, &s).ok()) st = s;
+    if (cl.jobs().GetJob(&ctx, req, &s).ok()) {
+      st = s;
+      answered = absl::Now();
+    } else if (absl::Now() - answered > absl::Seconds(3)) {
+      cl.Redial();
+      answered = absl::Now();
+    }
     run_due(false);
   };
   for (const Fault& f : faults) {
