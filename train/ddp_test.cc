@@ -8,13 +8,16 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "train/launch.h"
 #include "train/process_group.h"
 #include "train/test_util.h"
@@ -461,6 +464,27 @@ TEST(DdpTest, GradientAccumulationSyncsOnlyOnLastMicroBatch) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-5, 1e-6));
 }
 
+// Options for the step-action tests: rank 0 answers checkpoint at step 3
+// and stop at 5, rank 1 checkpoint at 1 and stop at 2; the actions taken
+// ("<step>c", "<step>s", "<step>cs") go to *acted.
+DistributedOptions StepActionOptions(int rank, bool shm, std::vector<std::string>* acted) {
+  DistributedOptions o;
+  o.backend = "gloo";
+  o.intra_node_shm = shm;
+  o.trainer.sync_step_actions = true;
+  o.trainer.checkpoint_dir = OutDir() + "/ckpt";
+  o.trainer.on_step = [rank](const StepInfo& info) -> absl::StatusOr<StepAction> {
+    StepAction a;
+    a.checkpoint = info.step == (rank == 0 ? 3 : 1);
+    a.stop = info.step == (rank == 0 ? 5 : 2);
+    return a;
+  };
+  o.trainer.on_action = [acted](const StepInfo& info, const StepAction& a) {
+    acted->push_back(absl::StrCat(info.step, a.checkpoint ? "c" : "", a.stop ? "s" : ""));
+  };
+  return o;
+}
+
 // sync_step_actions: rank 0's answer is every rank's, on both paths (the
 // intra-node shared memory and Gloo): rank 1 asks to stop at step 2 and to
 // checkpoint at step 1, rank 0 to checkpoint at step 3 and stop at step 5;
@@ -473,22 +497,8 @@ void StepActionsAreRank0s(bool shm) {
     torch::manual_seed(7);
     auto model = SmallNet();
     auto opt = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
-    DistributedOptions o;
-    o.backend = "gloo";
-    o.intra_node_shm = shm;
-    o.trainer.sync_step_actions = true;
-    o.trainer.checkpoint_dir = OutDir() + "/ckpt";
-    std::vector<int64_t> checkpointed;
-    o.trainer.on_step = [rank](const StepInfo& info) -> absl::StatusOr<StepAction> {
-      StepAction a;
-      a.checkpoint = info.step == (rank == 0 ? 3 : 1);
-      a.stop = info.step == (rank == 0 ? 5 : 2);
-      return a;
-    };
-    std::vector<std::string> acted;  // on_action: step, c(heckpoint), s(top)
-    o.trainer.on_action = [&acted](const StepInfo& info, const StepAction& a) {
-      acted.push_back(absl::StrCat(info.step, a.checkpoint ? "c" : "", a.stop ? "s" : ""));
-    };
+    std::vector<std::string> acted;
+    DistributedOptions o = StepActionOptions(rank, shm, &acted);
     auto t = DistributedTrainer::Create(model, opt, o);
     if (!t.ok()) {
       std::cerr << t.status() << std::endl;
@@ -534,6 +544,102 @@ void StepActionsAreRank0s(bool shm) {
 
 TEST(DdpTest, StepActionsAreRank0sThroughSharedMemory) { StepActionsAreRank0s(true); }
 TEST(DdpTest, StepActionsAreRank0sThroughGloo) { StepActionsAreRank0s(false); }
+
+// Spaced step-action broadcasts (step_action_sync_share): over Gloo a
+// broadcast costs far more than 0.1% of this tiny model's step, so they
+// come at most 20 ms of steps apart; rank 0's answers (checkpoint at 3,
+// stop at 5) wait for the next one, and both ranks act at the same later
+// steps (rank 1's own answers are never acted on).
+TEST(DdpTest, SpacedStepActionsAreActedOnTogetherLater) {
+  const std::string out = IsLaunchedChild() ? OutDir() : MakeOutDir("spaced");
+  auto fn = [](int rank, int world) -> int {
+    torch::set_num_threads(1);
+    torch::manual_seed(7);
+    auto model = SmallNet();
+    auto opt = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+    std::vector<std::string> acted;
+    DistributedOptions o = StepActionOptions(rank, /*shm=*/false, &acted);
+    o.trainer.step_action_sync_share = 0.001;
+    o.trainer.step_action_max_delay_seconds = 0.02;
+    auto t = DistributedTrainer::Create(model, opt, o);
+    if (!t.ok()) {
+      std::cerr << t.status() << std::endl;
+      return 10;
+    }
+    // 2000 steps per rank, far more than fit in 20 ms.
+    Dataset d{torch::randn({2000 * world, 16}), torch::randint(0, 4, {2000 * world}, torch::kLong), {}};
+    DataLoaderOptions lo;
+    lo.batch_size = 1;
+    DataLoader train(d, lo), val(d, lo);
+    if (absl::Status s = (*t)->train(train, val); !s.ok()) {
+      std::cerr << s << std::endl;
+      return 12;
+    }
+    int broadcasts = 0;
+    for (const auto& r : (*t)->flight_recorder()->Take(256).recent) {
+      if (std::string(r.what) == "step action" && r.state == CollectiveState::kCompleted) ++broadcasts;
+    }
+    std::ofstream(OutDir() + "/rank" + std::to_string(rank) + ".txt")
+        << absl::StrJoin(acted, ",") << " " << (*t)->state().step << " " << broadcasts;
+    return 0;
+  };
+  absl::Status s = LaunchTwoRanks(fn);
+  ASSERT_TRUE(s.ok()) << s;
+  if (IsLaunchedChild()) return;
+  auto read = [&](int r) {
+    std::ifstream f(out + "/rank" + std::to_string(r) + ".txt");
+    std::string acted;
+    int64_t step = 0, broadcasts = 0;
+    f >> acted >> step >> broadcasts;
+    return std::make_tuple(acted, step, broadcasts);
+  };
+  const auto [acted0, step0, broadcasts0] = read(0);
+  const auto [acted1, step1, broadcasts1] = read(1);
+  EXPECT_EQ(acted0, acted1);
+  EXPECT_EQ(step0, step1);
+  EXPECT_EQ(broadcasts0, broadcasts1);
+  // Stopped at rank 0's request, at step 5 or later, long before the end.
+  EXPECT_GE(step0, 5);
+  EXPECT_LT(step0, 2000);
+  // The broadcasts were spaced: fewer than the steps.
+  EXPECT_GE(broadcasts0, 1);
+  EXPECT_LT(broadcasts0, step0) << acted0;
+  // The checkpoint at step 3 or later, at or before the stop; the stop last.
+  const std::vector<std::string> parts = absl::StrSplit(acted0, ',');
+  ASSERT_GE(parts.size(), 1u) << acted0;
+  ASSERT_LE(parts.size(), 2u) << acted0;
+  const std::string& last = parts.back();
+  EXPECT_EQ(last, absl::StrCat(step0, parts.size() == 1 ? "cs" : "s")) << acted0;
+  int64_t checkpoint_step = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(parts[0].substr(0, parts[0].find_first_not_of("0123456789")), &checkpoint_step));
+  EXPECT_GE(checkpoint_step, 3) << acted0;
+  EXPECT_TRUE(std::filesystem::exists(absl::StrCat(out, "/ckpt/ckpt-", checkpoint_step, ".pt")));
+  EXPECT_FALSE(std::filesystem::exists(out + "/ckpt/ckpt-1.pt"));
+  testutil::RemoveTree(out);
+}
+
+TEST(DdpTest, BadStepActionSpacingIsAClearError) {
+  auto pg = OneRankGroup();
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  auto model = SmallNet();
+  auto opt = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+  DistributedOptions o;
+  o.process_group = *pg;
+  auto t = DistributedTrainer::Create(model, opt, o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  Dataset d{torch::randn({8, 16}), torch::randint(0, 4, {8}, torch::kLong), {}};
+  DataLoader train(d, DataLoaderOptions{}), val(d, DataLoaderOptions{});
+  (*t)->options().step_action_sync_share = 1.5;
+  absl::Status s = (*t)->train(train, val);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("step_action_sync_share"), std::string::npos) << s;
+  (*t)->options().step_action_sync_share = 0.01;
+  (*t)->options().step_action_max_delay_seconds = 0;
+  s = (*t)->train(train, val);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("step_action_max_delay_seconds"), std::string::npos) << s;
+  EXPECT_EQ((*t)->state().step, 0) << "nothing trained";
+}
 
 TEST(DdpTest, MpiBackendIsAClearError) {
   auto model = SmallNet();

@@ -2,6 +2,7 @@
 // library (train/objective.h, lr_schedule.h, tensor_file.h, trainer.h)
 // in one process. PyTorch-equality of whole runs is trainer/script_model_test.
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "train/data.h"
 #include "train/lr_schedule.h"
 #include "train/objective.h"
+#include "train/step_action_gap.h"
 #include "train/tensor_file.h"
 #include "train/test_util.h"
 #include "train/trainer.h"
@@ -55,6 +57,26 @@ TEST(ObjectiveTest, ValuesAreTorchsAndShapeMismatchesThrow) {
         << e.what();
   }
   EXPECT_THROW((*MakeLoss("cross_entropy"))(out, torch::tensor({0.0, 1.0, 1.0})), c10::Error);
+}
+
+// The gap between spaced step-action broadcasts: enough steps to keep a
+// broadcast within the share, no more than fit in the delay, at least 1.
+TEST(StepActionGapTest, KeepsTheShareWithinTheDelay) {
+  // 0.5 ms broadcast, 4 ms step, 1%: 13 steps wanted, 12 fit in 50 ms.
+  EXPECT_EQ(StepActionGap(0.0005, 0.004, 0.01, 0.05), 12);
+  EXPECT_EQ(StepActionGap(0.0005, 0.004, 0.01, 1.0), 13);
+  // A 30 ms step: 2 steps keep 0.5 ms under 1%; only 1 fits in 50 ms.
+  EXPECT_EQ(StepActionGap(0.0005, 0.030, 0.01, 0.05), 1);
+  EXPECT_EQ(StepActionGap(0.0005, 0.030, 0.01, 0.1), 2);
+  // A cheap broadcast (shared memory): every step.
+  EXPECT_EQ(StepActionGap(0.000002, 0.001, 0.01, 0.05), 1);
+  // Unknown or bad inputs: every step.
+  EXPECT_EQ(StepActionGap(0, 0.004, 0.01, 0.05), 1);
+  EXPECT_EQ(StepActionGap(0.0005, 0, 0.01, 0.05), 1);
+  EXPECT_EQ(StepActionGap(0.0005, 0.004, 0, 0.05), 1);
+  EXPECT_EQ(StepActionGap(0.0005, 0.004, 0.01, std::nan("")), 1);
+  EXPECT_EQ(StepActionGap(std::numeric_limits<double>::infinity(), 0.004, 0.01, 0.05), 1);
+  EXPECT_EQ(StepActionGap(1.0, 1e-9, 1e-9, 1e9), 1000000);
 }
 
 TEST(LrScheduleTest, WarmupThenEachScheduleAndBadParameters) {

@@ -2,6 +2,7 @@
 
 #include "common/private_dir.h"
 #include "train/json_values.h"
+#include "train/step_action_gap.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
@@ -116,6 +117,15 @@ absl::Status Trainer::CheckOptions() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "autocast supports bfloat16 only (float16 needs loss scaling), not ",
         c10::toString(*options_.autocast)));
+  }
+  if (!(options_.step_action_sync_share >= 0 && options_.step_action_sync_share < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step_action_sync_share must be in [0, 1), not ", options_.step_action_sync_share));
+  }
+  if (!(options_.step_action_max_delay_seconds > 0 &&
+        std::isfinite(options_.step_action_max_delay_seconds))) {
+    return absl::InvalidArgumentError(absl::StrCat("step_action_max_delay_seconds must be > 0, not ",
+                                                   options_.step_action_max_delay_seconds));
   }
   if (options_.eval_every < 0 || options_.early_stopping_patience < 0) {
     return absl::InvalidArgumentError("eval_every and early_stopping_patience must be >= 0");
@@ -257,10 +267,9 @@ absl::StatusOr<bool> Trainer::AfterStep(const StepInfo& info) {
     a = *r;
   }
   if (options_.sync_step_actions && world_size() > 1) {
-    auto v = BroadcastFromRank0({a.checkpoint ? 1 : 0, a.stop ? 1 : 0}, "step action");
-    if (!v.ok()) return v.status();
-    a.checkpoint = (*v)[0] != 0;
-    a.stop = (*v)[1] != 0;
+    auto agreed = SyncStepAction(info, a);
+    if (!agreed.ok()) return agreed.status();
+    a = *agreed;
   }
   if (options_.checkpoint_every > 0 && info.step % options_.checkpoint_every == 0) {
     a.checkpoint = true;
@@ -277,6 +286,33 @@ absl::StatusOr<bool> Trainer::AfterStep(const StepInfo& info) {
   absl::Status failed = CheckpointFailure();
   if (!failed.ok()) return failed;
   return a.stop;
+}
+
+absl::StatusOr<StepAction> Trainer::SyncStepAction(const StepInfo& info, const StepAction& mine) {
+  const double share = options_.step_action_sync_share;
+  if (!(share > 0)) {
+    auto v = BroadcastFromRank0({mine.checkpoint ? 1 : 0, mine.stop ? 1 : 0}, "step action");
+    if (!v.ok()) return v.status();
+    return StepAction{(*v)[0] != 0, (*v)[1] != 0};
+  }
+  auto average = [](double& avg, double v) { avg = avg == 0 ? v : 0.9 * avg + 0.1 * v; };
+  average(action_step_seconds_, info.seconds);
+  pending_action_.checkpoint = pending_action_.checkpoint || mine.checkpoint;
+  pending_action_.stop = pending_action_.stop || mine.stop;
+  if (info.step < next_action_sync_step_) return StepAction{};
+  // Rank 0's gap; the others' values are replaced by rank 0's.
+  const int64_t next =
+      info.step + StepActionGap(action_sync_seconds_, action_step_seconds_, share,
+                                options_.step_action_max_delay_seconds);
+  const auto t0 = Clock::now();
+  auto v = BroadcastFromRank0(
+      {pending_action_.checkpoint ? 1 : 0, pending_action_.stop ? 1 : 0, next}, "step action");
+  if (!v.ok()) return v.status();
+  average(action_sync_seconds_,
+          std::chrono::duration<double>(Clock::now() - t0).count());
+  pending_action_ = StepAction{};
+  next_action_sync_step_ = (*v)[2];
+  return StepAction{(*v)[0] != 0, (*v)[1] != 0};
 }
 
 bool Trainer::IsMemoryPath(const std::string& path) const {
@@ -534,6 +570,8 @@ absl::Status Trainer::train(DataLoader& train_loader, DataLoader& val_loader) {
 absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader) {
   if (absl::Status s = CheckOptions(); !s.ok()) return s;
   PrepareLoaders(train_loader, val_loader);
+  next_action_sync_step_ = 0;  // the first step's action is broadcast
+  pending_action_ = StepAction{};
   const int accum = std::max(1, options_.gradient_accumulation_steps);
   {
     // The steps a cosine or linear schedule spans, unless given.

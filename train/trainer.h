@@ -157,6 +157,16 @@ struct TrainerOptions {
   // at the same step. An error ends train() with that error.
   std::function<absl::StatusOr<StepAction>(const StepInfo&)> on_step;
   bool sync_step_actions = false;
+  // With sync_step_actions, 0 broadcasts every step. A share > 0 spaces
+  // the broadcasts (train/step_action_gap.h): rank 0 measures each one and
+  // sends with it the step of the next, so that a broadcast costs at most
+  // this share of the steps between (e.g. 0.01: 1%) and those steps take
+  // at most step_action_max_delay_seconds. What rank 0's on_step answers
+  // at a step without a broadcast is kept (or-ed) for the next one: a
+  // checkpoint asked at step s is then taken at that later step, a stop
+  // comes after it.
+  double step_action_sync_share = 0;
+  double step_action_max_delay_seconds = 0.05;
   // Called on every rank, from the training thread, when the action agreed
   // for a step (after the broadcast; checkpoint_every counts) is a
   // checkpoint or a stop, before it is carried out. May be null.
@@ -345,6 +355,9 @@ class Trainer {
   torch::Tensor Forward(const Batch& b);
   Batch OnDevice(const Batch& b) const;
   absl::StatusOr<bool> AfterStep(const StepInfo& info);
+  // Rank 0's action for this step on every rank (sync_step_actions), or no
+  // action at a step without a broadcast (step_action_sync_share).
+  absl::StatusOr<StepAction> SyncStepAction(const StepInfo& info, const StepAction& mine);
   // Saves ckpt-<step>.pt (asynchronously unless options_.async_checkpoint
   // is false) and reports it through on_checkpoint.
   absl::Status CheckpointAt(int64_t step);
@@ -384,6 +397,13 @@ class Trainer {
   double take_seconds_ = 0;             // the last snapshot's blocking time
   std::atomic<int64_t> waiting_since_ns_{0};  // steady clock; 0: not waiting
   double mean_step_seconds_ = 0;        // moving average (memory cadence)
+  // Spaced step-action broadcasts (step_action_sync_share > 0): the step
+  // of the next one (0: the next step), rank 0's answers since the last
+  // one, and rank 0's moving averages of a broadcast's and a step's time.
+  int64_t next_action_sync_step_ = 0;
+  StepAction pending_action_;
+  double action_sync_seconds_ = 0;
+  double action_step_seconds_ = 0;
   int64_t next_memory_step_ = 0;        // automatic cadence: the next one
   int64_t schedule_total_ = 0;          // steps the schedule spans (train())
   std::optional<double> best_;          // the monitored metric's best value

@@ -159,6 +159,10 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     if (!ch.ok()) return Fail(std::string(ch.status().message()));
     ping_channel = std::move(*ch);
     to.sync_step_actions = true;
+    // The broadcast at most 1% of the steps' time, an action at most 50 ms
+    // late (the step reporter's pause): on one machine, every step.
+    to.step_action_sync_share = 0.01;
+    to.step_action_max_delay_seconds = 0.05;
   }
   int64_t last_requested = 0;
   int64_t last_step = 0;
