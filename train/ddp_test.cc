@@ -485,6 +485,29 @@ DistributedOptions StepActionOptions(int rank, bool shm, std::vector<std::string
   return o;
 }
 
+// Trains `t` for an epoch of `per_rank` random samples per rank in batches
+// of `batch`; the error on stderr and false when it fails.
+bool TrainOnRandomData(DistributedTrainer& t, int64_t per_rank, int64_t batch, int world) {
+  Dataset d{torch::randn({per_rank * world, 16}), torch::randint(0, 4, {per_rank * world}, torch::kLong), {}};
+  DataLoaderOptions lo;
+  lo.batch_size = batch;
+  DataLoader train(d, lo), val(d, lo);
+  if (absl::Status s = t.train(train, val); !s.ok()) {
+    std::cerr << s << std::endl;
+    return false;
+  }
+  return true;
+}
+
+// Step-action broadcasts the flight recorder saw complete.
+int StepActionBroadcasts(const DistributedTrainer& t) {
+  int n = 0;
+  for (const auto& r : t.flight_recorder()->Take(256).recent) {
+    if (std::string(r.what) == "step action" && r.state == CollectiveState::kCompleted) ++n;
+  }
+  return n;
+}
+
 // sync_step_actions: rank 0's answer is every rank's, on both paths (the
 // intra-node shared memory and Gloo): rank 1 asks to stop at step 2 and to
 // checkpoint at step 1, rank 0 to checkpoint at step 3 and stop at step 5;
@@ -505,14 +528,7 @@ void StepActionsAreRank0s(bool shm) {
       return 10;
     }
     if ((*t)->intra_node_active() != shm) return 11;
-    Dataset d{torch::randn({64 * world, 16}), torch::randint(0, 4, {64 * world}, torch::kLong), {}};
-    DataLoaderOptions lo;
-    lo.batch_size = 4;
-    DataLoader train(d, lo), val(d, lo);
-    if (absl::Status s = (*t)->train(train, val); !s.ok()) {
-      std::cerr << s << std::endl;
-      return 12;
-    }
+    if (!TrainOnRandomData(**t, 64, 4, world)) return 12;
     if ((*t)->state().step != 5) {
       std::cerr << "rank " << rank << " stopped at step " << (*t)->state().step << std::endl;
       return 13;
@@ -521,13 +537,7 @@ void StepActionsAreRank0s(bool shm) {
       std::cerr << "rank " << rank << " acted at " << absl::StrJoin(acted, ",") << std::endl;
       return 15;
     }
-    int broadcasts = 0;
-    for (const auto& r : (*t)->flight_recorder()->Take(256).recent) {
-      if (std::string(r.op) == "broadcast" && std::string(r.what) == "step action" &&
-          r.state == CollectiveState::kCompleted) {
-        ++broadcasts;
-      }
-    }
+    const int broadcasts = StepActionBroadcasts(**t);
     if (broadcasts != 5) {
       std::cerr << "rank " << rank << ": " << broadcasts << " step-action broadcasts recorded" << std::endl;
       return 14;
@@ -567,18 +577,8 @@ TEST(DdpTest, SpacedStepActionsAreActedOnTogetherLater) {
       return 10;
     }
     // 2000 steps per rank, far more than fit in 20 ms.
-    Dataset d{torch::randn({2000 * world, 16}), torch::randint(0, 4, {2000 * world}, torch::kLong), {}};
-    DataLoaderOptions lo;
-    lo.batch_size = 1;
-    DataLoader train(d, lo), val(d, lo);
-    if (absl::Status s = (*t)->train(train, val); !s.ok()) {
-      std::cerr << s << std::endl;
-      return 12;
-    }
-    int broadcasts = 0;
-    for (const auto& r : (*t)->flight_recorder()->Take(256).recent) {
-      if (std::string(r.what) == "step action" && r.state == CollectiveState::kCompleted) ++broadcasts;
-    }
+    if (!TrainOnRandomData(**t, 2000, 1, world)) return 12;
+    const int broadcasts = StepActionBroadcasts(**t);
     std::ofstream(OutDir() + "/rank" + std::to_string(rank) + ".txt")
         << absl::StrJoin(acted, ",") << " " << (*t)->state().step << " " << broadcasts;
     return 0;

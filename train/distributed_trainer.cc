@@ -159,7 +159,6 @@ absl::StatusOr<std::unique_ptr<DistributedTrainer>> DistributedTrainer::Create(
     auto shm = MaybeIntraNode(pg, *t->model_.ptr(), options);
     if (shm.ok()) {
       ro.intra_node = *shm;
-      t->intra_node_ = *shm;
     } else if (pg->getRank() == 0) {
       std::cerr << "frameworm: intra-node shared-memory allreduce unavailable ("
                 << shm.status() << "); averaging gradients over gloo" << std::endl;
@@ -230,14 +229,14 @@ absl::StatusOr<std::vector<double>> DistributedTrainer::AllreduceSum(std::vector
 
 absl::StatusOr<std::vector<int64_t>> DistributedTrainer::BroadcastFromRank0(std::vector<int64_t> v,
                                                                            const char* what) {
-  if (intra_node_ && reducer_->intra_node_buckets() > 0 &&
-      v.size() <= static_cast<size_t>(ShmAllreduce::kMaxBroadcastValues)) {
+  ShmAllreduce* shm = reducer_->intra_node();
+  if (shm != nullptr && v.size() <= static_cast<size_t>(ShmAllreduce::kMaxBroadcastValues)) {
     // Every rank takes this path or none: the same sizes, and the reducer's
     // intra-node path is chosen collectively.
     CollectiveWait blocked(*this);
     const int64_t seq = recorder_->Enqueue("broadcast", what, -1, static_cast<int64_t>(v.size()) * 8);
     recorder_->Started(seq);
-    absl::Status s = intra_node_->Broadcast(v.data(), static_cast<int>(v.size()), 0);
+    absl::Status s = shm->Broadcast(v.data(), static_cast<int>(v.size()), 0);
     if (!s.ok()) {
       recorder_->Failed(seq);
       return absl::UnavailableError(absl::StrCat("broadcast from rank 0 failed: ", s.message()));

@@ -108,6 +108,12 @@ class Reducer {
   int last_launched_during_backward() const;
   // Number of buckets summed through options.intra_node.
   int intra_node_buckets() const { return intra_node_buckets_; }
+  // options.intra_node when it sums buckets (the same on every rank: its
+  // setup is collective), else null. Used by the caller between
+  // collectives only (after Finalize returned).
+  ShmAllreduce* intra_node() const {
+    return intra_node_buckets_ > 0 ? options_.intra_node.get() : nullptr;
+  }
   // How many of them lie in its shared region (summed without copying in).
   int shared_buckets() const { return shared_buckets_; }
 

@@ -399,7 +399,7 @@ absl::Status ShmAllreduce::Broadcast(int64_t* values, int n, int root) {
     return absl::InvalidArgumentError(
         absl::StrCat("shm broadcast: root ", root, " outside [0, ", world_, ")"));
   }
-  if (absl::Status s = CheckCall(1.0f); !s.ok()) return s;
+  if (absl::Status s = CheckUsable(); !s.ok()) return s;
   int64_t* buffer = static_cast<Header*>(base_)->broadcast[broadcasts_++ & 1];
   // The barrier's release store publishes the root's writes; its acquire
   // loads make them visible to the others.
@@ -409,11 +409,16 @@ absl::Status ShmAllreduce::Broadcast(int64_t* values, int n, int root) {
   return absl::OkStatus();
 }
 
-absl::Status ShmAllreduce::CheckCall(float divisor) const {
+absl::Status ShmAllreduce::CheckUsable() const {
   if (!broken_.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "shm allreduce is unusable after an earlier error: ", broken_.message()));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllreduce::CheckCall(float divisor) const {
+  if (absl::Status s = CheckUsable(); !s.ok()) return s;
   if (!std::isfinite(divisor) || divisor == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("shm allreduce: the divisor must be finite and not 0, not ", divisor));

@@ -169,7 +169,9 @@ class ShmAllreduce {
   float* slot(int r) const;
   float* result() const;
   float* region(int r) const;
-  // Checks shared by the calls: usable, finite non-zero divisor.
+  // Not broken by an earlier error (every call); and a finite non-zero
+  // divisor (the allreduces).
+  absl::Status CheckUsable() const;
   absl::Status CheckCall(float divisor) const;
 
   int rank_ = 0;

@@ -22,6 +22,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// avg becomes the moving average with v (weight 0.1; v itself at first).
+void MovingAverage(double& avg, double v) { avg = avg == 0 ? v : 0.9 * avg + 0.1 * v; }
+
 absl::Status FromTorch(const std::exception& e, const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", e.what()));
 }
@@ -295,21 +298,18 @@ absl::StatusOr<StepAction> Trainer::SyncStepAction(const StepInfo& info, const S
     if (!v.ok()) return v.status();
     return StepAction{(*v)[0] != 0, (*v)[1] != 0};
   }
-  auto average = [](double& avg, double v) { avg = avg == 0 ? v : 0.9 * avg + 0.1 * v; };
-  average(action_step_seconds_, info.seconds);
   pending_action_.checkpoint = pending_action_.checkpoint || mine.checkpoint;
   pending_action_.stop = pending_action_.stop || mine.stop;
   if (info.step < next_action_sync_step_) return StepAction{};
   // Rank 0's gap; the others' values are replaced by rank 0's.
   const int64_t next =
-      info.step + StepActionGap(action_sync_seconds_, action_step_seconds_, share,
+      info.step + StepActionGap(action_sync_seconds_, mean_step_seconds_, share,
                                 options_.step_action_max_delay_seconds);
   const auto t0 = Clock::now();
   auto v = BroadcastFromRank0(
       {pending_action_.checkpoint ? 1 : 0, pending_action_.stop ? 1 : 0, next}, "step action");
   if (!v.ok()) return v.status();
-  average(action_sync_seconds_,
-          std::chrono::duration<double>(Clock::now() - t0).count());
+  MovingAverage(action_sync_seconds_, std::chrono::duration<double>(Clock::now() - t0).count());
   pending_action_ = StepAction{};
   next_action_sync_step_ = (*v)[2];
   return StepAction{(*v)[0] != 0, (*v)[1] != 0};
@@ -321,8 +321,7 @@ bool Trainer::IsMemoryPath(const std::string& path) const {
 }
 
 absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
-  mean_step_seconds_ = mean_step_seconds_ == 0 ? info.seconds
-                                               : 0.9 * mean_step_seconds_ + 0.1 * info.seconds;
+  MovingAverage(mean_step_seconds_, info.seconds);
   const int64_t every = options_.memory_checkpoint_every;
   if (rank() != 0 || every == 0 || options_.memory_checkpoint_dir.empty() ||
       !options_.async_checkpoint) {

@@ -396,14 +396,14 @@ class Trainer {
   double snapshot_wait_seconds_ = 0;    // training thread
   double take_seconds_ = 0;             // the last snapshot's blocking time
   std::atomic<int64_t> waiting_since_ns_{0};  // steady clock; 0: not waiting
-  double mean_step_seconds_ = 0;        // moving average (memory cadence)
+  double mean_step_seconds_ = 0;        // moving average (memory cadence, action spacing)
   // Spaced step-action broadcasts (step_action_sync_share > 0): the step
   // of the next one (0: the next step), rank 0's answers since the last
-  // one, and rank 0's moving averages of a broadcast's and a step's time.
+  // one, and rank 0's moving average of a broadcast's time (the step's is
+  // mean_step_seconds_).
   int64_t next_action_sync_step_ = 0;
   StepAction pending_action_;
   double action_sync_seconds_ = 0;
-  double action_step_seconds_ = 0;
   int64_t next_memory_step_ = 0;        // automatic cadence: the next one
   int64_t schedule_total_ = 0;          // steps the schedule spans (train())
   std::optional<double> best_;          // the monitored metric's best value
@@ -483,10 +483,8 @@ class DistributedTrainer : public Trainer {
   DistributedOptions doptions_;
   c10::intrusive_ptr<c10d::Backend> pg_;
   std::shared_ptr<FlightRecorder> recorder_;  // shared with reducer_
-  // The intra-node allreduce the reducer averages gradients with (null when
-  // it does not): small broadcasts go through it too. Used by the training
-  // thread only, between the reducer's collectives (Finalize has returned).
-  std::shared_ptr<ShmAllreduce> intra_node_;
+  // Its intra-node allreduce (when it has one) also carries the small
+  // broadcasts (BroadcastFromRank0).
   std::unique_ptr<Reducer> reducer_;
 };
 
