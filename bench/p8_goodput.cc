@@ -4,17 +4,20 @@
 // cluster (coordinator + 3 single-slot workers on 127.0.0.1, the e2e
 // harness). The job: 2 nodes x 1 process, the CNN on Fashion-MNIST for 3
 // epochs (batch 32 per rank), disk checkpoints every --checkpoint-every
-// steps, heartbeat timeout 4 s. Per failure: the newest aggregated step
-// before the kill and the step of the checkpoint the next generation
-// loaded (rank 0's "resumed" event; 0: it started over); steps lost = the
-// difference (the coordinator's newest step trails the trainers' by up to
-// the step reporter's 50 ms pause, so this can be short by that many
-// steps: about 2 of the CNN's). Prints one JSON line
+// steps, heartbeat timeout 4 s. Per failure: the newest step the
+// coordinator heard of in the generation the kill ended (polled from the
+// kill until that generation is over, at most 2 s: the trainers' reports
+// come in batches up to 50 ms apart, and the surviving rank's last batch
+// arrives after the kill; the killed trainer's unsent last batch does not,
+// so this can still be short by a step or two) and the step of the
+// checkpoint the next generation loaded (rank 0's "resumed" event; 0: it
+// started over); steps lost = the difference. Prints one JSON line
 // per failure, then a summary: goodput = undisturbed wall / disturbed wall,
 // both accuracies. Usage:
 //   p8_goodput [--every-s=30] [--seed=1] [--checkpoint-every=50]
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -93,7 +96,7 @@ Run RunJob(double every_s, uint64_t seed, int64_t checkpoint_every, bool disturb
     if (disturb && absl::Now() >= next_kill && st.workers_size() == 2) {
       const int rank = static_cast<int>(rng() % 2);
       const bool worker = rng() % 2 == 1;
-      const int64_t step_before = st.step();
+      int64_t step_before = st.step();
       const int64_t gen_before = st.generation();
       const int resumes_before = Resumes(cl, *id).first;
       const absl::Time killed = absl::Now();
@@ -106,6 +109,14 @@ Run RunJob(double every_s, uint64_t seed, int64_t checkpoint_every, bool disturb
         for (pid_t p : fe::TrainerPidsWithJobId(*id)) {
           if (fe::EnvOf(p, "RANK") == std::to_string(rank)) ::kill(p, SIGKILL);
         }
+      }
+      // The steps the trainers made before the kill that the coordinator
+      // hears of only now.
+      for (const absl::Time until = killed + absl::Seconds(2); absl::Now() < until;) {
+        auto s = cl.GetJob(*id);
+        if (!s.ok() || s->generation() != gen_before || fe::IsFinal(s->state())) break;
+        step_before = std::max(step_before, s->step());
+        absl::SleepFor(absl::Milliseconds(20));
       }
       // The next generation's first aggregated step.
       auto resumed = cl.WaitFor(*id, [&](const v1::JobStatus& s) {
