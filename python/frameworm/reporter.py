@@ -23,10 +23,13 @@ a checkpoint or a stop:
             break
     reporter.close()
 
-`step` only queues the report: a thread sends what queued while its
-previous call was in flight as one batch (TrainerService.ReportSteps), so
-the training loop never waits for the coordinator's commit, and the
-Directive is from the newest answer (ranks learn of a request at
+`step` only queues the report: a thread sends what queued as one batch
+(TrainerService.ReportSteps), at most one call every `report_every`
+seconds (50 ms by default; the first report after a quiet spell, a full
+batch of 64, and the reports up to a step that acts on a checkpoint or a
+stop go at once: frameworm/pacing.py), so the training loop never waits
+for the coordinator's commit and a fast loop is not woken at every step;
+the Directive is from the newest answer (ranks learn of a request at
 different steps: broadcast rank 0's decision, as above and as the built-in
 trainer does). `close()` sends what is left (up to 10 s). Another thread
 pings the coordinator about once a second while the Reporter is open, so
@@ -80,10 +83,10 @@ import grpc
 
 from frameworm.cadence import MemoryCadence, parse_every
 from frameworm.client import FramewormError, _secure_channel
+from frameworm.pacing import DEFAULT_INTERVAL, MAX_BATCH, SendPacer
 from frameworm.text import cut_utf8
 from frameworm.v1 import common_pb2, trainer_service_pb2, trainer_service_pb2_grpc
 
-_MAX_BATCH = 64
 _CHUNK = 1 << 20  # the coordinator takes at most 1 MiB of data per chunk
 
 
@@ -115,8 +118,15 @@ class Directive:
 class Reporter:
     """Reports this rank's steps to its job's coordinator (see the module)."""
 
-    def __init__(self, ping_every=1.0, timeout=10.0, environ=None):
+    def __init__(self, ping_every=1.0, timeout=10.0, environ=None, report_every=DEFAULT_INTERVAL):
+        """report_every: at least this many seconds between two report calls
+        (0: a call as soon as the previous one returned); ValueError outside
+        [0, 60]."""
         env = os.environ if environ is None else environ
+        try:
+            self._pacer = SendPacer(report_every, MAX_BATCH)
+        except ValueError as e:
+            raise FramewormError("INVALID_ARGUMENT", str(e)) from None
         self.coordinator = env.get("FRAMEWORM_COORDINATOR", "")
         self.job_id = env.get("FRAMEWORM_JOB_ID", "")
         self.enabled = bool(self.coordinator and self.job_id)
@@ -145,6 +155,9 @@ class Reporter:
         self._changed = threading.Condition(self._lock)
         self._queue = collections.deque()   # guarded by _lock
         self._in_flight = False              # guarded by _lock
+        self._urgent = False                 # send what is queued at once; guarded by _lock
+        self._stopped = False                # a stop was returned; guarded by _lock
+        self.calls = 0                       # report calls made (ReportSteps or ReportStep)
         self._latest = (0, False)            # (checkpoint_at_step, stop); guarded by _lock
         self._acted = 0                      # the last checkpoint_at_step said due; guarded by _lock
         self._terminal = None                # FramewormError; guarded by _lock
@@ -202,15 +215,21 @@ class Reporter:
             if self._terminal is not None:
                 raise self._terminal
             self._last_step = int(step)
+            queued_before = len(self._queue)
             self._queue.append(m)
             while len(self._queue) > 4096:
                 self._queue.popleft()
-            if not self._in_flight:
-                self._changed.notify()
             at, stop = self._latest
             due = at > self._acted and int(step) >= at
             if due:
                 self._acted = at
+            # The program acts on this step: the coordinator hears of it now.
+            urgent = due or (stop and not self._stopped)
+            self._stopped = self._stopped or stop
+            if urgent:
+                self._urgent = True
+            if urgent or self._pacer.wakes_sender(queued_before):
+                self._changed.notify()
         return Directive(at, stop, due, memory and not due)
 
     def checkpoint_path(self, step, memory=False):
@@ -422,12 +441,20 @@ class Reporter:
     def _send_loop(self):
         while True:
             with self._lock:
-                while not self._queue and not self._closed.is_set():
-                    self._changed.wait()
+                while True:
+                    wait = self._pacer.wait(len(self._queue), time.monotonic(),
+                                            self._urgent or self._closed.is_set())
+                    if wait == 0.0 or (wait is None and self._closed.is_set()):
+                        break
+                    self._changed.wait(wait)
                 if not self._queue:
                     return
-                batch = [self._queue.popleft() for _ in range(min(_MAX_BATCH, len(self._queue)))]
+                batch = [self._queue.popleft() for _ in range(min(MAX_BATCH, len(self._queue)))]
+                if not self._queue:
+                    self._urgent = False
                 self._in_flight = True
+                self.calls += 1
+                self._pacer.called(time.monotonic())
             resp, error = None, None
             try:
                 if self._batched:
@@ -472,6 +499,8 @@ class Reporter:
         if self._sender is not None:
             deadline = time.monotonic() + flush
             with self._lock:
+                self._urgent = True  # no pacing: send what is queued now
+                self._changed.notify_all()
                 while ((self._queue or self._in_flight) and self._terminal is None
                        and time.monotonic() < deadline):
                     self._changed.wait(max(0.0, deadline - time.monotonic()))

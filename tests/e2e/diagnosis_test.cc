@@ -306,6 +306,16 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
     }
   }
   ASSERT_NE(checks.find("checkpoint error checks passed"), std::string::npos) << checks;
+  // Each rank's Reporter paced its calls over 100 steps of ~25 ms
+  // (torchrun_reporting.py's check_pacing: at most one per 50 ms).
+  for (int r = 0; r < 2; ++r) {
+    std::string paced;
+    for (int i = 0; i < 100 && paced.find("report pacing checks ") == std::string::npos; ++i) {
+      paced = (*c)->Cli({"logs", *id, "--rank", std::to_string(r)}).output;
+      if (paced.find("report pacing checks ") == std::string::npos) absl::SleepFor(absl::Milliseconds(100));
+    }
+    EXPECT_NE(paced.find("report pacing checks passed"), std::string::npos) << "rank " << r << ":\n" << paced;
+  }
   // Five steps later rank 0 saves one in memory: the newest, so the one the
   // restart resumes from.
   const std::string memory_step = std::to_string(std::stoll(after_step) + 5);

@@ -87,6 +87,19 @@ def check_checkpoint_errors(reporter, step):
     print("checkpoint error checks passed", flush=True)
 
 
+def check_pacing(reporter, since, calls_then, steps):
+    """Over `steps` steps of ~25 ms the Reporter made at most one report
+    call per 50 ms (frameworm/pacing.py), plus the first and one urgent
+    send for the checkpoint the test asks meanwhile; one call per step
+    without the pacing. Printed, not raised: the test reads the line."""
+    seconds = time.monotonic() - since
+    calls = reporter.calls - calls_then
+    bound = int(seconds / 0.05) + 3
+    verdict = "passed" if calls <= bound else "FAILED"
+    print(f"report pacing checks {verdict}: {calls} calls for {steps} steps in {seconds:.2f} s "
+          f"(at most {bound})", flush=True)
+
+
 def main():
     steps = int(sys.argv[1])
     dist.init_process_group("gloo")
@@ -104,6 +117,7 @@ def main():
             print(f"resumed from step {state['step']}", flush=True)
         model = torch.nn.parallel.DistributedDataParallel(net)
         memory_at = -1
+        paced_from = None  # (time, calls) at the first step: the pacing check
         for step in range(first, steps + 1):
             t0 = time.perf_counter()
             x = torch.randn(32, 64)
@@ -115,6 +129,10 @@ def main():
             time.sleep(0.02)  # a step of ~25 ms, like a small real model's
             d = reporter.step(step, loss=loss.item(), samples=32,
                               step_seconds=time.perf_counter() - t0, total_steps=steps)
+            if step == first:
+                paced_from = (time.monotonic(), reporter.calls)
+            elif step == first + 100:
+                check_pacing(reporter, *paced_from, 100)
             # Rank 0's answer decides, so every rank acts after the same step.
             if d.memory_checkpoint and dist.get_rank() != 0:
                 print(f"rank {dist.get_rank()} was told to take a memory checkpoint", flush=True)
