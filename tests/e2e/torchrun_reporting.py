@@ -39,6 +39,7 @@ def check_checkpoint_errors(reporter, step):
     assert reporter.memory_checkpoint_every == 0, "automatic cadence by default"
     env = dict(os.environ, FRAMEWORM_MEMORY_CHECKPOINT_EVERY="often")
     expect_error("INVALID_ARGUMENT", frameworm.Reporter, 1.0, 10.0, env)
+    expect_error("INVALID_ARGUMENT", frameworm.Reporter, 1.0, 10.0, None, -0.5)  # report_every
     # An in-memory save the coordinator cannot record (it is away): the
     # error is raised, the file deleted, and the next one is not due at
     # once (the failed save counts for the cadence).
