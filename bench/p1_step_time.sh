@@ -133,7 +133,18 @@ L += ["", "Targets: cnn ratio <= 1.0, mlp ratio <= 0.7, 2-rank step within 10% o
       "made long enough to overlap: they were 0.3 s each, less than their start-up skew). On that VM two busy processes slow each other",
       "unevenly: in two 3,000-step 1-rank runs at once, one ran at 1.48 ms while the other ran at 0.95,",
       "then the other way round, so a 2-rank job, paced by its slower rank, is compared with the slower",
-      "of the two side-by-side runs too.", ""]
+      "of the two side-by-side runs too. On 2026-12-06, the same VM quiet (a 1-rank MLP step 0.72 ms, the CNN",
+      "21.4 ms, two 1-rank runs side by side 1.006 of one alone): 1.139, every run 1.095-1.164, the same",
+      "training code. So the gap is not this VM's noise alone: `perf record -a -g -F 2999` over 3 s of",
+      "steady training (1-rank 0.765 ms, 2-rank 0.845 ms a step; samples per rank and step) puts +44 us",
+      "in the sum (AddPairIntoBothScaled: this rank's half read where autograd left it and the peer's",
+      "addend read from its region, the mean written into both regions) and +13 us in the hook's copy of",
+      "the peer's half into the region, +8 us in the barriers; the GEMMs +4 us. The sum moves what any",
+      "allreduce of two ranks must: each line of the 0.94 MB crosses between the cores twice (the peer's",
+      "addend here, the mean back); .grad is already the bucket's slice (no copy back). Fetching the",
+      "peer's lines for writing 4 KiB ahead (PREFETCHW, so that reading then writing a line the peer wrote",
+      "is one exchange between the cores, not two) made the 2-rank step 1.019 of the step without it",
+      "(median of 8 alternating rounds, 0.820 against 0.804 ms): not kept.", ""]
 for model in ("cnn", "mlp"):
     fw = steps(f"{tmp}/fw-{model}-2-1.jsonl")
     py = steps(f"{tmp}/py-{model}-2-1.jsonl")
