@@ -144,7 +144,8 @@ L += ["", "Targets: cnn ratio <= 1.0, mlp ratio <= 0.7, 2-rank step within 10% o
       "addend here, the mean back); .grad is already the bucket's slice (no copy back). Fetching the",
       "peer's lines for writing 4 KiB ahead (PREFETCHW, so that reading then writing a line the peer wrote",
       "is one exchange between the cores, not two) made the 2-rank step 1.019 of the step without it",
-      "(median of 8 alternating rounds, 0.820 against 0.804 ms): not kept.", ""]
+      "(median of 8 alternating rounds, 0.820 against 0.804 ms): not kept. Spinning 4,096 pauses in a",
+      "barrier before yielding the CPU instead of 256 (fewer sched_yield calls): 1.001, not kept.", ""]
 for model in ("cnn", "mlp"):
     fw = steps(f"{tmp}/fw-{model}-2-1.jsonl")
     py = steps(f"{tmp}/py-{model}-2-1.jsonl")
