@@ -13,6 +13,13 @@ from frameworm.v1 import common_pb2, job_service_pb2, job_service_pb2_grpc
 
 FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
 _COORDINATOR_TLS_NAME = "frameworm-coordinator"  # rpc/tls.h kCoordinatorTlsName
+# Reconnect as the daemons' channels do (rpc/rpc.cc MakeChannel): first
+# retry after 200 ms and never more than 2 s apart (gRPC's default backoff
+# grows to 120 s, so a restarted coordinator could wait minutes for a
+# Reporter), each attempt (TCP and the TLS handshake) given at least 5 s.
+_CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 200),
+                    ("grpc.min_reconnect_backoff_ms", 5000),
+                    ("grpc.max_reconnect_backoff_ms", 2000)]
 
 
 class FramewormError(Exception):
@@ -43,7 +50,13 @@ def _secure_channel(coordinator, tls_dir):
             return f.read()
     creds = grpc.ssl_channel_credentials(read("ca.crt"), read("tls.key"), read("tls.crt"))
     return grpc.secure_channel(coordinator, creds,
-                               options=[("grpc.ssl_target_name_override", _COORDINATOR_TLS_NAME)])
+                               options=[("grpc.ssl_target_name_override", _COORDINATOR_TLS_NAME),
+                                        *_CHANNEL_OPTIONS])
+
+
+def _insecure_channel(coordinator):
+    """A plaintext channel (loopback, or the operator asked for it)."""
+    return grpc.insecure_channel(coordinator, options=_CHANNEL_OPTIONS)
 
 
 def _as_dict(message):
@@ -61,7 +74,7 @@ class Client:
         if tls_dir:
             self._channel = _secure_channel(self.coordinator, tls_dir)
         elif _is_loopback(host) or insecure:
-            self._channel = grpc.insecure_channel(self.coordinator)
+            self._channel = _insecure_channel(self.coordinator)
         else:
             raise FramewormError(
                 "INVALID_ARGUMENT",

@@ -69,7 +69,10 @@ Errors: `step` raises FramewormError("ABORTED", ...) once the coordinator
 said this generation is no longer the job's current one (the program
 should exit), and PERMISSION_DENIED for a refused rank; reports that
 cannot be delivered (the coordinator away) are dropped and training goes
-on.
+on. The channel reconnects at most 2 s apart (frameworm/client.py's
+channel options, as the daemons'), and after 2 s without an answer the
+sender dials a new one (`redials` counts them), as the built-in trainer's
+channel does: a restarted coordinator's old channel can stay stuck.
 """
 import collections
 import os
@@ -82,12 +85,17 @@ import zlib
 import grpc
 
 from frameworm.cadence import MemoryCadence, parse_every
-from frameworm.client import FramewormError, _secure_channel
+from frameworm.client import FramewormError, _insecure_channel, _secure_channel
 from frameworm.pacing import DEFAULT_INTERVAL, MAX_BATCH, SendPacer
 from frameworm.text import cut_utf8
 from frameworm.v1 import common_pb2, trainer_service_pb2, trainer_service_pb2_grpc
 
 _CHUNK = 1 << 20  # the coordinator takes at most 1 MiB of data per chunk
+# A coordinator unanswering for longer gets a new channel (at most one per
+# this long), as the built-in trainer's channel does: a restarted
+# coordinator's channel can stay stuck on a connection attempt to the old one.
+_REDIAL_AFTER = 2.0
+_MAX_STALE = 2  # replaced channels kept open for calls still on them
 
 
 class Directive:
@@ -173,12 +181,12 @@ class Reporter:
             raise FramewormError("INVALID_ARGUMENT", "FRAMEWORM_GENERATION is not a number") from None
         self._ref = common_pb2.JobRef(job_id=self.job_id, generation=generation,
                                       token=env.get("FRAMEWORM_TOKEN", ""))
-        tls_dir = env.get("FRAMEWORM_TLS_DIR", "")
-        if tls_dir:
-            self._channel = _secure_channel(self.coordinator, tls_dir)
-        else:  # the worker's choice: it set no TLS directory
-            self._channel = grpc.insecure_channel(self.coordinator)
+        self._tls_dir = env.get("FRAMEWORM_TLS_DIR", "")
+        self._channel = self._dial()
         self._stub = trainer_service_pb2_grpc.TrainerServiceStub(self._channel)
+        self._stale = []                     # replaced channels, oldest first
+        self._last_ok = self._last_dial = time.monotonic()
+        self.redials = 0                     # channels replaced (see _note)
         self._sender = threading.Thread(target=self._send_loop, name="frameworm-report", daemon=True)
         self._sender.start()
         if ping_every and ping_every > 0:
@@ -438,6 +446,32 @@ class Reporter:
             os.remove(tmp)
             raise
 
+    def _dial(self):
+        if self._tls_dir:
+            return _secure_channel(self.coordinator, self._tls_dir)
+        return _insecure_channel(self.coordinator)  # the worker's choice: no TLS directory
+
+    def _note(self, error):
+        """The sender, after each report call (error None: answered): a
+        coordinator that has not answered for over _REDIAL_AFTER seconds
+        gets a new channel, at most once per _REDIAL_AFTER; the replaced
+        one stays open for calls still on it until _MAX_STALE newer ones
+        replaced it."""
+        now = time.monotonic()
+        if error is None or error.code() not in (grpc.StatusCode.UNAVAILABLE,
+                                                 grpc.StatusCode.DEADLINE_EXCEEDED):
+            self._last_ok = now
+            return
+        if now - self._last_ok < _REDIAL_AFTER or now - self._last_dial < _REDIAL_AFTER:
+            return
+        self._last_dial = now
+        self._stale.append(self._channel)
+        self._channel = self._dial()
+        self._stub = trainer_service_pb2_grpc.TrainerServiceStub(self._channel)
+        self.redials += 1
+        while len(self._stale) > _MAX_STALE:
+            self._stale.pop(0).close()
+
     def _send_loop(self):
         while True:
             with self._lock:
@@ -470,6 +504,7 @@ class Reporter:
                         resp = self._stub.ReportStep(m, timeout=self.timeout)
             except grpc.RpcError as e:
                 error = e
+            self._note(error)
             with self._lock:
                 self._in_flight = False
                 if resp is not None and error is None:
@@ -490,8 +525,8 @@ class Reporter:
                                        progress_only=True, ping=True)
             try:
                 self._stub.ReportStep(m, timeout=self.timeout)
-            except grpc.RpcError:
-                pass  # best effort, as the built-in trainer's pings
+            except (grpc.RpcError, ValueError):
+                pass  # best effort, as the built-in trainer's pings (ValueError: a channel closed)
 
     def close(self, flush=10.0):
         """Sends what is queued (waiting at most `flush` seconds), stops the
@@ -514,6 +549,9 @@ class Reporter:
             self._thread.join()
             self._thread = None
         if self.enabled:
+            for ch in self._stale:
+                ch.close()
+            self._stale = []
             self._channel.close()
             self.enabled = False
 

@@ -649,6 +649,12 @@ TEST(ClusterE2E, ThePythonClientSubmitsWatchesAndReadsMetrics) {
   EXPECT_NE(o.find("nodez"), std::string::npos) << o;
   EXPECT_NE(o.find("\"cancel_ended\": \"FAILED_PRECONDITION\""), std::string::npos) << o;
   EXPECT_NE(o.find("\"plaintext_remote\": \"INVALID_ARGUMENT\""), std::string::npos) << o;
+  // A Reporter whose coordinator does not answer redials once after 2 s
+  // (not sooner, not twice within the next 0.5 s) and step() never waits.
+  EXPECT_NE(o.find("\"away_redials\": 1"), std::string::npos) << o;
+  EXPECT_NE(o.find("\"away_step_fast\": true"), std::string::npos) << o;
+  EXPECT_EQ(o.find("\"away_redial_after_s\": 0."), std::string::npos) << o;
+  EXPECT_EQ(o.find("\"away_redial_after_s\": 1."), std::string::npos) << o;
   EXPECT_NE(o.find("\"job_finished\""), std::string::npos) << o;
   // The newest checkpoint (step 30) came back whole and reads as the MLP's
   // state dict; a step the job never saved is NOT_FOUND and leaves nothing.

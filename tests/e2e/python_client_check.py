@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 import frameworm
 
@@ -63,6 +64,24 @@ def main():
         out["plaintext_remote"] = "allowed"
     except frameworm.FramewormError as e:
         out["plaintext_remote"] = e.code
+    # A Reporter whose coordinator does not answer (nothing listens on port
+    # 1): after 2 s of failed report calls it dials a new channel, at most
+    # one per 2 s, and the training loop is never held up.
+    away = frameworm.Reporter(environ={"FRAMEWORM_COORDINATOR": "127.0.0.1:1",
+                                       "FRAMEWORM_JOB_ID": "job-000099"},
+                              ping_every=0, timeout=1.0)
+    start, step, slowest = time.monotonic(), 0, 0.0
+    while away.redials == 0 and time.monotonic() - start < 6:
+        step += 1
+        t = time.monotonic()
+        away.step(step)
+        slowest = max(slowest, time.monotonic() - t)
+        time.sleep(0.02)
+    out["away_redial_after_s"] = round(time.monotonic() - start, 1)
+    time.sleep(0.5)
+    out["away_redials"] = away.redials
+    out["away_step_fast"] = slowest < 0.1
+    away.close(flush=0.5)
     json.dump(out, sys.stdout)
 
 
