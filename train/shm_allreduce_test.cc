@@ -66,6 +66,16 @@ float Value(int rank, int64_t i, int rep) {
 }
 
 // Sizes below, at and above the capacity (1024 floats), odd ones included.
+// Runs fn(dir, rank, world) in `world` processes (LaunchRanks) over a fresh
+// output directory named `name`, removed afterwards; LaunchRanks' status.
+absl::Status RunRanks(const std::string& name, int world,
+                      int (*fn)(const std::string& dir, int rank, int world)) {
+  const std::string dir = OutDir(name);
+  absl::Status s = LaunchRanks(world, [dir, fn](int r, int w) { return fn(dir, r, w); });
+  testutil::RemoveTree(dir);
+  return s;
+}
+
 int SumsRank(const std::string& dir, int rank, int world) {
   c10d::FileStore store(dir + "/store", world);
   ShmAllreduceOptions o = Opts(rank, world, 4096, milliseconds(30000));
@@ -213,24 +223,18 @@ int BroadcastsRank(const std::string& dir, int rank, int world) {
 }
 
 TEST(ShmAllreduceTest, BroadcastsEveryCallsValuesToEveryRank) {
-  const std::string dir = OutDir("shmb");
-  absl::Status s = LaunchRanks(3, [dir](int r, int w) { return BroadcastsRank(dir, r, w); });
+  absl::Status s = RunRanks("shmb", 3, BroadcastsRank);
   EXPECT_TRUE(s.ok()) << s;
-  testutil::RemoveTree(dir);
 }
 
 TEST(ShmAllreduceTest, SumsTwoRanks) {
-  const std::string dir = OutDir("shm2");
-  absl::Status s = LaunchRanks(2, [dir](int r, int w) { return SumsRank(dir, r, w); });
+  absl::Status s = RunRanks("shm2", 2, SumsRank);
   EXPECT_TRUE(s.ok()) << s;
-  testutil::RemoveTree(dir);
 }
 
 TEST(ShmAllreduceTest, SumsThreeRanks) {
-  const std::string dir = OutDir("shm3");
-  absl::Status s = LaunchRanks(3, [dir](int r, int w) { return SumsRank(dir, r, w); });
+  absl::Status s = RunRanks("shm3", 3, SumsRank);
   EXPECT_TRUE(s.ok()) << s;
-  testutil::RemoveTree(dir);
 }
 
 // Any divisor gives the quotient (a + b) / d bit for bit, through the slots
@@ -286,10 +290,8 @@ int DivisorsRank(const std::string& dir, int rank, int world) {
 }
 
 TEST(ShmAllreduceTest, MeanIsTheQuotientBitForBitForEveryDivisor) {
-  const std::string dir = OutDir("shmdiv");
-  absl::Status s = LaunchRanks(2, [dir](int r, int w) { return DivisorsRank(dir, r, w); });
+  absl::Status s = RunRanks("shmdiv", 2, DivisorsRank);
   EXPECT_TRUE(s.ok()) << s;
-  testutil::RemoveTree(dir);
 }
 
 // Rank 2 joins the setup but never calls Allreduce: rank 0 (timeout 0.3 s)

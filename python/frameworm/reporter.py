@@ -476,8 +476,8 @@ class Reporter:
         while True:
             with self._lock:
                 while True:
-                    wait = self._pacer.wait(len(self._queue), time.monotonic(),
-                                            self._urgent or self._closed.is_set())
+                    # close() set _urgent before _closed: its flush is not paced.
+                    wait = self._pacer.wait(len(self._queue), time.monotonic(), self._urgent)
                     if wait == 0.0 or (wait is None and self._closed.is_set()):
                         break
                     self._changed.wait(wait)

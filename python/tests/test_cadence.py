@@ -1,15 +1,12 @@
 """frameworm/cadence.py: the in-memory checkpoint schedule a Python
 entrypoint's rank 0 follows (Directive.memory_checkpoint). Loaded from its
 file: it needs neither grpc nor the generated messages."""
-import importlib.util
 import math
-import os
 import unittest
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "frameworm", "cadence.py")
-_spec = importlib.util.spec_from_file_location("cadence", _PATH)
-cadence = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cadence)
+from module_file import load
+
+cadence = load("cadence")
 
 
 class ParseEveryTest(unittest.TestCase):

@@ -1,14 +1,11 @@
 """frameworm/pacing.py: when a Reporter's sender makes its next report
 call. Loaded from its file: it needs neither grpc nor the generated
 messages."""
-import importlib.util
-import os
 import unittest
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "frameworm", "pacing.py")
-_spec = importlib.util.spec_from_file_location("pacing", _PATH)
-pacing = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pacing)
+from module_file import load
+
+pacing = load("pacing")
 
 
 class SendPacerTest(unittest.TestCase):

@@ -1,13 +1,10 @@
 """frameworm/text.py: a field's text cut to a byte bound as valid UTF-8.
 Loaded from its file: it needs neither grpc nor the generated messages."""
-import importlib.util
-import os
 import unittest
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "frameworm", "text.py")
-_spec = importlib.util.spec_from_file_location("text", _PATH)
-text = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(text)
+from module_file import load
+
+text = load("text")
 
 
 class CutUtf8Test(unittest.TestCase):
