@@ -145,7 +145,17 @@ L += ["", "Targets: cnn ratio <= 1.0, mlp ratio <= 0.7, 2-rank step within 10% o
       "peer's lines for writing 4 KiB ahead (PREFETCHW, so that reading then writing a line the peer wrote",
       "is one exchange between the cores, not two) made the 2-rank step 1.019 of the step without it",
       "(median of 8 alternating rounds, 0.820 against 0.804 ms): not kept. Spinning 4,096 pauses in a",
-      "barrier before yielding the CPU instead of 256 (fewer sched_yield calls): 1.001, not kept.", ""]
+      "barrier before yielding the CPU instead of 256 (fewer sched_yield calls): 1.001, not kept.",
+      "On 2026-12-06 (second session; 1-rank 0.765 ms, 2-rank 0.856 ms, 1.119 in 5 alternating rounds):",
+      "CLDEMOTE (this CPU has it) of the lines the other rank reads next, after the hook's copy and after",
+      "the mean written into its region, made the 2-rank step slower: 1.036 (after the sum), 1.033 (after",
+      "the copy), 1.082 (both) of the step without it, 6 alternating rounds each: a line the peer fetches",
+      "from the shared L3 costs more here than one it snoops from this core's L2. Each rank computing the",
+      "whole mean into its own gradients (the hook copies the whole gradient into the region, each rank",
+      "reads the other's whole region; no write into the peer's region, .grad stays autograd's tensor,",
+      "the same losses to the last digit) measured 1.007 of the present scheme, and 1.005 with one barrier",
+      "instead of two (unsafe without double buffering): the cross-core traffic is already at its floor.",
+      ""]
 for model in ("cnn", "mlp"):
     fw = steps(f"{tmp}/fw-{model}-2-1.jsonl")
     py = steps(f"{tmp}/py-{model}-2-1.jsonl")
