@@ -45,6 +45,12 @@ class RecordingTrainerService final
       reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no ReportSteps here"));
       return reactor;
     }
+    if (fail_batches_ > 0) {  // FailNextBatches: nothing recorded
+      --fail_batches_;
+      failed_batches_.push_back(req->reports_size());
+      reactor->Finish(grpc::Status(fail_code_, "refused by FailNextBatches"));
+      return reactor;
+    }
     batch_sizes_.push_back(req->reports_size());
     for (const v1::StepMetrics& m : req->reports()) {
       steps_.push_back(m);
@@ -61,6 +67,17 @@ class RecordingTrainerService final
   void set_batches(bool on) {
     absl::MutexLock l(&mu_);
     batches_ = on;
+  }
+  // The next n ReportSteps calls end with `code` and record nothing (a
+  // coordinator away, or refusing); failed_batches() lists their sizes.
+  void FailNextBatches(int n, grpc::StatusCode code) {
+    absl::MutexLock l(&mu_);
+    fail_batches_ = n;
+    fail_code_ = code;
+  }
+  std::vector<int> failed_batches() {
+    absl::MutexLock l(&mu_);
+    return failed_batches_;
   }
   std::vector<int> batch_sizes() {
     absl::MutexLock l(&mu_);
@@ -97,6 +114,9 @@ class RecordingTrainerService final
   std::vector<grpc::ServerUnaryReactor*> held_ ABSL_GUARDED_BY(mu_);
   bool batches_ ABSL_GUARDED_BY(mu_) = true;
   std::vector<int> batch_sizes_ ABSL_GUARDED_BY(mu_);
+  int fail_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::StatusCode fail_code_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::UNAVAILABLE;
+  std::vector<int> failed_batches_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace frameworm::testing

@@ -20,15 +20,23 @@ absl::StatusOr<StepDirective> StepReporter::Submit(StepReport r) {
   if (!terminal_.ok()) return terminal_;
   if (channel_ == nullptr || closing_) return latest_;
   queue_.push_back(std::move(r));
-  while (queue_.size() > max_queued_) {
-    queue_.pop_front();
-    ++dropped_;
-  }
+  DropOverflowLocked();
   // The thread wakes for the first report after a quiet spell and for a
   // full batch; otherwise it picks the queue up when its pause (or the
   // call in flight) ends: no wake-up, and no context switch, per step.
   if (idle_waiting_ || queue_.size() == max_batch_) cv_.notify_one();
   return latest_;
+}
+
+bool StepReporter::IsTransient(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded;
+}
+
+void StepReporter::DropOverflowLocked() {
+  while (queue_.size() > max_queued_) {
+    queue_.pop_front();
+    ++dropped_;
+  }
 }
 
 void StepReporter::SendNow() {
@@ -73,15 +81,23 @@ void StepReporter::Run() {
       latest_ = *d;
       sent_ += static_cast<int64_t>(batch.size());
     } else {
-      dropped_ += static_cast<int64_t>(batch.size());
       const absl::StatusCode code = d.status().code();
       if (code == absl::StatusCode::kAborted || code == absl::StatusCode::kPermissionDenied) {
         terminal_ = d.status();
-        dropped_ += static_cast<int64_t>(queue_.size());
+        dropped_ += static_cast<int64_t>(batch.size() + queue_.size());
         queue_.clear();
-      } else if (!closing_) {
-        // The coordinator away or refusing: do not spin on it.
-        cv_.wait_for(l, std::chrono::milliseconds(200), [this] { return closing_; });
+      } else {
+        if (IsTransient(code) && !closing_) {
+          // The coordinator away (restarting, or the link down): the batch
+          // goes back in front of what was queued since, to be sent again.
+          requeued_ += static_cast<int64_t>(batch.size());
+          for (auto it = batch.rbegin(); it != batch.rend(); ++it) queue_.push_front(std::move(*it));
+          DropOverflowLocked();
+        } else {
+          dropped_ += static_cast<int64_t>(batch.size());  // refused: sending it again would not help
+        }
+        // Do not spin on a coordinator that is away or refusing.
+        if (!closing_) cv_.wait_for(l, std::chrono::milliseconds(200), [this] { return closing_; });
       }
     }
     if (queue_.empty()) idle_.notify_all();
@@ -115,6 +131,11 @@ int64_t StepReporter::calls() const {
 int64_t StepReporter::sent() const {
   std::lock_guard<std::mutex> l(mu_);
   return sent_;
+}
+
+int64_t StepReporter::requeued() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return requeued_;
 }
 
 int64_t StepReporter::dropped() const {

@@ -17,11 +17,16 @@
 //
 // Errors: ABORTED or PERMISSION_DENIED from the coordinator (this
 // generation is over, or the rank is refused) is terminal: Submit returns
-// it from then on and nothing more is sent. Any other failure (the
-// coordinator away: UNAVAILABLE; a report it refuses) drops that batch, as
-// a failed synchronous report was dropped, and the thread pauses 200 ms
-// before the next call. When more than `max_queued` reports wait, the
-// oldest are dropped (counted in dropped()).
+// it from then on and nothing more is sent. UNAVAILABLE or
+// DEADLINE_EXCEEDED (the coordinator away: restarting, or the link down)
+// puts the batch back in front of the queue, to be sent again when it
+// answers, so a coordinator restart leaves no gap in the job's metrics. A
+// batch that did arrive before the answer was lost is counted once: the
+// coordinator ignores a rank's second report of a step. Any other failure
+// (a report it refuses) drops that batch. After any failure the thread
+// pauses 200 ms before the next call. When more than `max_queued` reports
+// wait, the oldest are dropped (counted in dropped()); so are those still
+// queued when Close's flush time runs out.
 //
 // Thread safety: Submit and Close from one thread (the training thread);
 // the channel (not owned) is used by the reporter's thread only until
@@ -62,10 +67,14 @@ class StepReporter {
 
   int64_t calls() const;    // ReportSteps calls made
   int64_t sent() const;     // reports in calls that succeeded
-  int64_t dropped() const;  // reports dropped (failed calls, overflow)
+  int64_t requeued() const;  // reports put back after a transient failure (each time)
+  int64_t dropped() const;   // reports dropped (refused, overflow, unsent at Close)
 
  private:
   void Run();
+  static bool IsTransient(absl::StatusCode code);
+  // Drops the oldest reports past max_queued_. Needs mu_.
+  void DropOverflowLocked();
 
   ControlChannel* const channel_;
   const size_t max_batch_;
@@ -82,7 +91,7 @@ class StepReporter {
   bool closing_ = false;           // guarded by mu_
   StepDirective latest_;           // guarded by mu_
   absl::Status terminal_;          // guarded by mu_
-  int64_t calls_ = 0, sent_ = 0, dropped_ = 0;  // guarded by mu_
+  int64_t calls_ = 0, sent_ = 0, requeued_ = 0, dropped_ = 0;  // guarded by mu_
   std::thread thread_;
 };
 

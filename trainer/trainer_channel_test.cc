@@ -236,7 +236,8 @@ TEST_F(TrainerChannelTest, TheStepReporterFallsBackToSingleReports) {
 
 // A generation that is over (ABORTED) is terminal: Submit returns it from
 // then on and nothing more is sent. A coordinator that cannot be reached
-// drops reports and the trainer goes on.
+// until Close's flush time runs out costs the reports still queued, and
+// the trainer goes on.
 TEST_F(TrainerChannelTest, TheStepReporterStopsAtAbortedAndSurvivesAnAbsentCoordinator) {
   auto ch = Channel("stale", 1);
   StepReporter reporter(ch.get());
@@ -265,6 +266,107 @@ TEST_F(TrainerChannelTest, TheStepReporterStopsAtAbortedAndSurvivesAnAbsentCoord
   EXPECT_TRUE(lost.Close(std::chrono::seconds(2)).ok());
   EXPECT_EQ(lost.sent(), 0);
   EXPECT_EQ(lost.dropped(), 5);
+}
+
+// A coordinator away (UNAVAILABLE, DEADLINE_EXCEEDED) loses no report: the
+// failed batches are sent again, in order, once it answers. A refused
+// batch (any other code) is dropped and the reports after it still go.
+TEST_F(TrainerChannelTest, TheStepReporterSendsAgainWhatTheCoordinatorWasAwayFor) {
+  auto ch = Channel("job-7", 3);
+  {
+    service_.FailNextBatches(2, grpc::StatusCode::UNAVAILABLE);
+    StepReporter reporter(ch.get(), 8, 4096, std::chrono::milliseconds(0));
+    for (int64_t step = 1; step <= 40; ++step) ASSERT_TRUE(reporter.Submit(StepNumber(step)).ok());
+    ASSERT_TRUE(reporter.Close(std::chrono::seconds(10)).ok());
+    EXPECT_EQ(service_.failed_batches().size(), 2u);
+    EXPECT_GE(reporter.requeued(), 2);
+    EXPECT_EQ(reporter.sent(), 40);
+    EXPECT_EQ(reporter.dropped(), 0);
+  }
+  std::vector<v1::StepMetrics> got = service_.steps();
+  ASSERT_EQ(got.size(), 40u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].step(), static_cast<int64_t>(i + 1));
+  {
+    service_.FailNextBatches(1, grpc::StatusCode::DEADLINE_EXCEEDED);
+    StepReporter reporter(ch.get());
+    for (int64_t step = 41; step <= 50; ++step) ASSERT_TRUE(reporter.Submit(StepNumber(step)).ok());
+    ASSERT_TRUE(reporter.Close(std::chrono::seconds(10)).ok());
+    EXPECT_EQ(reporter.sent(), 10);
+    EXPECT_EQ(reporter.dropped(), 0);
+  }
+  got = service_.steps();
+  ASSERT_EQ(got.size(), 50u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].step(), static_cast<int64_t>(i + 1));
+  {
+    service_.FailNextBatches(1, grpc::StatusCode::INVALID_ARGUMENT);
+    StepReporter reporter(ch.get(), 64, 4096, std::chrono::milliseconds(0));
+    ASSERT_TRUE(reporter.Submit(StepNumber(51)).ok());
+    for (int i = 0; i < 500 && service_.failed_batches().size() < 4; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(reporter.Submit(StepNumber(52)).ok());
+    ASSERT_TRUE(reporter.Close(std::chrono::seconds(10)).ok());
+    EXPECT_EQ(reporter.requeued(), 0);
+    EXPECT_EQ(reporter.dropped(), 1);
+    EXPECT_EQ(reporter.sent(), 1);
+  }
+  got = service_.steps();
+  ASSERT_EQ(got.size(), 51u);
+  EXPECT_EQ(got.back().step(), 52);
+  // Past max_queued while the coordinator is away, the oldest go.
+  {
+    service_.FailNextBatches(1000000, grpc::StatusCode::UNAVAILABLE);
+    StepReporter reporter(ch.get(), 4, 6, std::chrono::milliseconds(0));
+    for (int64_t step = 1; step <= 10; ++step) ASSERT_TRUE(reporter.Submit(StepNumber(100 + step)).ok());
+    for (int i = 0; i < 500 && reporter.requeued() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    service_.FailNextBatches(0, grpc::StatusCode::UNAVAILABLE);
+    ASSERT_TRUE(reporter.Close(std::chrono::seconds(10)).ok());
+    EXPECT_EQ(reporter.sent() + reporter.dropped(), 10);
+    EXPECT_EQ(reporter.sent(), 6);
+  }
+  got = service_.steps();
+  ASSERT_EQ(got.size(), 57u);
+  for (size_t i = 52; i < got.size(); ++i) EXPECT_EQ(got[i].step(), got[i - 1].step() + 1);
+  EXPECT_EQ(got.back().step(), 110);
+}
+
+// The real thing: nothing listens on the coordinator's port at first
+// (gRPC's own UNAVAILABLE), then a server starts there; every report made
+// meanwhile arrives once, in order.
+TEST(TrainerChannel, ReportsMadeBeforeTheCoordinatorListensArriveOnceItDoes) {
+  testing::RecordingTrainerService service;
+  auto probe = StartServer({}, {&service});
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  const int port = probe->port;
+  probe->server->Shutdown();
+  probe->server.reset();
+  TrainerChannelOptions o;
+  o.coordinator = absl::StrCat("127.0.0.1:", port);
+  o.job_id = "job-7";
+  o.generation = 3;
+  o.call_timeout = absl::Seconds(2);
+  auto ch = NewTrainerChannel(o);
+  ASSERT_TRUE(ch.ok()) << ch.status();
+  StepReporter reporter(ch->get(), 64, 4096, std::chrono::milliseconds(50));
+  for (int64_t step = 1; step <= 30; ++step) {
+    ASSERT_TRUE(reporter.Submit(StepNumber(step)).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GT(reporter.requeued(), 0) << "no call failed while nothing listened";
+  ServerOptions so;
+  so.listen = absl::StrCat("127.0.0.1:", port);
+  auto server = StartServer(so, {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  for (int64_t step = 31; step <= 40; ++step) ASSERT_TRUE(reporter.Submit(StepNumber(step)).ok());
+  ASSERT_TRUE(reporter.Close(std::chrono::seconds(15)).ok());
+  server->server->Shutdown();
+  EXPECT_EQ(reporter.sent(), 40);
+  EXPECT_EQ(reporter.dropped(), 0);
+  const std::vector<v1::StepMetrics> got = service.steps();
+  ASSERT_EQ(got.size(), 40u);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].step(), static_cast<int64_t>(i + 1));
 }
 
 TEST_F(TrainerChannelTest, ReportCheckpointSendsRecord) {

@@ -67,9 +67,13 @@ fetched onto the rank's host if it is not there, and
 
 Errors: `step` raises FramewormError("ABORTED", ...) once the coordinator
 said this generation is no longer the job's current one (the program
-should exit), and PERMISSION_DENIED for a refused rank; reports that
-cannot be delivered (the coordinator away) are dropped and training goes
-on. The channel reconnects at most 2 s apart (frameworm/client.py's
+should exit), and PERMISSION_DENIED for a refused rank. Reports the
+coordinator could not take because it was away (UNAVAILABLE,
+DEADLINE_EXCEEDED: restarting, or the link down) are sent again once it
+answers (`requeued` counts them), so a coordinator restart leaves no gap in
+the job's metrics; at most 4,096 wait (then the oldest are dropped), and
+what still waits when close()'s flush time runs out is dropped. A report
+the coordinator refuses is dropped. Training goes on either way. The channel reconnects at most 2 s apart (frameworm/client.py's
 channel options, as the daemons'), and after 2 s without an answer the
 sender dials a new one (`redials` counts them), as the built-in trainer's
 channel does: a restarted coordinator's old channel can stay stuck.
@@ -96,6 +100,10 @@ _CHUNK = 1 << 20  # the coordinator takes at most 1 MiB of data per chunk
 # coordinator's channel can stay stuck on a connection attempt to the old one.
 _REDIAL_AFTER = 2.0
 _MAX_STALE = 2  # replaced channels kept open for calls still on them
+MAX_QUEUED = 4096  # reports waiting to be sent; past it the oldest are dropped
+# Answers that mean the coordinator is away (restarting, the link down): the
+# reports are sent again, not dropped.
+_TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class Directive:
@@ -166,6 +174,7 @@ class Reporter:
         self._urgent = False                 # send what is queued at once; guarded by _lock
         self._stopped = False                # a stop was returned; guarded by _lock
         self.calls = 0                       # report calls made (ReportSteps or ReportStep)
+        self.requeued = 0                    # reports put back after the coordinator was away
         self._latest = (0, False)            # (checkpoint_at_step, stop); guarded by _lock
         self._acted = 0                      # the last checkpoint_at_step said due; guarded by _lock
         self._terminal = None                # FramewormError; guarded by _lock
@@ -225,7 +234,7 @@ class Reporter:
             self._last_step = int(step)
             queued_before = len(self._queue)
             self._queue.append(m)
-            while len(self._queue) > 4096:
+            while len(self._queue) > MAX_QUEUED:
                 self._queue.popleft()
             at, stop = self._latest
             due = at > self._acted and int(step) >= at
@@ -513,9 +522,19 @@ class Reporter:
                                                             grpc.StatusCode.PERMISSION_DENIED):
                     self._terminal = FramewormError(error.code().name, error.details())
                     self._queue.clear()
+                elif error is not None and error.code() in _TRANSIENT:
+                    # The coordinator away: the batch goes back in front of
+                    # what was queued since, to be sent again (a report that
+                    # did arrive counts once: the coordinator ignores a
+                    # rank's second report of a step); past the bound the
+                    # oldest go.
+                    self._queue.extendleft(reversed(batch))
+                    self.requeued += len(batch)
+                    while len(self._queue) > MAX_QUEUED:
+                        self._queue.popleft()
                 self._changed.notify_all()
-            if error is not None and self._terminal is None and not self._closed.is_set():
-                time.sleep(0.2)  # the coordinator away: do not spin on it
+            if error is not None and self._terminal is None:
+                time.sleep(0.2)  # the coordinator away or refusing: do not spin on it
 
     def _ping_loop(self, every):
         while not self._closed.wait(every):

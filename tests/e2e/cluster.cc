@@ -62,7 +62,15 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
   return c;
 }
 
-absl::StatusOr<std::string> Cluster::InstallPythonPackage() {
+absl::StatusOr<PythonCluster> StartWithPythonPackage(const ClusterOptions& o) {
+  auto c = Cluster::Start(o);
+  if (!c.ok()) return c.status();
+  auto package = (*c)->InstallPythonPackage();
+  if (!package.ok()) return package.status();
+  return PythonCluster{std::move(*c), std::move(*package)};
+}
+
+absl::StatusOr<Cluster::PythonPackage> Cluster::InstallPythonPackage() {
   const char* src = std::getenv("FRAMEWORM_SOURCE_DIR");
   if (src == nullptr) return absl::FailedPreconditionError("FRAMEWORM_SOURCE_DIR is not set");
   const std::string python = absl::StrCat(src, "/.venv/bin/python");
@@ -75,7 +83,7 @@ absl::StatusOr<std::string> Cluster::InstallPythonPackage() {
                               absl::StrCat(src, "/python")},
                              {}, absl::Seconds(120));
   if (pip.exit_code != 0) return absl::InternalError(absl::StrCat("pip install failed: ", pip.output));
-  return site;
+  return PythonPackage{src, python, site};
 }
 
 absl::StatusOr<std::string> Cluster::TlsDir(const std::string& role, const std::string& name) {

@@ -57,10 +57,14 @@ class Cluster {
   absl::StatusOr<std::string> TlsDir(const std::string& role, const std::string& name);
   // The frameworm Python package, pip-installed from the checkout
   // ($FRAMEWORM_SOURCE_DIR/python) with its .venv's Python, as a user
-  // would, into <dir>/site; returns that directory (for PYTHONPATH).
-  // FAILED_PRECONDITION without the source dir or .venv, INTERNAL naming
-  // pip's output when it fails.
-  absl::StatusOr<std::string> InstallPythonPackage();
+  // would, into <dir>/site. FAILED_PRECONDITION without the source dir or
+  // .venv, INTERNAL naming pip's output when it fails.
+  struct PythonPackage {
+    std::string source;  // $FRAMEWORM_SOURCE_DIR
+    std::string python;  // <source>/.venv/bin/python
+    std::string site;    // where it is installed (for PYTHONPATH)
+  };
+  absl::StatusOr<PythonPackage> InstallPythonPackage();
   // The dashboard's URL, "http(s)://HOST:PORT/" (empty: none).
   const std::string& dashboard_url() const { return dashboard_url_; }
   // The coordinator's Prometheus endpoint, HOST:PORT (empty: none).
@@ -138,6 +142,14 @@ absl::StatusOr<v1::JobStatus> WaitForJob(
     v1::JobService::Stub& stub, const std::string& job_id,
     const std::function<bool(const v1::JobStatus&)>& done,
     absl::Duration timeout);
+
+// Start(o), then the cluster's InstallPythonPackage(): for tests of the
+// Python package and of Python entrypoints. Either's error.
+struct PythonCluster {
+  std::unique_ptr<Cluster> cluster;
+  Cluster::PythonPackage package;
+};
+absl::StatusOr<PythonCluster> StartWithPythonPackage(const ClusterOptions& o = {});
 
 }  // namespace frameworm::e2e
 

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -459,6 +460,47 @@ TEST(ClusterE2E, CoordinatorRestartMidRunLosesNothing) {
   for (const auto& s : steps_after) metric_steps.insert(s.step());
   for (const auto& s : steps_before) EXPECT_TRUE(metric_steps.count(s.step())) << s.step();
   EXPECT_GE(cks_before.size(), 1u);
+  // And no gap: the reports the trainers made while the coordinator was
+  // away were sent again once it answered, every step from both ranks.
+  std::map<int64_t, int> reported;
+  for (const auto& s : steps_after) reported[s.step()] = s.ranks_reported();
+  for (int64_t step = 1; step <= 200; ++step) {
+    EXPECT_EQ(reported[step], 2) << "step " << step << " of " << steps_after.size() << " aggregated steps";
+  }
+}
+
+// The same for a torchrun-style Python program reporting with
+// frameworm.Reporter: its ranks train on across the restart, and what they
+// reported while the coordinator was away arrives once it is back.
+TEST(ClusterE2E, APythonEntrypointsReportsSurviveACoordinatorRestart) {
+  auto started = StartWithPythonPackage();
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto& c = started->cluster;
+  const auto& [src, python, site] = started->package;
+  constexpr int kSteps = 300;  // about 25 ms each
+  auto id = c->Submit(absl::StrCat(
+      "name: py-coordinator-restart\nnodes: 2\nmax_restarts: 1\n"
+      "env:\n  PYTHONPATH: ", site, "\n"
+      "entrypoint: [\"", python, "\", \"", src, "/tests/e2e/torchrun_reporting.py\", \"", kSteps,
+      "\"]\n"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto st = c->WaitFor(*id, [](const v1::JobStatus& s) { return s.step() >= 40 || IsFinal(s.state()); },
+                          absl::Seconds(120));
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->state(), v1::RUNNING) << st->ShortDebugString();
+  std::vector<pid_t> pids = TrainerPidsWithJobId(*id);
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_TRUE(c->RestartCoordinator(absl::Seconds(1)).ok());
+  for (pid_t p : pids) EXPECT_EQ(kill(p, 0), 0);
+  st = c->WaitForFinal(*id, absl::Seconds(120));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  EXPECT_EQ(st->restarts(), 0);
+  std::map<int64_t, int> reported;
+  for (const auto& s : Metrics(*c, *id)) reported[s.step()] = s.ranks_reported();
+  for (int64_t step = 1; step <= kSteps; ++step) EXPECT_EQ(reported[step], 2) << "step " << step;
+  RunResult logs = c->Cli({"logs", *id, "--rank", "1"});
+  EXPECT_NE(logs.output.find("done at step 300"), std::string::npos) << logs.output;
 }
 
 TEST(ClusterE2E, CancelLeavesNoTrainerBehind) {
@@ -622,19 +664,14 @@ TEST(ClusterE2E, AUsersTorchScriptModelTrainsAsAJobAndItsWeightsComeBack) {
 // submits a job as a dict over mutual TLS (a user certificate), watches it
 // to the end and reads its metrics and events.
 TEST(ClusterE2E, ThePythonClientSubmitsWatchesAndReadsMetrics) {
-  const char* src = std::getenv("FRAMEWORM_SOURCE_DIR");
-  ASSERT_NE(src, nullptr);
-  const std::string python = absl::StrCat(src, "/.venv/bin/python");
-  ASSERT_EQ(access(python.c_str(), X_OK), 0) << python << ": run deploy/dev.sh install";
-  auto c = Cluster::Start({});
-  ASSERT_TRUE(c.ok()) << c.status();
-  auto installed = (*c)->InstallPythonPackage();
-  ASSERT_TRUE(installed.ok()) << installed.status();
-  const std::string& site = *installed;
-  auto tls = (*c)->TlsDir("user", "alice");
+  auto started = StartWithPythonPackage();
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto& c = started->cluster;
+  const auto& [src, python, site] = started->package;
+  auto tls = c->TlsDir("user", "alice");
   ASSERT_TRUE(tls.ok()) << tls.status();
   RunResult run = RunCommand({python, absl::StrCat(src, "/tests/e2e/python_client_check.py"),
-                              (*c)->coordinator_address(), *tls},
+                              c->coordinator_address(), *tls},
                              {{"PYTHONPATH", site}}, absl::Seconds(240));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const std::string& o = run.output;
@@ -652,6 +689,7 @@ TEST(ClusterE2E, ThePythonClientSubmitsWatchesAndReadsMetrics) {
   // A Reporter whose coordinator does not answer redials once after 2 s
   // (not sooner, not twice within the next 0.5 s) and step() never waits.
   EXPECT_NE(o.find("\"away_redials\": 1"), std::string::npos) << o;
+  EXPECT_NE(o.find("\"away_requeued\": true"), std::string::npos) << o;
   EXPECT_NE(o.find("\"away_step_fast\": true"), std::string::npos) << o;
   EXPECT_EQ(o.find("\"away_redial_after_s\": 0."), std::string::npos) << o;
   EXPECT_EQ(o.find("\"away_redial_after_s\": 1."), std::string::npos) << o;
@@ -666,7 +704,7 @@ TEST(ClusterE2E, ThePythonClientSubmitsWatchesAndReadsMetrics) {
   EXPECT_NE(o.find("has no checkpoint of step 7; it has: 10, 20, 30"), std::string::npos) << o;
   EXPECT_NE(o.find("\"left_in_dir\": [\"ck.pt\"]"), std::string::npos) << o;
   // The job is the user's: its owner is the certificate's.
-  auto st = (*c)->GetJob(o.substr(o.find("job-"), 10));
+  auto st = c->GetJob(o.substr(o.find("job-"), 10));
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ(st->spec().owner(), "user:alice");
 }

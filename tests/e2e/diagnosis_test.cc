@@ -251,33 +251,28 @@ TEST(DiagnosisE2E, AStragglerIsRestartedWithoutWhenTheJobAsksForIt) {
 // program cannot give is its collective waits and a flight recorder, so
 // the reason has no recorder sentence.
 TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
-  const char* src = std::getenv("FRAMEWORM_SOURCE_DIR");
-  ASSERT_NE(src, nullptr);
-  const std::string python = absl::StrCat(src, "/.venv/bin/python");
-  ASSERT_EQ(access(python.c_str(), X_OK), 0) << python << ": run deploy/dev.sh install";
-  auto c = Cluster::Start({});
-  ASSERT_TRUE(c.ok()) << c.status();
-  auto installed = (*c)->InstallPythonPackage();
-  ASSERT_TRUE(installed.ok()) << installed.status();
-  const std::string& site = *installed;
-  auto id = (*c)->Submit(absl::StrCat(
+  auto started = StartWithPythonPackage();
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto& c = started->cluster;
+  const auto& [src, python, site] = started->package;
+  auto id = c->Submit(absl::StrCat(
       "name: py-hang\nnodes: 2\nmax_restarts: 1\nheartbeat_timeout: 6\n"
       "env:\n  PYTHONPATH: ", site, "\n"
       "entrypoint: [\"", python, "\", \"", src, "/tests/e2e/torchrun_reporting.py\", \"100000\"]\n"));
   ASSERT_TRUE(id.ok()) << id.status();
-  auto st = (*c)->WaitFor(*id, [](const v1::JobStatus& s) { return s.step() >= 60 || IsFinal(s.state()); },
+  auto st = c->WaitFor(*id, [](const v1::JobStatus& s) { return s.step() >= 60 || IsFinal(s.state()); },
                           absl::Seconds(120));
   ASSERT_TRUE(st.ok()) << st.status();
   ASSERT_EQ(st->state(), v1::RUNNING) << st->ShortDebugString();
   EXPECT_EQ(st->total_steps(), 100000) << st->ShortDebugString();
   // A checkpoint request reaches the program once, on every rank at the
   // same step (rank 0's Directive broadcast).
-  RunResult asked = (*c)->Cli({"checkpoint", *id});
+  RunResult asked = c->Cli({"checkpoint", *id});
   ASSERT_EQ(asked.exit_code, 0) << asked.output;
   std::string taken[2];
   for (int i = 0; i < 100; ++i) {
     for (int r = 0; r < 2; ++r) {
-      RunResult logs = (*c)->Cli({"logs", *id, "--rank", std::to_string(r)});
+      RunResult logs = c->Cli({"logs", *id, "--rank", std::to_string(r)});
       const size_t at = logs.output.find("checkpoint asked for step ");
       if (at != std::string::npos) taken[r] = logs.output.substr(at, logs.output.find('\n', at) - at);
     }
@@ -292,7 +287,7 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   const std::string ckpt_name = "ckpt-" + after_step + ".pt";
   std::string catalog;
   for (int i = 0; i < 100 && catalog.find(ckpt_name) == std::string::npos; ++i) {
-    catalog = (*c)->Cli({"checkpoints", *id}).output;
+    catalog = c->Cli({"checkpoints", *id}).output;
     if (catalog.find(ckpt_name) == std::string::npos) absl::SleepFor(absl::Milliseconds(100));
   }
   ASSERT_NE(catalog.find(ckpt_name), std::string::npos) << catalog;
@@ -300,7 +295,7 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   // coordinator (torchrun_reporting.py's check_checkpoint_errors).
   std::string checks;
   for (int i = 0; i < 100 && checks.find("checkpoint error checks passed") == std::string::npos; ++i) {
-    checks = (*c)->Cli({"logs", *id, "--rank", "0"}).output;
+    checks = c->Cli({"logs", *id, "--rank", "0"}).output;
     if (checks.find("checkpoint error checks passed") == std::string::npos) {
       absl::SleepFor(absl::Milliseconds(100));
     }
@@ -311,7 +306,7 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   for (int r = 0; r < 2; ++r) {
     std::string paced;
     for (int i = 0; i < 100 && paced.find("report pacing checks ") == std::string::npos; ++i) {
-      paced = (*c)->Cli({"logs", *id, "--rank", std::to_string(r)}).output;
+      paced = c->Cli({"logs", *id, "--rank", std::to_string(r)}).output;
       if (paced.find("report pacing checks ") == std::string::npos) absl::SleepFor(absl::Milliseconds(100));
     }
     EXPECT_NE(paced.find("report pacing checks passed"), std::string::npos) << "rank " << r << ":\n" << paced;
@@ -321,7 +316,7 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   const std::string memory_step = std::to_string(std::stoll(after_step) + 5);
   const std::string memory_name = "ckpt-" + memory_step + ".pt";
   for (int i = 0; i < 100 && catalog.find(memory_name) == std::string::npos; ++i) {
-    catalog = (*c)->Cli({"checkpoints", *id}).output;
+    catalog = c->Cli({"checkpoints", *id}).output;
     if (catalog.find(memory_name) == std::string::npos) absl::SleepFor(absl::Milliseconds(100));
   }
   ASSERT_NE(catalog.find(memory_name), std::string::npos) << catalog;
@@ -329,21 +324,21 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   const pid_t stuck = TrainerOfRank(*id, 1);
   ASSERT_GT(stuck, 0);
   ASSERT_EQ(kill(stuck, SIGSTOP), 0);
-  auto restarted = CauseOfRestart(**c, *id);
+  auto restarted = CauseOfRestart(*c, *id);
   kill(stuck, SIGKILL);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   const std::string& cause = *restarted;
   EXPECT_NE(cause.find("rank 1 hung: no step report for "), std::string::npos) << cause;
   EXPECT_NE(cause.find("its process sends no sign of life (stopped or gone)"), std::string::npos) << cause;
   EXPECT_EQ(cause.find("flight recorder"), std::string::npos) << cause;
-  RunResult metrics = (*c)->Cli({"metrics", *id});
+  RunResult metrics = c->Cli({"metrics", *id});
   EXPECT_NE(metrics.output.find("loss"), std::string::npos) << metrics.output;
   // Generation 2 starts from FRAMEWORM_RESUME_FROM: both ranks load the
   // newest checkpoint rank 0 registered (the in-memory one), not step 0.
   std::string resumed[2];
   for (int i = 0; i < 300 && (resumed[0].empty() || resumed[1].empty()); ++i) {
     for (int r = 0; r < 2; ++r) {
-      RunResult logs = (*c)->Cli({"logs", *id, "--rank", std::to_string(r)});
+      RunResult logs = c->Cli({"logs", *id, "--rank", std::to_string(r)});
       if (logs.output.find("resumed from step " + memory_step + "\n") != std::string::npos) {
         resumed[r] = memory_step;
       }
@@ -359,7 +354,7 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   std::vector<int64_t> automatic;
   std::string rank0;
   for (int i = 0; i < 300 && automatic.size() < 2; ++i) {
-    rank0 = (*c)->Cli({"logs", *id, "--rank", "0"}).output;
+    rank0 = c->Cli({"logs", *id, "--rank", "0"}).output;
     automatic.clear();
     const std::string mark = "automatic memory checkpoint of step ";
     for (size_t at = rank0.find(mark); at != std::string::npos; at = rank0.find(mark, at + 1)) {
@@ -376,14 +371,14 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
   }
   const std::string newest = absl::StrCat("ckpt-", automatic[1], ".pt");
   for (int i = 0; i < 100 && catalog.find(newest) == std::string::npos; ++i) {
-    catalog = (*c)->Cli({"checkpoints", *id}).output;
+    catalog = c->Cli({"checkpoints", *id}).output;
     if (catalog.find(newest) == std::string::npos) absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_NE(catalog.find(newest), std::string::npos) << catalog;
-  RunResult rank1 = (*c)->Cli({"logs", *id, "--rank", "1"});
+  RunResult rank1 = c->Cli({"logs", *id, "--rank", "1"});
   EXPECT_EQ(rank1.output.find("was told to take a memory checkpoint"), std::string::npos)
       << rank1.output;
-  RunResult cancel = (*c)->Cli({"cancel", *id});
+  RunResult cancel = c->Cli({"cancel", *id});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.output;
 }
 

@@ -80,6 +80,7 @@ def main():
     out["away_redial_after_s"] = round(time.monotonic() - start, 1)
     time.sleep(0.5)
     out["away_redials"] = away.redials
+    out["away_requeued"] = away.requeued > 0  # its reports wait to be sent again
     out["away_step_fast"] = slowest < 0.1
     away.close(flush=0.5)
     json.dump(out, sys.stdout)
