@@ -10,6 +10,13 @@ const v1::AggregatedStep* MetricAggregator::Add(int64_t generation,
                                                 const v1::StepMetrics& m,
                                                 int64_t unix_ms) {
   auto [where, inserted] = steps_.try_emplace(m.step());
+  if (inserted && Has(m.step()) && generation == generation_ && m.step() >= generation_first_ &&
+      m.step() <= generation_last_) {
+    steps_.erase(where);  // late: the stored aggregate stays (see the header)
+    ++late_reports_;
+    return nullptr;
+  }
+  NoteGeneration(generation, m.step());
   v1::AggregatedStep& s = where->second;
   double& weight = weights_[m.step()];
   if (inserted && !Has(m.step())) {  // a new step of the history
@@ -66,6 +73,16 @@ const v1::AggregatedStep* MetricAggregator::Add(int64_t generation,
   for (int straggler : last_stragglers_) s.add_stragglers(straggler);
   Touch(m.step());
   return &steps_.at(m.step());
+}
+
+void MetricAggregator::NoteGeneration(int64_t generation, int64_t step) {
+  if (generation > generation_) {
+    generation_ = generation;
+    generation_first_ = generation_last_ = step;
+  } else if (generation == generation_) {
+    generation_first_ = std::min(generation_first_, step);
+    generation_last_ = std::max(generation_last_, step);
+  }
 }
 
 bool MetricAggregator::Has(int64_t step) const {
@@ -125,6 +142,7 @@ std::vector<int> MetricAggregator::Stragglers() const {
 void MetricAggregator::Restore(const v1::AggregatedStep& s) {
   if (!Has(s.step()))
     stored_.insert(std::upper_bound(stored_.begin(), stored_.end(), s.step()), s.step());
+  NoteGeneration(s.generation(), s.step());
   steps_[s.step()] = s;
   weights_[s.step()] = s.samples() > 0 ? static_cast<double>(s.samples())
                                        : static_cast<double>(s.ranks_reported());

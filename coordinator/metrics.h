@@ -47,7 +47,13 @@ class MetricAggregator {
   explicit MetricAggregator(const Options& options) : options_(options) {}
 
   // Adds one rank's report (rank < world_size) made in `generation`.
-  // Returns the step's updated aggregate, or nullptr for a duplicate.
+  // Returns the step's updated aggregate, or nullptr for a duplicate. A
+  // report of a step that this generation already reported and whose
+  // aggregate has left memory (a rank's report sent again after its answer
+  // was lost, or delayed past memory_steps newer steps) is not merged
+  // either (nullptr; counted in late_reports()): its stored aggregate stays,
+  // where a fresh one would have replaced it with this rank's alone. A
+  // newer generation's report of such a step replaces it (a re-run).
   const v1::AggregatedStep* Add(int64_t generation, int world_size,
                                 const v1::StepMetrics& m, int64_t unix_ms);
   // Restores a stored aggregate (after a coordinator restart).
@@ -79,6 +85,8 @@ class MetricAggregator {
   size_t in_memory() const { return steps_.size(); }
   // The newest step, or nullptr when none.
   const v1::AggregatedStep* Last() const;
+  // Reports left out as late (see Add).
+  int64_t late_reports() const { return late_reports_; }
   // How many times the straggler flags were computed (tests).
   int64_t straggler_computations() const { return straggler_computations_; }
 
@@ -87,6 +95,8 @@ class MetricAggregator {
   // Marks `step` as just updated; evicts the least recently updated
   // aggregates beyond memory_steps.
   void Touch(int64_t step);
+  // Tracks the range of steps reported in the newest generation seen.
+  void NoteGeneration(int64_t generation, int64_t step);
 
   Options options_;
   std::map<int64_t, v1::AggregatedStep> steps_;  // in memory
@@ -96,6 +106,12 @@ class MetricAggregator {
   uint64_t next_touch_ = 0;
   std::vector<int64_t> stored_;  // every step of the history, ascending
   int64_t evicted_below_ = 0;
+  // The newest generation seen (in reports or restored aggregates) and the
+  // lowest and highest step it reported: steps are reported in increasing
+  // order, so a stored step in that range holds that generation's aggregate.
+  int64_t generation_ = -1;
+  int64_t generation_first_ = 0, generation_last_ = -1;
+  int64_t late_reports_ = 0;
   std::vector<std::deque<double>> windows_;  // per rank, newest last
   std::vector<int> reported_;  // per rank: reports since the last reset
   std::vector<int> last_stragglers_;  // of the last completed step

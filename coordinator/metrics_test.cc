@@ -263,5 +263,43 @@ TEST(MetricAggregatorTest, MemoryHoldsTheRecentlyUpdatedStepsTheIndexHoldsAll) {
   EXPECT_LE(agg.in_memory(), 10u);
 }
 
+// A report sent again after its answer was lost, or delayed, arriving when
+// its step's aggregate has left memory: the stored aggregate (both ranks)
+// is not replaced by one of that rank alone. After a coordinator restart
+// (aggregates restored) the same holds. A newer generation still re-runs
+// the step.
+TEST(MetricAggregatorTest, ALateReportOfAnEvictedStepLeavesItsAggregate) {
+  MetricAggregator agg({.straggler_factor = 1.5, .window = 3, .memory_steps = 4});
+  std::vector<v1::AggregatedStep> stored;
+  for (int64_t step = 1; step <= 10; ++step) {
+    agg.Add(1, 2, Report(0, step, 1, 0.1, 1.0), step);
+    const v1::AggregatedStep* s = agg.Add(1, 2, Report(1, step, 1, 0.1, 3.0), step);
+    ASSERT_NE(s, nullptr);
+    stored.push_back(*s);  // what the writer commits
+  }
+  ASSERT_FALSE(agg.Since(0).front().step() <= 2);  // step 2 left memory
+  EXPECT_EQ(agg.Add(1, 2, Report(1, 2, 1, 0.1, 3.0), 20), nullptr);
+  EXPECT_EQ(agg.Add(1, 2, Report(0, 2, 1, 0.1, 1.0), 21), nullptr);
+  EXPECT_EQ(agg.late_reports(), 2);
+  EXPECT_EQ(agg.in_memory(), 4u);
+  // New steps of the generation still aggregate.
+  ASSERT_NE(agg.Add(1, 2, Report(0, 11, 1, 0.1, 1.0), 22), nullptr);
+
+  MetricAggregator restored({.straggler_factor = 1.5, .window = 3, .memory_steps = 4});
+  for (const auto& s : stored) restored.Restore(s);
+  EXPECT_EQ(restored.Add(1, 2, Report(1, 3, 1, 0.1, 3.0), 30), nullptr);
+  EXPECT_EQ(restored.late_reports(), 1);
+  // In memory after the restore: a duplicate, as before.
+  EXPECT_EQ(restored.Add(1, 2, Report(1, 10, 1, 0.1, 3.0), 31), nullptr);
+  EXPECT_EQ(restored.late_reports(), 1);
+  // Generation 2 resumes from step 1's checkpoint: step 2 is re-run.
+  const v1::AggregatedStep* rerun = restored.Add(2, 2, Report(0, 2, 1, 0.1, 5.0), 32);
+  ASSERT_NE(rerun, nullptr);
+  EXPECT_EQ(rerun->generation(), 2);
+  EXPECT_EQ(rerun->ranks_reported(), 1);
+  ASSERT_NE(restored.Add(2, 2, Report(1, 2, 1, 0.1, 7.0), 33), nullptr);
+  EXPECT_DOUBLE_EQ(restored.Add(2, 2, Report(0, 3, 1, 0.1, 5.0), 34)->mean().at("loss"), 5.0);
+}
+
 }  // namespace
 }  // namespace frameworm::coordinator
