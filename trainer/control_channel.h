@@ -79,6 +79,13 @@ struct CheckpointReport {
   bool memory = false;   // an in-memory checkpoint (not uploaded)
 };
 
+// Whether a call's error says the coordinator is away (restarting, or the
+// link down): UNAVAILABLE or DEADLINE_EXCEEDED. Such a call may be tried
+// again (a report that did arrive counts once); other errors are answers.
+inline bool CoordinatorAway(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded;
+}
+
 class ControlChannel {
  public:
   virtual ~ControlChannel() = default;

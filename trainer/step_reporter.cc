@@ -1,6 +1,7 @@
 #include "trainer/step_reporter.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -26,10 +27,6 @@ absl::StatusOr<StepDirective> StepReporter::Submit(StepReport r) {
   // call in flight) ends: no wake-up, and no context switch, per step.
   if (idle_waiting_ || queue_.size() == max_batch_) cv_.notify_one();
   return latest_;
-}
-
-bool StepReporter::IsTransient(absl::StatusCode code) {
-  return code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded;
 }
 
 void StepReporter::DropOverflowLocked() {
@@ -87,14 +84,16 @@ void StepReporter::Run() {
         dropped_ += static_cast<int64_t>(batch.size() + queue_.size());
         queue_.clear();
       } else {
-        if (IsTransient(code) && !closing_) {
+        if (CoordinatorAway(code) && !closing_) {
           // The coordinator away (restarting, or the link down): the batch
           // goes back in front of what was queued since, to be sent again.
           requeued_ += static_cast<int64_t>(batch.size());
-          for (auto it = batch.rbegin(); it != batch.rend(); ++it) queue_.push_front(std::move(*it));
+          queue_.insert(queue_.begin(), std::make_move_iterator(batch.begin()),
+                        std::make_move_iterator(batch.end()));
           DropOverflowLocked();
         } else {
-          dropped_ += static_cast<int64_t>(batch.size());  // refused: sending it again would not help
+          // Refused: sending it again would not help.
+          dropped_ += static_cast<int64_t>(batch.size());
         }
         // Do not spin on a coordinator that is away or refusing.
         if (!closing_) cv_.wait_for(l, std::chrono::milliseconds(200), [this] { return closing_; });

@@ -72,7 +72,6 @@ class StepReporter {
 
  private:
   void Run();
-  static bool IsTransient(absl::StatusCode code);
   // Drops the oldest reports past max_queued_. Needs mu_.
   void DropOverflowLocked();
 

@@ -212,8 +212,8 @@ class GrpcTrainerChannel final : public ControlChannel {
   // per kRedialAfter.
   void Note(const grpc::Status& s) {
     const absl::Time now = absl::Now();
-    if (s.ok() || (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
-                   s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED)) {
+    // grpc::StatusCode and absl::StatusCode share their values.
+    if (s.ok() || !CoordinatorAway(static_cast<absl::StatusCode>(s.error_code()))) {
       last_ok_ = now;
       return;
     }

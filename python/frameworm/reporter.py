@@ -73,10 +73,11 @@ DEADLINE_EXCEEDED: restarting, or the link down) are sent again once it
 answers (`requeued` counts them), so a coordinator restart leaves no gap in
 the job's metrics; at most 4,096 wait (then the oldest are dropped), and
 what still waits when close()'s flush time runs out is dropped. A report
-the coordinator refuses is dropped. Training goes on either way. The channel reconnects at most 2 s apart (frameworm/client.py's
-channel options, as the daemons'), and after 2 s without an answer the
-sender dials a new one (`redials` counts them), as the built-in trainer's
-channel does: a restarted coordinator's old channel can stay stuck.
+the coordinator refuses is dropped. Training goes on either way. The
+channel reconnects at most 2 s apart (frameworm/client.py's channel
+options, as the daemons'), and after 2 s without an answer the sender
+dials a new one (`redials` counts them), as the built-in trainer's channel
+does: a restarted coordinator's old channel can stay stuck.
 """
 import collections
 import os
@@ -102,8 +103,8 @@ _REDIAL_AFTER = 2.0
 _MAX_STALE = 2  # replaced channels kept open for calls still on them
 MAX_QUEUED = 4096  # reports waiting to be sent; past it the oldest are dropped
 # Answers that mean the coordinator is away (restarting, the link down): the
-# reports are sent again, not dropped.
-_TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+# reports are sent again, not dropped, and the channel may be redialled.
+_AWAY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class Directive:
@@ -234,8 +235,7 @@ class Reporter:
             self._last_step = int(step)
             queued_before = len(self._queue)
             self._queue.append(m)
-            while len(self._queue) > MAX_QUEUED:
-                self._queue.popleft()
+            self._drop_overflow()
             at, stop = self._latest
             due = at > self._acted and int(step) >= at
             if due:
@@ -455,6 +455,11 @@ class Reporter:
             os.remove(tmp)
             raise
 
+    def _drop_overflow(self):
+        """Past MAX_QUEUED waiting reports the oldest go. Needs _lock."""
+        while len(self._queue) > MAX_QUEUED:
+            self._queue.popleft()
+
     def _dial(self):
         if self._tls_dir:
             return _secure_channel(self.coordinator, self._tls_dir)
@@ -467,8 +472,7 @@ class Reporter:
         one stays open for calls still on it until _MAX_STALE newer ones
         replaced it."""
         now = time.monotonic()
-        if error is None or error.code() not in (grpc.StatusCode.UNAVAILABLE,
-                                                 grpc.StatusCode.DEADLINE_EXCEEDED):
+        if error is None or error.code() not in _AWAY:
             self._last_ok = now
             return
         if now - self._last_ok < _REDIAL_AFTER or now - self._last_dial < _REDIAL_AFTER:
@@ -522,7 +526,7 @@ class Reporter:
                                                             grpc.StatusCode.PERMISSION_DENIED):
                     self._terminal = FramewormError(error.code().name, error.details())
                     self._queue.clear()
-                elif error is not None and error.code() in _TRANSIENT:
+                elif error is not None and error.code() in _AWAY:
                     # The coordinator away: the batch goes back in front of
                     # what was queued since, to be sent again (a report that
                     # did arrive counts once: the coordinator ignores a
@@ -530,8 +534,7 @@ class Reporter:
                     # oldest go.
                     self._queue.extendleft(reversed(batch))
                     self.requeued += len(batch)
-                    while len(self._queue) > MAX_QUEUED:
-                        self._queue.popleft()
+                    self._drop_overflow()
                 self._changed.notify_all()
             if error is not None and self._terminal is None:
                 time.sleep(0.2)  # the coordinator away or refusing: do not spin on it
