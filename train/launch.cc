@@ -166,9 +166,9 @@ absl::Status launch_distributed(const std::function<int(int, int)>& fn,
     std::cout.flush();
     ::_exit(code);
   }
-  if (options.nprocs < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nprocs must be >= 1, got ", options.nprocs));
+  if (options.nprocs < 1 || options.nprocs > kMaxLaunchProcesses) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nprocs must be between 1 and ", kMaxLaunchProcesses, ", got ", options.nprocs));
   }
   int port = options.master_port;
   if (port == 0) {

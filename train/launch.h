@@ -45,8 +45,12 @@ bool IsDistributedRun(const EnvLookup& lookup);
 // ParseRankEnv reads them. Errors: as ParseRankEnv.
 absl::StatusOr<RankEnv> ReadRankEnv(const EnvLookup& lookup);
 
+// The most processes one launch_distributed starts (as a job's
+// nproc_per_node): a typo such as 100000 is refused, not forked.
+inline constexpr int kMaxLaunchProcesses = 1024;
+
 struct LaunchOptions {
-  int nprocs = 1;
+  int nprocs = 1;  // 1..kMaxLaunchProcesses
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: pick a free port
   // Arguments for the children (argv[0] included); empty: this process's
@@ -56,7 +60,8 @@ struct LaunchOptions {
   std::vector<pid_t>* child_pids = nullptr;
 };
 
-// Parent: runs the children and waits. OK when all exit 0. When a rank fails
+// Parent: runs the children and waits. OK when all exit 0; INVALID_ARGUMENT,
+// starting nothing, for nprocs outside 1..kMaxLaunchProcesses. When a rank fails
 // (non-zero exit or a signal), kills the others (SIGKILL), reaps every child
 // and returns INTERNAL "rank R (pid P) exited with code C" (or "killed by
 // signal S"). Children also die with the parent (PR_SET_PDEATHSIG). While

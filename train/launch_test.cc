@@ -176,6 +176,16 @@ TEST(LaunchTest, ParentSleepsWhileTheRanksRun) {
 TEST(LaunchTest, RejectsBadProcessCount) {
   absl::Status s = launch_distributed([](int, int) { return 0; }, 0);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  // Too many is refused before anything is forked (a child would run this
+  // test binary again).
+  std::vector<pid_t> pids;
+  LaunchOptions o;
+  o.nprocs = kMaxLaunchProcesses + 1;
+  o.child_pids = &pids;
+  s = launch_distributed([](int, int) { return 0; }, o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("between 1 and 1024, got 1025"), std::string::npos) << s;
+  EXPECT_TRUE(pids.empty());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <initializer_list>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -115,9 +116,9 @@ ABSL_FLAG(std::string, resume, Defaults().resume,
           "($FRAMEWORM_RESUME_FROM, set by the worker, wins)");
 ABSL_FLAG(uint64_t, seed, Defaults().seed, "seed for data order and init");
 ABSL_FLAG(int64_t, threads, Defaults().threads,
-          "torch intra-op threads per process (>= 1)");
+          "torch intra-op threads per process (1..1024)");
 ABSL_FLAG(int64_t, nprocs, 1,
-          "run N processes on this machine (launch_distributed)");
+          "run N processes on this machine (launch_distributed; 1..1024)");
 ABSL_FLAG(int64_t, log_every, Defaults().log_every,
           "print a step event every N steps; 0: none");
 ABSL_FLAG(int64_t, synthetic_size, Defaults().synthetic_size,
@@ -163,6 +164,28 @@ int64_t AtLeast(const absl::Flag<int64_t>& flag, int64_t min) {
   return v;
 }
 
+// Most torch threads per process: torch starts them all at once (1,024
+// take about 9 s on a 2-core machine; 100,000 never finished).
+constexpr int64_t kMaxThreads = 1024;
+
+// The flag's value when it lies in [min, max]; exits 2 otherwise.
+int64_t Between(const absl::Flag<int64_t>& flag, int64_t min, int64_t max) {
+  const int64_t v = absl::GetFlag(flag);
+  if (v < min || v > max) {
+    FlagErrorExit(Config(), absl::StrCat("--", Dashed(absl::GetFlagReflectionHandle(flag)),
+                                         " must be an integer between ", min, " and ", max,
+                                         ", got \"", v, "\""));
+  }
+  return v;
+}
+
+// A factor of the optimizer (lr, momentum, weight decay): a number the
+// float arithmetic of a step can hold. A larger one (1e300) would pass the
+// checks and fail at the first step.
+bool FloatFactor(double v, double min) {
+  return v >= min && v <= std::numeric_limits<float>::max();
+}
+
 // The flag's value when it is one of `choices` (or empty, if `empty_ok`);
 // exits 2 otherwise.
 std::string OneOf(const absl::Flag<std::string>& flag,
@@ -205,7 +228,9 @@ TrainConfig ConfigFromFlags() {
   c.loss = OneOf(FLAGS_loss, {"cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce_with_logits"});
   c.metrics = absl::GetFlag(FLAGS_metrics);
   c.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  if (!(c.weight_decay >= 0)) FlagErrorExit(Config(), "--weight-decay must be a number >= 0");
+  if (!FloatFactor(c.weight_decay, 0)) {
+    FlagErrorExit(Config(), "--weight-decay must be a number >= 0 (at most 3.4e38)");
+  }
   c.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
   if (!(c.clip_grad_norm >= 0)) FlagErrorExit(Config(), "--clip-grad-norm must be a number >= 0");
   c.lr_schedule.kind = OneOf(FLAGS_lr_schedule, {"constant", "step", "cosine", "linear"});
@@ -227,10 +252,14 @@ TrainConfig ConfigFromFlags() {
   c.max_steps = AtLeast(FLAGS_max_steps, 0);
   c.batch_size = AtLeast(FLAGS_batch_size, 1);
   c.lr = absl::GetFlag(FLAGS_lr);
-  if (!(c.lr > 0)) FlagErrorExit(Config(), "--lr must be > 0");
+  if (!(c.lr > 0) || !FloatFactor(c.lr, 0)) {
+    FlagErrorExit(Config(), "--lr must be a number > 0 (at most 3.4e38)");
+  }
   c.optimizer = OneOf(FLAGS_optimizer, {"sgd", "adam", "adamw"});
   c.momentum = absl::GetFlag(FLAGS_momentum);
-  if (!(c.momentum >= 0)) FlagErrorExit(Config(), "--momentum must be a number >= 0");
+  if (!FloatFactor(c.momentum, 0)) {
+    FlagErrorExit(Config(), "--momentum must be a number >= 0 (at most 3.4e38)");
+  }
   c.warmup_steps = AtLeast(FLAGS_warmup_steps, 0);
   c.scale_lr = absl::GetFlag(FLAGS_scale_lr);
   c.grad_accum = AtLeast(FLAGS_grad_accum, 1);
@@ -250,7 +279,7 @@ TrainConfig ConfigFromFlags() {
   }
   c.resume = absl::GetFlag(FLAGS_resume);
   c.seed = absl::GetFlag(FLAGS_seed);
-  c.threads = AtLeast(FLAGS_threads, 1);
+  c.threads = Between(FLAGS_threads, 1, kMaxThreads);
   c.log_every = AtLeast(FLAGS_log_every, 0);
   c.synthetic_size = AtLeast(FLAGS_synthetic_size, 1);
   c.find_unused_parameters = absl::GetFlag(FLAGS_find_unused_parameters);
@@ -279,7 +308,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args = ParseFlagsOrExit(argc, argv, Config());
   if (!args.empty()) FlagErrorExit(Config(), absl::StrCat("unexpected argument \"", args[0], "\""));
   const TrainConfig config = ConfigFromFlags();
-  const int64_t nprocs = AtLeast(FLAGS_nprocs, 1);
+  const int64_t nprocs = Between(FLAGS_nprocs, 1, kMaxLaunchProcesses);
   if (nprocs > 1 || IsLaunchedChild()) {
     // The children re-execute this program with the same arguments and
     // run Run() inside this same call.

@@ -17,7 +17,9 @@ namespace {
 
 using testutil::Field;
 using testutil::Result;
+using testutil::RunShell;
 using testutil::RunTrain;
+using testutil::TrainBin;
 
 TEST(FramewormTrainTest, HelpListsEveryFlagAndVersionPrintsOne) {
   Result r = RunTrain("--help");
@@ -52,6 +54,45 @@ TEST(FramewormTrainTest, BadFlagsExitTwoWithMessage) {
   r = RunTrain("--dataset=synthetic stray");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("unexpected argument \"stray\""), std::string::npos) << r.err;
+}
+
+TEST(FramewormTrainTest, OutOfRangeValuesExitTwoBeforeAnythingStarts) {
+  // Each would otherwise fork 100,000 processes, start 100,000 threads or
+  // fail at the first step.
+  const struct {
+    const char* flag;
+    const char* message;
+  } cases[] = {
+      {"--nprocs=100000", "--nprocs must be an integer between 1 and 1024, got \"100000\""},
+      {"--threads=100000", "--threads must be an integer between 1 and 1024, got \"100000\""},
+      {"--lr=1e300", "--lr must be a number > 0 (at most 3.4e38)"},
+      {"--momentum=inf", "--momentum must be a number >= 0 (at most 3.4e38)"},
+      {"--weight-decay=1e39", "--weight-decay must be a number >= 0 (at most 3.4e38)"},
+  };
+  for (const auto& c : cases) {
+    Result r = RunTrain(std::string("--model=mlp --dataset=synthetic --max-steps=1 ") + c.flag);
+    EXPECT_EQ(r.code, 2) << c.flag << ": " << r.err;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.flag << ": " << r.err;
+    EXPECT_EQ(r.out.find("\"event\":\"start\""), std::string::npos) << c.flag << ": " << r.out;
+  }
+}
+
+TEST(FramewormTrainTest, ASyntheticSetThatCannotFitIsAClearFailure) {
+  // More than any machine's memory: refused before allocating.
+  Result r = RunTrain("--model=mlp --dataset=synthetic --max-steps=1 --synthetic-size=10000000000");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("--synthetic-size 10000000000 needs 37479400 MB"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("more than this machine's"), std::string::npos) << r.err;
+  // Within the machine's memory but not the process's (an address-space
+  // limit): the allocation fails, and the message says so in one line
+  // instead of an abort with torch's stack trace.
+  r = RunShell("ulimit -v 3000000; " + TrainBin() +
+               " --model=mlp --dataset=synthetic --max-steps=1 --synthetic-size=1000000");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("--synthetic-size 1000000: cannot allocate its 3747 MB of samples"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("frame #"), std::string::npos) << r.err;
 }
 
 TEST(FramewormTrainTest, MalformedClusterVariableIsAClearFailure) {

@@ -1,6 +1,9 @@
 #include "trainer/run_setup.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -12,6 +15,37 @@ namespace {
 
 bool BuiltIn(const std::string& model) { return model == "cnn" || model == "mlp"; }
 
+// The synthetic training set of `size` samples and its validation set: an
+// error naming --synthetic-size, not an abort, when they cannot fit.
+absl::Status MakeSynthetic(const TrainConfig& f, RunSetup& out) {
+  const int64_t val_size = std::max<int64_t>(64, f.synthetic_size / 4);
+  // 28x28 float images and int64 labels.
+  const double bytes = (static_cast<double>(f.synthetic_size) + static_cast<double>(val_size)) *
+                       (28 * 28 * sizeof(float) + sizeof(int64_t));
+  const double have =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const auto mb = [](double b) { return static_cast<int64_t>(b / (1 << 20)); };
+  if (have > 0 && bytes > have) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "--synthetic-size ", f.synthetic_size, " needs ", mb(bytes),
+        " MB for its samples (training and validation), more than this machine's ", mb(have),
+        " MB of memory"));
+  }
+  try {
+    out.train = MakeSyntheticDataset(f.synthetic_size, f.seed);
+    out.val = MakeSyntheticDataset(val_size, f.seed + 1);
+  } catch (const c10::Error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat("--synthetic-size ", f.synthetic_size,
+                                                     ": cannot allocate its ", mb(bytes),
+                                                     " MB of samples: ", e.what_without_backtrace()));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("--synthetic-size ", f.synthetic_size,
+                                                     ": cannot allocate its ", mb(bytes),
+                                                     " MB of samples"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LoadData(const TrainConfig& f, RunSetup& out) {
   if (f.dataset == "fashion-mnist") {
     auto train = LoadFashionMnist(f.data_dir, "train");
@@ -22,11 +56,7 @@ absl::Status LoadData(const TrainConfig& f, RunSetup& out) {
     out.val = std::move(*val);
     return absl::OkStatus();
   }
-  if (f.dataset == "synthetic") {
-    out.train = MakeSyntheticDataset(f.synthetic_size, f.seed);
-    out.val = MakeSyntheticDataset(std::max<int64_t>(64, f.synthetic_size / 4), f.seed + 1);
-    return absl::OkStatus();
-  }
+  if (f.dataset == "synthetic") return MakeSynthetic(f, out);
   auto file = DatasetFromTensorFile(f.data);
   if (!file.ok()) return file.status();
   if (file->val) {

@@ -38,7 +38,9 @@ struct RunSetup {
 // initial weights). Errors (INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED)
 // name the flag or file at fault: an unreadable model or data file, an
 // --inputs name the data file lacks or the model's forward cannot take, an
-// unknown loss or metric, a data file whose validation split is impossible.
+// unknown loss or metric, a data file whose validation split is impossible,
+// a --synthetic-size larger than this machine's memory or that cannot be
+// allocated (RESOURCE_EXHAUSTED).
 absl::StatusOr<RunSetup> BuildRunSetup(const TrainConfig& config);
 
 }  // namespace frameworm
