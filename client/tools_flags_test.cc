@@ -81,7 +81,11 @@ TEST_F(CoordinatorFlagsTest, BadFlagsAndValuesExitTwoWithOneLine) {
       {{"--port-range=0-10"}, "--port-range must be"},
       {{"--port-range=29500"}, "--port-range must be"},
       {{"--heartbeat-timeout=0s"},
-       "--heartbeat-timeout must be a positive duration like 10s, got '0'"},
+       "--heartbeat-timeout must be a duration of at least 2s like 10s (workers heartbeat every "
+       "second), got '0'"},
+      {{"--heartbeat-timeout=1500ms"},
+       "--heartbeat-timeout must be a duration of at least 2s like 10s (workers heartbeat every "
+       "second), got '1.5s'"},
       {{"--heartbeat-timeout=soon"}, "--heartbeat-timeout: bad value 'soon'"},
       {{"--straggler-factor=1"}, "--straggler-factor must be a number > 1"},
       {{"--straggler-window=0"}, "--straggler-window must be a number of steps >= 1, got '0'"},
@@ -162,6 +166,32 @@ TEST(WorkerFlagsTest, ALogCapUnderOneMebibyteIsAFlagError) {
   e2e::RunResult r = RunTool("frameworm-worker", {"--max-log-bytes=1000"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("--max-log-bytes must be 0 or at least 1048576, got '1000'"));
+}
+
+// What the coordinator would refuse at every registration is refused at
+// start, in one line, instead of a worker retrying forever.
+TEST(WorkerFlagsTest, ARegistrationTheCoordinatorWouldRefuseIsAFlagError) {
+  const struct {
+    std::vector<std::string> args;
+    const char* message;
+  } cases[] = {
+      {{"--slots=4097"}, "--slots must be between 0 and 4096, got 4097"},
+      {{"--slots=-1"}, "--slots must be between 0 and 4096, got -1"},
+      {{"--name=bad/name"}, "--name 'bad/name' is not 1 to 64 characters of A-Z a-z 0-9 . _ -"},
+      {{std::string("--name=") + std::string(65, 'a')}, "is not 1 to 64 characters"},
+      {{"--heartbeat-interval=0.001"},
+       "--heartbeat-interval must be a number of seconds from 0.05 to 60"},
+      {{"--heartbeat-interval=1e12"},
+       "--heartbeat-interval must be a number of seconds from 0.05 to 60"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"--coordinator=127.0.0.1:1", "--peer-listen=none"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    e2e::RunResult r = RunTool("frameworm-worker", args);
+    EXPECT_EQ(r.exit_code, 2) << c.args[0] << ": " << r.output;
+    EXPECT_EQ(Lines(r.output), 1) << c.args[0] << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr(c.message)) << r.output;
+  }
 }
 
 TEST(WorkerFlagsTest, AdvertiseThatCannotBeDerivedIsAFlagError) {

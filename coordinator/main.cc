@@ -30,6 +30,7 @@
 #include "coordinator/dashboard.h"
 #include "coordinator/metrics_text.h"
 #include "coordinator/service.h"
+#include "jobspec/job_spec.h"
 #include "rpc/http_server.h"
 #include "rpc/rpc.h"
 #include "rpc/rpc_latency.h"
@@ -131,8 +132,8 @@ absl::StatusOr<DaemonConfig> FromFlags() {
       o.port_max > 65535 || o.port_min > o.port_max)
     return bad("port-range", "LO-HI within 1-65535 with LO <= HI", range);
   o.default_heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
-  if (o.default_heartbeat_timeout <= absl::ZeroDuration())
-    return bad("heartbeat-timeout", "a positive duration like 10s",
+  if (o.default_heartbeat_timeout < absl::Seconds(frameworm::kMinHeartbeatTimeoutS))
+    return bad("heartbeat-timeout", "a duration of at least 2s like 10s (workers heartbeat every second)",
                absl::FormatDuration(o.default_heartbeat_timeout));
   o.startup_timeout = absl::GetFlag(FLAGS_startup_timeout);
   if (o.startup_timeout < absl::ZeroDuration())

@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/worker_limits.h"
 #include "frameworm/v1/worker_service.pb.h"
 
 namespace frameworm::coordinator {
@@ -59,7 +60,7 @@ class WorkerRegistry {
     std::string session_prefix;
   };
   // Limits on what a worker may declare.
-  static constexpr int kMaxSlots = 4096;
+  static constexpr int kMaxSlots = kMaxWorkerSlots;
   static constexpr size_t kMaxAddressBytes = 255;
   struct Worker {
     std::string name;

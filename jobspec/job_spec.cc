@@ -199,9 +199,11 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
     return err("max_restarts",
                absl::StrCat("max_restarts must be >= 0, got ", s.max_restarts()));
   }
-  if (!std::isfinite(s.heartbeat_timeout_s()) || s.heartbeat_timeout_s() < 0) {
+  if (!std::isfinite(s.heartbeat_timeout_s()) || s.heartbeat_timeout_s() < 0 ||
+      (s.heartbeat_timeout_s() > 0 && s.heartbeat_timeout_s() < kMinHeartbeatTimeoutS)) {
     return err("heartbeat_timeout",
-               absl::StrCat("heartbeat_timeout must be >= 0 seconds, got ",
+               absl::StrCat("heartbeat_timeout must be 0 (the coordinator's default) or at least ",
+                            kMinHeartbeatTimeoutS, " seconds (workers heartbeat every second), got ",
                             s.heartbeat_timeout_s()));
   }
   if (!s.on_straggler().empty() && s.on_straggler() != "warn" &&

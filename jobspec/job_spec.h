@@ -16,7 +16,8 @@
 //   backend: gloo | nccl | mpi          # default "" = nccl with GPUs, else gloo
 //   env: {KEY: value}                   # not RANK, MASTER_*, FRAMEWORM_*, ...
 //   max_restarts: int                   # default 0
-//   heartbeat_timeout: seconds          # number or "30s"; 0 = coordinator's
+//   heartbeat_timeout: seconds          # number or "30s"; 0 = coordinator's;
+//                                       # else >= kMinHeartbeatTimeoutS
 //   priority: int                       # default 0
 //   total_steps: int                    # default: train.max_steps if given
 //   checkpoint: {dir: str, every_n_steps: int, every_n_minutes: float,
@@ -49,6 +50,10 @@ inline constexpr int kDefaultKeepLast = 3;
 inline constexpr int kMaxCheckpointReplicas = 8;
 // checkpoint.replicas when a spec leaves it out.
 inline constexpr int kDefaultCheckpointReplicas = 1;
+// The shortest heartbeat timeout (a job's, or the coordinator's default):
+// workers heartbeat every second, so a shorter one would declare healthy
+// workers lost between two heartbeats and fail every generation.
+inline constexpr double kMinHeartbeatTimeoutS = 2;
 
 // Parses YAML text. `source_name` prefixes error messages (a file name).
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml,

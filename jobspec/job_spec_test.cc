@@ -243,6 +243,13 @@ TEST(JobSpec, ValidateHoldsProtoToSameRules) {
   s.set_backend("nccl");
   s.set_heartbeat_timeout_s(-1);
   EXPECT_THAT(ValidateJobSpec(s).message(), HasSubstr("heartbeat_timeout"));
+  // Shorter than two heartbeats: every worker would look lost.
+  s.set_heartbeat_timeout_s(0.5);
+  EXPECT_EQ(ValidateJobSpec(s).message(),
+            "heartbeat_timeout must be 0 (the coordinator's default) or at least 2 seconds "
+            "(workers heartbeat every second), got 0.5");
+  s.set_heartbeat_timeout_s(2);
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
   s.set_heartbeat_timeout_s(0);
   s.mutable_checkpoint()->set_every_n_steps(-5);
   EXPECT_THAT(ValidateJobSpec(s).message(),

@@ -22,7 +22,9 @@
 #include "absl/synchronization/mutex.h"
 #include "common/flags.h"
 #include "common/node_address.h"
+#include "common/printable.h"
 #include "common/prometheus_text.h"
+#include "common/worker_limits.h"
 #include "rpc/http_server.h"
 #include "worker/process_launcher.h"
 #include "worker/task_usage.h"
@@ -37,7 +39,7 @@ ABSL_FLAG(std::string, name, "",
           "this worker's name; empty: the --tls-dir certificate's, else the hostname (stable "
           "across restarts: a restarted worker is the same worker)");
 ABSL_FLAG(int, slots, 0,
-          "trainers this worker runs at once; 0: one per GPU slot, at least 1");
+          "trainers this worker runs at once (at most 4096); 0: one per GPU slot, at least 1");
 ABSL_FLAG(std::string, gpus, "",
           "GPU ids handed out one per task as its CUDA_VISIBLE_DEVICES, e.g. "
           "0,1; empty: $CUDA_VISIBLE_DEVICES if set, else one per /dev/nvidiaN; "
@@ -70,7 +72,7 @@ ABSL_FLAG(bool, metrics_insecure, false,
           "allow --metrics-listen off loopback (plaintext, no authentication)");
 ABSL_FLAG(double, heartbeat_interval,
           absl::ToDoubleSeconds(frameworm::WorkerAgent::Options{}.heartbeat_interval),
-          "seconds between heartbeats (the coordinator may ask for another)");
+          "seconds between heartbeats, 0.05 to 60 (the coordinator may ask for another)");
 ABSL_FLAG(double, shutdown_grace,
           absl::ToDoubleSeconds(frameworm::WorkerAgent::Options{}.shutdown_grace),
           "on SIGTERM/SIGINT/SIGHUP, seconds trainers get between SIGTERM and SIGKILL");
@@ -178,13 +180,26 @@ int main(int argc, char** argv) {
                                 cert_name + " (the coordinator accepts only that name)");
   }
   if (o.name.empty()) o.name = cert_name;
+  const bool named = !o.name.empty();
   if (o.name.empty()) {
     char host[256] = {0};
     ::gethostname(host, sizeof(host) - 1);
     o.name = host;
   }
+  // The coordinator refuses any other name; retrying would never succeed.
+  if (!frameworm::IsPlainName(o.name)) {
+    const std::string shown = frameworm::PrintableLine(o.name, 64);
+    FlagErrorExit(Config(), named ? absl::StrCat("--name '", shown,
+                                                 "' is not 1 to 64 characters of A-Z a-z 0-9 . _ -")
+                                  : absl::StrCat("this host's name '", shown,
+                                                 "' is not 1 to 64 characters of A-Z a-z 0-9 . _ -; "
+                                                 "name the worker with --name"));
+  }
   o.slots = absl::GetFlag(FLAGS_slots);
-  if (o.slots < 0) FlagErrorExit(Config(), "--slots must be >= 0");
+  if (o.slots < 0 || o.slots > frameworm::kMaxWorkerSlots) {
+    FlagErrorExit(Config(), absl::StrCat("--slots must be between 0 and ", frameworm::kMaxWorkerSlots,
+                                         ", got ", o.slots));
+  }
   o.gpus = GpuSlots(absl::GetFlag(FLAGS_gpus));
   if (o.slots == 0) o.slots = std::max<int>(1, o.gpus.size());
   if (!o.gpus.empty() && o.slots > static_cast<int>(o.gpus.size())) {
@@ -224,8 +239,9 @@ int main(int argc, char** argv) {
     FlagErrorExit(Config(), std::string(s.message()));
   }
   const double heartbeat = absl::GetFlag(FLAGS_heartbeat_interval);
-  if (!(heartbeat > 0)) {
-    FlagErrorExit(Config(), "--heartbeat-interval must be a positive number of seconds");
+  // The range of the interval a coordinator may ask for (HeartbeatIntervalOf).
+  if (!(heartbeat >= 0.05 && heartbeat <= 60)) {
+    FlagErrorExit(Config(), "--heartbeat-interval must be a number of seconds from 0.05 to 60");
   }
   o.heartbeat_interval = absl::Seconds(heartbeat);
   const double grace = absl::GetFlag(FLAGS_shutdown_grace);
