@@ -85,13 +85,22 @@ int CallAllPagesAndPrint(const Invocation& c, UnaryRpc<Request, Response> rpc,
   return 0;
 }
 
+// A job spec is a short YAML file: more than this is not one (and a path
+// such as /dev/zero would otherwise be read forever).
+constexpr std::streamsize kMaxSpecFileBytes = 4 << 20;
+
 int Submit(const Invocation& c) {
   const std::string& path = c.args[0];
   std::ifstream f(path, std::ios::binary);
   if (!f) return Fail(c, "cannot read " + path);
-  std::stringstream text;
-  text << f.rdbuf();
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(text.str(), path);
+  std::string text(kMaxSpecFileBytes + 1, '\0');
+  f.read(text.data(), kMaxSpecFileBytes + 1);
+  if (f.bad()) return Fail(c, "cannot read " + path);
+  text.resize(f.gcount());
+  if (f.gcount() > kMaxSpecFileBytes) {
+    return Fail(c, absl::StrCat("job spec ", path, " is larger than 4 MiB: not a job spec"));
+  }
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(text, path);
   if (!spec.ok()) return Fail(c, spec.status());
   v1::SubmitJobRequest request;
   *request.mutable_spec() = *std::move(spec);

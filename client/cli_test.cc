@@ -364,6 +364,13 @@ TEST_F(CliTest, BadSpecIsRefusedBeforeSending) {
   EXPECT_TRUE(svc_.submitted().empty());
   EXPECT_EQ(Run({"submit", "/nonexistent/job.yaml"}), 1);
   EXPECT_THAT(err_.str(), HasSubstr("cannot read /nonexistent/job.yaml"));
+  // Too large to be a spec: refused after 4 MiB, even from an endless file.
+  std::string big = WriteFile("big.yaml", "name: t\n# " + std::string(4 << 20, 'x') + "\n");
+  EXPECT_EQ(Run({"submit", big}), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("job spec " + big + " is larger than 4 MiB"));
+  EXPECT_EQ(Run({"submit", "/dev/zero"}), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("job spec /dev/zero is larger than 4 MiB"));
+  EXPECT_TRUE(svc_.submitted().empty());
 }
 
 TEST_F(CliTest, ServerErrorIsOneLine) {
