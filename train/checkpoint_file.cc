@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/crc32.h"
@@ -298,6 +299,26 @@ int RemoveStaleCheckpointTemps(const std::string& dir) {
   return removed;
 }
 
+namespace {
+
+// Reads up to n bytes at `at` (fewer only at the end of the file): the
+// count, or -1 with errno set.
+ssize_t ReadUpTo(int fd, char* at, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(fd, at + got, n - got);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return static_cast<ssize_t>(got);
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -306,32 +327,31 @@ absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path) {
     }
     return Errno("cannot open checkpoint", path);
   }
-  std::string all;
-  char buf[1 << 16];
-  while (true) {
-    ssize_t r = ::read(fd, buf, sizeof(buf));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      absl::Status s = Errno("read", path);
-      ::close(fd);
-      return s;
-    }
-    if (r == 0) break;
-    all.append(buf, static_cast<size_t>(r));
+  const absl::Cleanup close_fd = [fd] { ::close(fd); };
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Errno("fstat", path);
+  // Not a device or a pipe (/dev/zero would be read until memory ran out).
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", path, " is not a regular file"));
   }
-  ::close(fd);
-  if (all.size() < kHeader) {
+  // The header first: nothing more is read, or allocated, from a file that
+  // is not a checkpoint or whose size disagrees with its header.
+  char header[kHeader];
+  const ssize_t h = ReadUpTo(fd, header, kHeader);
+  if (h < 0) return Errno("read", path);
+  if (static_cast<size_t>(h) < kHeader) {
     return absl::DataLossError(absl::StrCat(
-        "checkpoint ", path, " is truncated: ", all.size(),
+        "checkpoint ", path, " is truncated: ", h,
         " bytes, shorter than the ", kHeader, "-byte header"));
   }
-  if (std::memcmp(all.data(), kMagic, 8) != 0) {
+  if (std::memcmp(header, kMagic, 8) != 0) {
     return absl::DataLossError(absl::StrCat(
         "checkpoint ", path, " is not a frameworm checkpoint (bad magic)"));
   }
-  const uint64_t len = GetLE(all.data() + 8, 8);
-  const uint32_t stored = static_cast<uint32_t>(GetLE(all.data() + 16, 4));
-  const uint64_t have = all.size() - kHeader;
+  const uint64_t len = GetLE(header + 8, 8);
+  const uint32_t stored = static_cast<uint32_t>(GetLE(header + 16, 4));
+  const uint64_t have = static_cast<uint64_t>(st.st_size) - kHeader;
   if (have < len) {
     return absl::DataLossError(absl::StrCat(
         "checkpoint ", path, " is truncated: header announces ", len,
@@ -342,7 +362,22 @@ absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path) {
         "checkpoint ", path, " has ", have - len,
         " unexpected bytes after the payload"));
   }
-  std::string payload = all.substr(kHeader);
+  // Exactly the payload, read once into the string returned (no second
+  // copy of a checkpoint of several GB); one byte more tells whether the
+  // file changed size since fstat.
+  std::string payload(len + 1, '\0');
+  const ssize_t got = ReadUpTo(fd, payload.data(), len + 1);
+  if (got < 0) return Errno("read", path);
+  if (static_cast<uint64_t>(got) < len) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint ", path, " is truncated: header announces ", len,
+        " payload bytes, file holds ", got));
+  }
+  if (static_cast<uint64_t>(got) > len) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " has unexpected bytes after the payload"));
+  }
+  payload.resize(len);
   const uint32_t crc = Crc(payload);
   if (crc != stored) {
     return absl::DataLossError(absl::StrFormat(

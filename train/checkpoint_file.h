@@ -119,7 +119,10 @@ class CheckpointFileWriter {
 absl::StatusOr<CheckpointFileInfo> WriteCheckpointFile(
     const std::string& path, const std::string& payload);
 
-// Errors: NOT_FOUND (missing file); DATA_LOSS naming the path and what is
+// Reads the header, then (only when the file's size matches it) exactly
+// the payload, into the string returned.
+// Errors: NOT_FOUND (missing file); INVALID_ARGUMENT for a path that is not
+// a regular file (a device, a pipe); DATA_LOSS naming the path and what is
 // wrong (truncated header, bad magic, truncated/extra payload, checksum
 // mismatch).
 absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path);

@@ -64,6 +64,9 @@ absl::StatusOr<std::string> ReadGz(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat("dataset file ", path, " does not exist"));
   }
+  if (!S_ISREG(st.st_mode)) {  // a device would be read forever
+    return absl::NotFoundError(absl::StrCat("dataset file ", path, " is not a regular file"));
+  }
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot open dataset file ", path));

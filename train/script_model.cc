@@ -80,7 +80,9 @@ absl::Status ScriptModelImpl::Save(const std::string& path) {
 absl::StatusOr<ScriptModel> LoadScriptModel(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
-    return absl::NotFoundError(absl::StrCat("model file ", path, " does not exist"));
+    return absl::NotFoundError(absl::StrCat(
+        "model file ", path,
+        std::filesystem::exists(path, ec) ? " is not a regular file" : " does not exist"));
   }
   torch::jit::Module m;
   try {

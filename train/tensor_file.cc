@@ -25,7 +25,9 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadTensorFile(const std::s
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) {
-    return absl::NotFoundError(absl::StrCat("data file ", path, " does not exist"));
+    return absl::NotFoundError(absl::StrCat("data file ", path,
+                                            fs::exists(path, ec) ? " is not a regular file"
+                                                                 : " does not exist"));
   }
   const auto size = fs::file_size(path, ec);
   if (ec) return absl::NotFoundError(absl::StrCat("data file ", path, ": ", ec.message()));

@@ -351,6 +351,12 @@ TEST(CheckpointTest, TruncatedAndBitFlippedFilesAreRejectedAndChangeNothing) {
   f2[f2.size() / 2] ^= 0x10;
   std::ofstream(flipped, std::ios::binary) << f2;
   std::ofstream(dir + "/tiny.pt", std::ios::binary) << "FWC";
+  // A header announcing 2^62 payload bytes: refused from the file's size,
+  // nothing that large allocated.
+  std::string huge = bytes.substr(0, 64);
+  for (int i = 8; i < 15; ++i) huge[i] = 0;
+  huge[15] = 0x40;
+  std::ofstream(dir + "/huge.pt", std::ios::binary) << huge;
 
   auto other = MakeRig(7, TrainerOptions{});
   std::vector<torch::Tensor> before;
@@ -359,6 +365,11 @@ TEST(CheckpointTest, TruncatedAndBitFlippedFilesAreRejectedAndChangeNothing) {
   for (const Case& c : {Case{truncated, "truncated", absl::StatusCode::kDataLoss},
                         Case{flipped, "checksum mismatch", absl::StatusCode::kDataLoss},
                         Case{dir + "/tiny.pt", "truncated", absl::StatusCode::kDataLoss},
+                        Case{dir + "/huge.pt", "header announces 4611686018427387904 payload bytes",
+                             absl::StatusCode::kDataLoss},
+                        // Not files: /dev/zero used to be read until memory ran out.
+                        Case{"/dev/zero", "is not a regular file", absl::StatusCode::kInvalidArgument},
+                        Case{dir, "is not a regular file", absl::StatusCode::kInvalidArgument},
                         Case{dir + "/absent.pt", "does not exist", absl::StatusCode::kNotFound}}) {
     absl::Status st = other.trainer->load_checkpoint(c.path);
     ASSERT_FALSE(st.ok()) << c.path;

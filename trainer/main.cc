@@ -211,7 +211,9 @@ TrainConfig ConfigFromFlags() {
     if (c.model.empty() || !std::filesystem::is_regular_file(c.model, ec)) {
       FlagErrorExit(Config(), absl::StrCat("--model must be cnn, mlp or the path of a "
                                            "TorchScript model file, got \"", c.model,
-                                           "\" (no such file)"));
+                                           std::filesystem::exists(c.model, ec)
+                                               ? "\" (not a regular file)"
+                                               : "\" (no such file)"));
     }
   }
   c.dataset = OneOf(FLAGS_dataset, {"fashion-mnist", "synthetic"});

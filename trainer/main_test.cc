@@ -95,6 +95,20 @@ TEST(FramewormTrainTest, ASyntheticSetThatCannotFitIsAClearFailure) {
   EXPECT_EQ(r.err.find("frame #"), std::string::npos) << r.err;
 }
 
+// A directory or a device where a file belongs is named as such, and never
+// read (--resume=/dev/zero used to read until memory ran out, then abort).
+TEST(FramewormTrainTest, PathsThatAreNotFilesAreRefusedUnread) {
+  Result r = RunTrain("--model=/tmp --dataset=synthetic --max-steps=1");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("got \"/tmp\" (not a regular file)"), std::string::npos) << r.err;
+  r = RunTrain("--model=mlp --data=/dev/zero --max-steps=1");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("data file /dev/zero is not a regular file"), std::string::npos) << r.err;
+  r = RunTrain("--model=mlp --dataset=synthetic --max-steps=1 --resume=/dev/zero");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("checkpoint /dev/zero is not a regular file"), std::string::npos) << r.err;
+}
+
 TEST(FramewormTrainTest, MalformedClusterVariableIsAClearFailure) {
   Result r = RunTrain("--model=mlp --dataset=synthetic --max-steps=1", "FRAMEWORM_GENERATION=two");
   EXPECT_EQ(r.code, 1);

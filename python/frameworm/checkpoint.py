@@ -12,6 +12,8 @@ model/buffer/<name>, the optimizer's state and state/<field> values. Needs
 torch (imported on first use, so the client itself does not).
 """
 import io
+import os
+import stat
 import struct
 import zlib
 
@@ -24,19 +26,27 @@ class CheckpointError(ValueError):
 
 
 def read_payload(path):
-    """The archive bytes of `path`, after checking magic, length and CRC."""
+    """The archive bytes of `path`, after checking magic, length and CRC. The
+    header is read first: a file whose size disagrees with it is refused
+    without reading on, and a device or pipe (/dev/zero) is not read."""
     with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < HEADER.size:
-        raise CheckpointError(f"{path}: {len(data)} bytes, shorter than the 24-byte header")
-    magic, length, crc, _ = HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise CheckpointError(f"{path}: not a Frameworm checkpoint (magic {magic!r})")
-    payload = data[HEADER.size:]
-    if len(payload) != length:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{path}: not a regular file")
+        head = f.read(HEADER.size)
+        if len(head) < HEADER.size:
+            raise CheckpointError(f"{path}: {len(head)} bytes, shorter than the 24-byte header")
+        magic, length, crc, _ = HEADER.unpack(head)
+        if magic != MAGIC:
+            raise CheckpointError(f"{path}: not a Frameworm checkpoint (magic {magic!r})")
+        have = st.st_size - HEADER.size
+        if have == length:
+            payload = f.read(length + 1)  # one byte more: did the file change size?
+            have = len(payload)
+    if have != length:
         raise CheckpointError(
             f"{path}: truncated or padded: the header says {length} payload bytes, "
-            f"the file has {len(payload)}")
+            f"the file has {have}")
     if zlib.crc32(payload) != crc:
         raise CheckpointError(f"{path}: the payload's CRC-32 does not match the header")
     return payload
