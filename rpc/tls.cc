@@ -22,10 +22,13 @@ absl::StatusOr<std::string> ReadPem(const std::string& path) {
         "cannot read ", path, " (a TLS directory holds ca.crt, tls.crt and tls.key; make one with "
         "`frameworm-cli admin ca issue`)"));
   }
-  std::ostringstream os;
-  os << in.rdbuf();
-  std::string pem = os.str();
-  if (pem.size() > (1 << 20) || !absl::StrContains(pem, "-----BEGIN ")) {
+  // At most 1 MiB and one byte: a PEM file is a few KiB, and a device
+  // (/dev/zero) would otherwise be read forever.
+  constexpr std::streamsize kMaxPem = 1 << 20;
+  std::string pem(kMaxPem + 1, '\0');
+  in.read(pem.data(), kMaxPem + 1);
+  pem.resize(static_cast<size_t>(in.gcount()));
+  if (pem.size() > static_cast<size_t>(kMaxPem) || !absl::StrContains(pem, "-----BEGIN ")) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a PEM file"));
   }
   return pem;

@@ -1,6 +1,7 @@
 // The cluster CA (rpc/cluster_ca.h) and mutual TLS (rpc/tls.h) with real
 // certificates and a real gRPC server on 127.0.0.1.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -194,6 +195,14 @@ TEST_F(TlsTest, TlsDirectoryProblemsAreNamed) {
   ASSERT_EQ(std::rename((dir_ + "/node-1/tls.crt.txt").c_str(),
                         (dir_ + "/node-1/tls.crt").c_str()), 0);
   EXPECT_EQ(LoadTlsDir(dir_ + "/node-1").status().code(), absl::StatusCode::kInvalidArgument);
+  // A device in place of a certificate is refused after 1 MiB, not read
+  // forever.
+  ASSERT_EQ(std::remove((dir_ + "/node-1/tls.crt").c_str()), 0);
+  ASSERT_EQ(::symlink("/dev/zero", (dir_ + "/node-1/tls.crt").c_str()), 0);
+  absl::StatusOr<TlsFiles> device = LoadTlsDir(dir_ + "/node-1");
+  EXPECT_EQ(device.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(device.status().message().find("tls.crt is not a PEM file"), std::string::npos)
+      << device.status();
 }
 
 }  // namespace
