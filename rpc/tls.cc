@@ -2,14 +2,18 @@
 
 #include <sys/stat.h>
 
+#include <ctime>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
+#include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "grpc/grpc_security_constants.h"
 
 namespace frameworm {
@@ -34,6 +38,76 @@ absl::StatusOr<std::string> ReadPem(const std::string& path) {
   return pem;
 }
 
+using CertPtr = std::unique_ptr<X509, decltype(&X509_free)>;
+using KeyPtr = std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)>;
+
+CertPtr ParseCert(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  CertPtr c(bio != nullptr ? PEM_read_bio_X509(bio, nullptr, nullptr, nullptr) : nullptr,
+            X509_free);
+  BIO_free(bio);
+  return c;
+}
+
+// "2026-12-06 08:00 UTC".
+std::string Shown(const ASN1_TIME* t) {
+  struct tm tm = {};
+  if (t == nullptr || ASN1_TIME_to_tm(t, &tm) != 1) return "an unreadable date";
+  return absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::FromTimeT(::timegm(&tm)),
+                          absl::UTCTimeZone());
+}
+
+// Within its validity now: a handshake with it would fail, naming nothing.
+absl::Status CheckValidNow(X509* cert, const std::string& path) {
+  const ASN1_TIME* from = X509_get0_notBefore(cert);
+  const ASN1_TIME* until = X509_get0_notAfter(cert);
+  if (X509_cmp_current_time(from) > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is not valid before ", Shown(from), " (is this host's clock right?)"));
+  }
+  if (X509_cmp_current_time(until) < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " expired on ", Shown(until),
+                     "; issue a new one with `frameworm-cli admin ca issue`"));
+  }
+  return absl::OkStatus();
+}
+
+// What a TLS handshake would refuse later with an error naming no file: a
+// certificate out of its validity, a key that is not the certificate's, a
+// certificate the directory's CA did not issue.
+absl::Status CheckTlsFiles(const TlsFiles& t) {
+  const std::string ca_path = t.dir + "/ca.crt", cert_path = t.dir + "/tls.crt";
+  CertPtr ca = ParseCert(t.ca_pem), cert = ParseCert(t.cert_pem);
+  ERR_clear_error();
+  if (!ca) return absl::InvalidArgumentError(absl::StrCat(ca_path, " is not a PEM certificate"));
+  if (!cert) {
+    return absl::InvalidArgumentError(absl::StrCat(cert_path, " is not a PEM certificate"));
+  }
+  if (absl::Status s = CheckValidNow(ca.get(), ca_path); !s.ok()) return s;
+  if (absl::Status s = CheckValidNow(cert.get(), cert_path); !s.ok()) return s;
+  BIO* bio = BIO_new_mem_buf(t.key_pem.data(), static_cast<int>(t.key_pem.size()));
+  KeyPtr key(bio != nullptr ? PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr) : nullptr,
+             EVP_PKEY_free);
+  BIO_free(bio);
+  const bool key_matches = key && X509_check_private_key(cert.get(), key.get()) == 1;
+  const bool issued = X509_verify(cert.get(), X509_get0_pubkey(ca.get())) == 1;
+  ERR_clear_error();
+  if (!key) {
+    return absl::InvalidArgumentError(absl::StrCat(t.dir, "/tls.key is not a PEM private key"));
+  }
+  if (!key_matches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(t.dir, "/tls.key is not the private key of ", cert_path));
+  }
+  if (!issued) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        cert_path, " was not issued by ", ca_path,
+        " (each directory holds the cluster CA's certificate and one it issued)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<TlsFiles> LoadTlsDir(const std::string& dir) {
@@ -52,6 +126,7 @@ absl::StatusOr<TlsFiles> LoadTlsDir(const std::string& dir) {
     if (!pem.ok()) return pem.status();
     *field = *std::move(pem);
   }
+  if (absl::Status s = CheckTlsFiles(t); !s.ok()) return s;
   return t;
 }
 

@@ -10,9 +10,13 @@
 // kCoordinatorTlsName, whatever address they dial. Workers also serve their
 // peers with their own certificate (DNS name kWorkerTlsName).
 //
-// Errors: NOT_FOUND (a file is missing, with how to make it),
-// PERMISSION_DENIED (tls.key readable by others), INVALID_ARGUMENT (not
-// PEM). Thread safety: free functions.
+// LoadTlsDir checks what a handshake would otherwise refuse later without
+// naming a file. Errors: NOT_FOUND (a file is missing, with how to make
+// it), PERMISSION_DENIED (tls.key readable by others), INVALID_ARGUMENT
+// (not PEM or over 1 MiB, a tls.key that is not tls.crt's key, a tls.crt
+// that ca.crt did not issue), FAILED_PRECONDITION (ca.crt or tls.crt
+// expired, or not valid yet: the date, and the host's clock to check).
+// Thread safety: free functions.
 #ifndef FRAMEWORM_RPC_TLS_H_
 #define FRAMEWORM_RPC_TLS_H_
 

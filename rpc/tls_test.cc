@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <openssl/pem.h>
 #include <openssl/x509.h>
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "frameworm/v1/trainer_service.grpc.pb.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rpc/cluster_ca.h"
 #include "rpc/rpc.h"
@@ -203,6 +206,83 @@ TEST_F(TlsTest, TlsDirectoryProblemsAreNamed) {
   EXPECT_EQ(device.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(device.status().message().find("tls.crt is not a PEM file"), std::string::npos)
       << device.status();
+}
+
+// A copy of node-1's directory whose tls.crt has the validity [from, until)
+// (seconds from now), signed by the cluster CA with node-1's key.
+std::string WithValidity(const std::string& dir, const std::string& name, long from, long until) {
+  const std::string out = dir + "/" + name;
+  std::filesystem::create_directories(out);
+  for (const char* f : {"/ca.crt", "/tls.key"}) {
+    std::filesystem::copy_file(dir + "/node-1" + f, out + f);
+  }
+  ::chmod((out + "/tls.key").c_str(), 0600);
+  auto read_pem = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string ca_pem = read_pem(dir + "/ca/ca.crt"), ca_key_pem = read_pem(dir + "/ca/ca.key"),
+                    key_pem = read_pem(dir + "/node-1/tls.key");
+  BIO* b = BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size()));
+  X509* ca = PEM_read_bio_X509(b, nullptr, nullptr, nullptr);
+  BIO_free(b);
+  b = BIO_new_mem_buf(ca_key_pem.data(), static_cast<int>(ca_key_pem.size()));
+  EVP_PKEY* ca_key = PEM_read_bio_PrivateKey(b, nullptr, nullptr, nullptr);
+  BIO_free(b);
+  b = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(b, nullptr, nullptr, nullptr);
+  BIO_free(b);
+  X509* cert = X509_new();
+  X509_set_version(cert, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(cert), 4242);
+  X509_NAME_add_entry_by_txt(X509_get_subject_name(cert), "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>("worker:node-1"), -1, -1, 0);
+  X509_set_issuer_name(cert, X509_get_subject_name(ca));
+  X509_gmtime_adj(X509_getm_notBefore(cert), from);
+  X509_gmtime_adj(X509_getm_notAfter(cert), until);
+  X509_set_pubkey(cert, key);
+  X509_sign(cert, ca_key, EVP_sha256());
+  FILE* f = std::fopen((out + "/tls.crt").c_str(), "w");
+  PEM_write_X509(f, cert);
+  std::fclose(f);
+  X509_free(cert);
+  X509_free(ca);
+  EVP_PKEY_free(ca_key);
+  EVP_PKEY_free(key);
+  return out;
+}
+
+TEST_F(TlsTest, FilesAHandshakeWouldRefuseAreNamedAtLoad) {
+  // A certificate made here the way the CA makes them loads.
+  ASSERT_TRUE(LoadTlsDir(WithValidity(dir_, "fine", -60, 86400)).ok());
+  absl::StatusOr<TlsFiles> t = LoadTlsDir(WithValidity(dir_, "expired", -10 * 86400, -86400));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
+  EXPECT_THAT(std::string(t.status().message()),
+              ::testing::MatchesRegex(".*/expired/tls.crt expired on 20[0-9-]+ [0-9:]+ UTC; issue "
+                                      "a new one with `frameworm-cli admin ca issue`"));
+  t = LoadTlsDir(WithValidity(dir_, "future", 86400, 10 * 86400));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
+  EXPECT_NE(t.status().message().find("/future/tls.crt is not valid before "), std::string::npos)
+      << t.status();
+  EXPECT_NE(t.status().message().find("is this host's clock right?"), std::string::npos);
+  // Another certificate's key.
+  std::filesystem::copy(dir_ + "/node-1", dir_ + "/wrong-key");
+  std::filesystem::copy_file(dir_ + "/admin/tls.key", dir_ + "/wrong-key/tls.key",
+                             std::filesystem::copy_options::overwrite_existing);
+  t = LoadTlsDir(dir_ + "/wrong-key");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+  EXPECT_NE(t.status().message().find("/wrong-key/tls.key is not the private key of "),
+            std::string::npos)
+      << t.status();
+  // Another cluster's CA beside this cluster's certificate.
+  ASSERT_TRUE(InitClusterCa(dir_ + "/other-ca").ok());
+  std::filesystem::copy(dir_ + "/node-1", dir_ + "/wrong-ca");
+  std::filesystem::copy_file(dir_ + "/other-ca/ca.crt", dir_ + "/wrong-ca/ca.crt",
+                             std::filesystem::copy_options::overwrite_existing);
+  t = LoadTlsDir(dir_ + "/wrong-ca");
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << t.status();
+  EXPECT_NE(t.status().message().find("/wrong-ca/tls.crt was not issued by "), std::string::npos)
+      << t.status();
 }
 
 }  // namespace
