@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/flags.h"
@@ -220,6 +221,9 @@ int main(int argc, char** argv) {
                     "with `frameworm-cli admin ca issue --role coordinator --name NAME`)");
     }
     tls = *std::move(loaded);
+    if (const std::string w = frameworm::TlsExpiryWarning(*tls, absl::Now()); !w.empty()) {
+      std::fprintf(stderr, "frameworm-coordinator: %s\n", w.c_str());
+    }
   }
   if (const std::string d = absl::GetFlag(FLAGS_dashboard_listen);
       d != "none" && !tls && !absl::GetFlag(FLAGS_insecure)) {
@@ -294,7 +298,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<frameworm::HttpServer> metrics;
   if (const std::string m = absl::GetFlag(FLAGS_metrics_listen); m != "none") {
     auto started = frameworm::HttpServer::Start(
-        {.listen = m}, [&core, &latency](const frameworm::HttpRequest& request) {
+        {.listen = m}, [&core, &latency, &tls](const frameworm::HttpRequest& request) {
           if (request.path != "/metrics") {
             return frameworm::HttpResponse{404, "text/plain", "only /metrics is served here\n"};
           }
@@ -303,6 +307,7 @@ int main(int argc, char** argv) {
               (*core)->ListJobs(), (*core)->ListWorkers(),
               absl::ToUnixMillis(frameworm::RealClock::Real().Now()), w);
           latency.Write(w);
+          frameworm::WriteTlsExpiryMetric(tls ? &*tls : nullptr, w);
           return frameworm::HttpResponse{200, frameworm::kPromContentType, w.text()};
         });
     if (!started.ok()) {

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <ctime>
 #include <fstream>
 #include <memory>
@@ -57,6 +58,14 @@ std::string Shown(const ASN1_TIME* t) {
                           absl::UTCTimeZone());
 }
 
+// The certificate's notAfter (InfiniteFuture when unreadable).
+absl::Time EndOf(X509* cert) {
+  struct tm tm = {};
+  const ASN1_TIME* t = X509_get0_notAfter(cert);
+  if (t == nullptr || ASN1_TIME_to_tm(t, &tm) != 1) return absl::InfiniteFuture();
+  return absl::FromTimeT(::timegm(&tm));
+}
+
 // Within its validity now: a handshake with it would fail, naming nothing.
 absl::Status CheckValidNow(X509* cert, const std::string& path) {
   const ASN1_TIME* from = X509_get0_notBefore(cert);
@@ -76,7 +85,7 @@ absl::Status CheckValidNow(X509* cert, const std::string& path) {
 // What a TLS handshake would refuse later with an error naming no file: a
 // certificate out of its validity, a key that is not the certificate's, a
 // certificate the directory's CA did not issue.
-absl::Status CheckTlsFiles(const TlsFiles& t) {
+absl::Status CheckTlsFiles(TlsFiles& t) {
   const std::string ca_path = t.dir + "/ca.crt", cert_path = t.dir + "/tls.crt";
   CertPtr ca = ParseCert(t.ca_pem), cert = ParseCert(t.cert_pem);
   ERR_clear_error();
@@ -86,6 +95,7 @@ absl::Status CheckTlsFiles(const TlsFiles& t) {
   }
   if (absl::Status s = CheckValidNow(ca.get(), ca_path); !s.ok()) return s;
   if (absl::Status s = CheckValidNow(cert.get(), cert_path); !s.ok()) return s;
+  t.expires = std::min(EndOf(ca.get()), EndOf(cert.get()));
   BIO* bio = BIO_new_mem_buf(t.key_pem.data(), static_cast<int>(t.key_pem.size()));
   KeyPtr key(bio != nullptr ? PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr) : nullptr,
              EVP_PKEY_free);
@@ -128,6 +138,23 @@ absl::StatusOr<TlsFiles> LoadTlsDir(const std::string& dir) {
   }
   if (absl::Status s = CheckTlsFiles(t); !s.ok()) return s;
   return t;
+}
+
+std::string TlsExpiryWarning(const TlsFiles& tls, absl::Time now) {
+  if (tls.expires - now > kTlsExpiryWarning) return "";
+  return absl::StrCat("WARNING: ", tls.dir, "'s certificates expire on ",
+                      absl::FormatTime("%Y-%m-%d %H:%M UTC", tls.expires, absl::UTCTimeZone()),
+                      " (in ", absl::ToInt64Hours(tls.expires - now) / 24,
+                      " days): issue new ones with `frameworm-cli admin ca issue` and restart");
+}
+
+void WriteTlsExpiryMetric(const TlsFiles* tls, PromWriter& w) {
+  if (tls == nullptr || tls->expires == absl::InfiniteFuture()) return;
+  w.Family("frameworm_tls_expiry_timestamp_seconds", "gauge",
+           "When this daemon's TLS certificates (the earlier of ca.crt and tls.crt) expire, "
+           "in Unix seconds.");
+  w.Sample("frameworm_tls_expiry_timestamp_seconds", {},
+           static_cast<double>(absl::ToUnixSeconds(tls->expires)));
 }
 
 absl::StatusOr<Caller> IdentityOf(const TlsFiles& tls) {

@@ -24,7 +24,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/caller.h"
+#include "common/prometheus_text.h"
 #include "grpcpp/grpcpp.h"
 
 namespace frameworm {
@@ -38,9 +40,24 @@ inline constexpr char kWorkerTlsName[] = "frameworm-worker";
 struct TlsFiles {
   std::string dir;
   std::string ca_pem, cert_pem, key_pem;
+  // The earlier of ca.crt's and tls.crt's end of validity (set by
+  // LoadTlsDir): from then on no handshake with this directory succeeds.
+  absl::Time expires = absl::InfiniteFuture();
 };
 
 absl::StatusOr<TlsFiles> LoadTlsDir(const std::string& dir);
+
+// How long before `expires` a daemon warns at start.
+inline constexpr absl::Duration kTlsExpiryWarning = absl::Hours(24 * 30);
+// "WARNING: <dir>'s certificates expire on <date> (in N days): issue new
+// ones with ..." when tls.expires is within kTlsExpiryWarning of `now`;
+// empty otherwise.
+std::string TlsExpiryWarning(const TlsFiles& tls, absl::Time now);
+
+// The gauge frameworm_tls_expiry_timestamp_seconds (tls.expires, Unix
+// seconds) for a daemon's /metrics, so that an alert can fire before the
+// day; nothing for a daemon without TLS (null).
+void WriteTlsExpiryMetric(const TlsFiles* tls, PromWriter& w);
 
 // Who tls.cert_pem says its holder is (role and name of its common name);
 // INVALID_ARGUMENT when it is not a certificate of ours.

@@ -285,5 +285,32 @@ TEST_F(TlsTest, FilesAHandshakeWouldRefuseAreNamedAtLoad) {
       << t.status();
 }
 
+// The earlier end of validity is known, warned of within 30 days, and
+// exported for alerts.
+TEST_F(TlsTest, ExpiryIsKnownWarnedOfAndExported) {
+  absl::StatusOr<TlsFiles> soon = LoadTlsDir(WithValidity(dir_, "soon", -60, 10 * 86400));
+  ASSERT_TRUE(soon.ok()) << soon.status();
+  EXPECT_LE(absl::AbsDuration(soon->expires - (absl::Now() + absl::Hours(240))), absl::Minutes(1));
+  const std::string warning = TlsExpiryWarning(*soon, absl::Now());
+  EXPECT_NE(warning.find("WARNING: " + dir_ + "/soon's certificates expire on 20"), std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find("(in 9 days): issue new ones with `frameworm-cli admin ca issue`"),
+            std::string::npos)
+      << warning;
+  // As the CA issues them (a year and more): no warning.
+  const TlsFiles issued = Load("node-1");
+  EXPECT_GT(issued.expires, absl::Now() + kTlsExpiryWarning);
+  EXPECT_EQ(TlsExpiryWarning(issued, absl::Now()), "");
+  PromWriter w;
+  WriteTlsExpiryMetric(&*soon, w);
+  EXPECT_NE(w.text().find(absl::StrCat("\nframeworm_tls_expiry_timestamp_seconds ",
+                                       absl::ToUnixSeconds(soon->expires), "\n")),
+            std::string::npos)
+      << w.text();
+  PromWriter none;
+  WriteTlsExpiryMetric(nullptr, none);
+  EXPECT_EQ(none.text(), "");
+}
+
 }  // namespace
 }  // namespace frameworm

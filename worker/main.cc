@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/flags.h"
 #include "common/node_address.h"
 #include "common/printable.h"
@@ -160,6 +161,9 @@ int main(int argc, char** argv) {
     }
     cert_name = who->name;
     tls->dir = std::filesystem::absolute(dir).string();
+    if (const std::string w = frameworm::TlsExpiryWarning(*tls, absl::Now()); !w.empty()) {
+      std::fprintf(stderr, "frameworm-worker: %s\n", w.c_str());
+    }
     o.tls = *std::move(tls);
   }
   if (!o.tls && !frameworm::IsLoopbackHost(frameworm::HostOfEndpoint(o.coordinator))) {
@@ -335,7 +339,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<frameworm::HttpServer> metrics;
   if (metrics_listen != "none") {
     auto started = frameworm::HttpServer::Start(
-        {.listen = metrics_listen}, [&agent, name = o.name](const frameworm::HttpRequest& request) {
+        {.listen = metrics_listen},
+        [&agent, name = o.name, tls = o.tls](const frameworm::HttpRequest& request) {
           if (request.path != "/metrics") {
             return frameworm::HttpResponse{404, "text/plain", "only /metrics is served here\n"};
           }
@@ -344,6 +349,7 @@ int main(int argc, char** argv) {
           for (const auto& t : seen.running) usage[t.key] = frameworm::ProcessTreeUsage(t.pid);
           frameworm::PromWriter w;
           frameworm::WriteWorkerMetrics(name, seen.slots, seen.connected, seen.running, usage, w);
+          frameworm::WriteTlsExpiryMetric(tls ? &*tls : nullptr, w);
           return frameworm::HttpResponse{200, frameworm::kPromContentType, w.text()};
         });
     if (!started.ok()) {

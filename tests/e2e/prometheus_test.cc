@@ -127,8 +127,11 @@ train:
   EXPECT_GE(calls, 20) << "ReportStep calls timed";
   EXPECT_EQ(run, 1) << "running jobs";
   EXPECT_EQ(n, 2) << "tasks on the worker";
-  // Both targets are up.
+  // Both targets are up, and both export when their certificates expire
+  // (the cluster runs with mutual TLS; certificates are issued for a year
+  // and more).
   EXPECT_EQ(query("sum(up)"), 2);
+  EXPECT_EQ(query("count(frameworm_tls_expiry_timestamp_seconds > time() + 30 * 86400)"), 2);
   (*prom)->Signal(SIGTERM);
   (*prom)->Wait(absl::Seconds(10));
   RunResult cancel = (*c)->Cli({"cancel", *id});
