@@ -65,6 +65,25 @@ bool IsFlagName(const std::string& k) {
   });
 }
 
+// What a job spec says instead of a frameworm-train flag the coordinator
+// sets for each rank: null for any other flag. A job's own value would
+// send checkpoints where the catalog does not look, start a second
+// rendezvous inside a rank, or resume from a file the catalog never had.
+const char* CoordinatorsTrainOption(const std::string& flag) {
+  static const auto* kReserved = new std::map<std::string, const char*>{
+      {"checkpoint-dir", "use checkpoint.dir"},
+      {"checkpoint-every", "use checkpoint.every_n_steps"},
+      {"memory-checkpoint-dir", "in-memory checkpoints live under the coordinator's "
+                                "--memory-checkpoint-root"},
+      {"memory-checkpoint-every", "use checkpoint.memory_every_n_steps"},
+      {"backend", "use backend"},
+      {"nprocs", "use nproc_per_node"},
+      {"resume", "each generation resumes from the newest checkpoint the coordinator holds"},
+  };
+  auto it = kReserved->find(flag);
+  return it == kReserved->end() ? nullptr : it->second;
+}
+
 // " (did you mean 'x'?)" for the closest candidate, else "".
 std::string Suggest(const std::string& got,
                     const std::vector<std::string>& candidates) {
@@ -145,6 +164,10 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
                  absl::StrCat("train option '", Shown(k),
                               "' is not a flag name (lowercase letters, digits "
                               "and '-')"));
+    }
+    if (const char* instead = CoordinatorsTrainOption(k)) {
+      return err("train." + k, absl::StrCat("train option '", k,
+                                            "' is the coordinator's to set: ", instead));
     }
   }
   if (s.nodes_min() < 1) {

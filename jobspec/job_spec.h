@@ -10,7 +10,9 @@
 //                                       # omitted => ["frameworm-train"]
 //   train: {model: cnn, epochs: 2, ...} # frameworm-train options (flag -> value,
 //                                       # '_' in names becomes '-'); only with
-//                                       # the built-in trainer
+//                                       # the built-in trainer; not the flags
+//                                       # the coordinator sets (checkpoint-dir,
+//                                       # backend, nprocs, resume, ...)
 //   nodes: int | {min: int, max: int}   # default 1 (max defaults to min)
 //   nproc_per_node: int                 # default 1
 //   backend: gloo | nccl | mpi          # default "" = nccl with GPUs, else gloo

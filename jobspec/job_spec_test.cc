@@ -160,6 +160,34 @@ TEST(JobSpec, WrongTypesNamedWithLine) {
               HasSubstr("train.model must be a scalar"));
 }
 
+// The flags the coordinator passes each rank itself are not a job's to
+// set: each names the spec field to use instead.
+TEST(JobSpec, TrainOptionsTheCoordinatorSetsAreRefused) {
+  const struct {
+    const char* yaml_key;
+    const char* message;
+  } cases[] = {
+      {"checkpoint_dir: /etc", "train option 'checkpoint-dir' is the coordinator's to set: use "
+                               "checkpoint.dir"},
+      {"checkpoint-every: 5", "use checkpoint.every_n_steps"},
+      {"memory_checkpoint_dir: /etc", "--memory-checkpoint-root"},
+      {"memory_checkpoint_every: 5", "use checkpoint.memory_every_n_steps"},
+      {"backend: gloo", "use backend"},
+      {"nprocs: 4", "train option 'nprocs' is the coordinator's to set: use nproc_per_node"},
+      {"resume: /etc/shadow", "resumes from the newest checkpoint the coordinator holds"},
+  };
+  for (const auto& c : cases) {
+    absl::Status st = ParseErr(absl::StrCat("name: x\ntrain:\n  model: cnn\n  ", c.yaml_key, "\n"));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.yaml_key;
+    EXPECT_THAT(st.message(), HasSubstr("job.yaml:")) << c.yaml_key;
+    EXPECT_THAT(st.message(), HasSubstr(c.message)) << st.message();
+  }
+  // Every other flag is the job's.
+  EXPECT_TRUE(ParseJobSpecYaml("name: x\ntrain:\n  async_checkpoint: false\n  lr: 0.1\n",
+                               "job.yaml")
+                  .ok());
+}
+
 TEST(JobSpec, StragglerPolicyParsesAndIsChecked) {
   auto s = ParseJobSpecYaml("name: x\non_straggler: restart_without\nstraggler_grace: 2m\n",
                             "job.yaml");
