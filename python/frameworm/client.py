@@ -9,6 +9,7 @@ import yaml
 from google.protobuf import json_format
 
 from frameworm import text
+from frameworm.pem import read_pem
 from frameworm.v1 import common_pb2, job_service_pb2, job_service_pb2_grpc
 
 FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -45,10 +46,11 @@ def _is_loopback(host):
 def _secure_channel(coordinator, tls_dir):
     """A mutual-TLS channel to the coordinator with the certificate
     directory's ca.crt, tls.crt and tls.key (also the Reporter's)."""
-    def read(name):
-        with open(os.path.join(tls_dir, name), "rb") as f:
-            return f.read()
-    creds = grpc.ssl_channel_credentials(read("ca.crt"), read("tls.key"), read("tls.crt"))
+    try:
+        ca, key, cert = (read_pem(tls_dir, n) for n in ("ca.crt", "tls.key", "tls.crt"))
+    except ValueError as e:
+        raise FramewormError("INVALID_ARGUMENT", str(e)) from None
+    creds = grpc.ssl_channel_credentials(ca, key, cert)
     return grpc.secure_channel(coordinator, creds,
                                options=[("grpc.ssl_target_name_override", _COORDINATOR_TLS_NAME),
                                         *_CHANNEL_OPTIONS])
