@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/cli_commands.h"
 #include "common/closest_match.h"
+#include "common/node_address.h"
 #include "common/flags.h"
 #include "rpc/rpc.h"
 
@@ -116,8 +117,16 @@ absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional) {
                absl::GetFlag(FLAGS_name),   absl::GetFlag(FLAGS_out),
                absl::GetFlag(FLAGS_days)};
   const CommandFlags& f = out.flags;
-  if (absl::GetFlag(FLAGS_coordinator).empty())
-    return absl::InvalidArgumentError("--coordinator needs HOST:PORT");
+  {
+    const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+    std::string host;
+    int port = 0;
+    if (!ParseHostPort(coordinator, &host, &port).ok() || port == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--coordinator needs HOST:PORT with a port 1..65535, got '", coordinator.substr(0, 200),
+          "'"));
+    }
+  }
   if (f.rank < -1)
     return absl::InvalidArgumentError(
         "--rank needs a rank number >= 0 (or -1: every rank)");

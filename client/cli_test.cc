@@ -471,6 +471,9 @@ TEST_F(CliTest, BadFlagIsOneLineAndExit2) {
   EXPECT_THAT(err_.str(), HasSubstr("--since needs a step number >= 0"));
   EXPECT_EQ(Run({"list", "--coordinator="}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("--coordinator needs HOST:PORT"));
+  EXPECT_EQ(Run({"list", "--coordinator=127.0.0.1:99999"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--coordinator needs HOST:PORT with a port 1..65535, got "
+                                    "'127.0.0.1:99999'"));
   EXPECT_EQ(Run({"status", "x", "-f"}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("-f applies to logs and events only"));
   EXPECT_EQ(Run({"events", "x", "--rank=1"}), 2);

@@ -92,7 +92,7 @@ TEST_F(CoordinatorFlagsTest, BadFlagsAndValuesExitTwoWithOneLine) {
       {{"--retain-finished=-1h"}, "--retain-finished must be a duration >= 0 like 168h, got '-1h'"},
       {{"--metric-history=1"}, "--metric-history must be 0 or a count >= 2, got '1'"},
       {{"--max-log-bytes=4096"}, "--max-log-bytes must be 0 or at least 1048576, got '4096'"},
-      {{"--listen=7070"}, "--listen must be HOST:PORT, got '7070'"},
+      {{"--listen=7070"}, "--listen must be HOST:PORT with a port 0..65535, got '7070'"},
       {{"--metrics-listen=7071"}, "--metrics-listen must be HOST:PORT or none, got '7071'"},
       {{"--metrics-listen=0.0.0.0:7071"},
        "--metrics-listen=0.0.0.0:7071 is off loopback: the metrics endpoint is plaintext"},
@@ -194,13 +194,38 @@ TEST(WorkerFlagsTest, ARegistrationTheCoordinatorWouldRefuseIsAFlagError) {
   }
 }
 
+// A port past 65535 is refused by name: gRPC would take 127.0.0.1:99999 as
+// port 34463 (99999 - 65536), serving or dialing somewhere else in silence.
+TEST_F(CoordinatorFlagsTest, PortsOutOfRangeAreRefusedNotWrapped) {
+  e2e::RunResult r = Coordinator({"--listen=127.0.0.1:99999"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--listen must be HOST:PORT with a port 0..65535, got "
+                                  "'127.0.0.1:99999'"));
+  r = Coordinator({"--advertise=10.0.0.1:0"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--advertise must be HOST:PORT with a port 1..65535"));
+  r = RunTool("frameworm-worker", {"--coordinator=127.0.0.1:99999"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--coordinator must be HOST:PORT with a port 1..65535, got "
+                                  "'127.0.0.1:99999'"));
+  r = RunTool("frameworm-worker", {"--coordinator=127.0.0.1:1", "--peer-listen=127.0.0.1:70000"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("'127.0.0.1:70000' is not HOST:PORT (the port must be 0..65535)"));
+  r = RunTool("frameworm-cli", {"--coordinator=127.0.0.1:99999", "list"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--coordinator needs HOST:PORT with a port 1..65535"));
+}
+
 TEST(WorkerFlagsTest, AdvertiseThatCannotBeDerivedIsAFlagError) {
   e2e::RunResult r = RunTool("frameworm-worker", {"--coordinator=nohost", "--insecure"});
   EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(Lines(r.output), 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--coordinator must be HOST:PORT with a port 1..65535, got "
+                                  "'nohost'"))
+      << r.output;
+  r = RunTool("frameworm-worker", {"--coordinator=no-such-host.invalid:7070", "--insecure"});
   EXPECT_EQ(Lines(r.output), 2) << r.output;  // the --insecure warning, the error
   EXPECT_THAT(r.output, HasSubstr("WARNING: --insecure")) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("'nohost' is not HOST:PORT")) << r.output;
-  r = RunTool("frameworm-worker", {"--coordinator=no-such-host.invalid:7070", "--insecure"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("no-such-host.invalid")) << r.output;
 }

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace frameworm {
@@ -99,13 +100,29 @@ bool IsWildcardHost(const std::string& host) {
          host == "*";
 }
 
-absl::StatusOr<std::string> AddressTowardEndpoint(const std::string& endpoint) {
-  const size_t colon = endpoint.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == endpoint.size()) {
+absl::Status ParseHostPort(const std::string& address, std::string* host, int* port) {
+  const size_t colon = address.rfind(':');
+  auto bad = [&](const char* why) {
     return absl::InvalidArgumentError(
-        absl::StrCat("'", endpoint, "' is not HOST:PORT"));
+        absl::StrCat("'", address.substr(0, 200), "' is not HOST:PORT (", why, ")"));
+  };
+  if (colon == std::string::npos || colon == 0) return bad("no host");
+  std::string h = address.substr(0, colon);
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  int p = 0;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &p) || p < 0 || p > 65535) {
+    return bad("the port must be 0..65535");
   }
-  return AddressToward(HostOfEndpoint(endpoint));
+  *host = h;
+  *port = p;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> AddressTowardEndpoint(const std::string& endpoint) {
+  std::string host;
+  int port = 0;
+  if (absl::Status s = ParseHostPort(endpoint, &host, &port); !s.ok()) return s;
+  return AddressToward(host);
 }
 
 }  // namespace frameworm

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace frameworm {
@@ -24,6 +25,12 @@ absl::StatusOr<std::string> InterfaceOf(const std::string& address);
 // The address a node advertises for `endpoint` ("host:port", "[v6]:port"):
 // AddressToward(host). InvalidArgument when `endpoint` has no ":port".
 absl::StatusOr<std::string> AddressTowardEndpoint(const std::string& endpoint);
+
+// Splits "HOST:PORT" ("[v6]:PORT" too; brackets removed from the host).
+// INVALID_ARGUMENT naming the text when it has no host or its port is not
+// a number in 0..65535 (gRPC would take "host:99999" as port 34463).
+// A peer to dial needs a port from 1: the caller checks for 0.
+absl::Status ParseHostPort(const std::string& endpoint, std::string* host, int* port);
 
 // The host part of "host:port" / "[v6]:port" (brackets removed); the whole
 // text when it has no ':'.

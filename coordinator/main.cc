@@ -124,8 +124,10 @@ absl::StatusOr<DaemonConfig> FromFlags() {
   if (o.state_dir.empty())
     return absl::InvalidArgumentError("--state-dir must not be empty");
   c.listen = absl::GetFlag(FLAGS_listen);
-  if (c.listen.find(':') == std::string::npos)
-    return bad("listen", "HOST:PORT", c.listen);
+  std::string host;
+  int port = 0;
+  if (!frameworm::ParseHostPort(c.listen, &host, &port).ok())
+    return bad("listen", "HOST:PORT with a port 0..65535", c.listen);
   const std::string range = absl::GetFlag(FLAGS_port_range);
   std::vector<std::string> lo_hi = absl::StrSplit(range, '-');
   if (lo_hi.size() != 2 || !absl::SimpleAtoi(lo_hi[0], &o.port_min) ||
@@ -170,6 +172,9 @@ absl::StatusOr<DaemonConfig> FromFlags() {
   // State, logs and checkpoint copies are the coordinator's alone.
   ::umask(077);
   o.advertise = absl::GetFlag(FLAGS_advertise);
+  if (!o.advertise.empty() &&
+      (!frameworm::ParseHostPort(o.advertise, &host, &port).ok() || port == 0))
+    return bad("advertise", "HOST:PORT with a port 1..65535", o.advertise);
   for (absl::string_view root :
        absl::StrSplit(absl::GetFlag(FLAGS_checkpoint_root), ',', absl::SkipEmpty())) {
     if (!frameworm::coordinator::IsCleanAbsolutePath(std::string(root))) {
@@ -229,7 +234,7 @@ int main(int argc, char** argv) {
       d != "none" && !tls && !absl::GetFlag(FLAGS_insecure)) {
     std::string host;
     int port = 0;
-    if (!frameworm::ParseListenAddress(d, &host, &port).ok()) {
+    if (!frameworm::ParseHostPort(d, &host, &port).ok()) {
       frameworm::FlagErrorExit(Config(), "--dashboard-listen must be HOST:PORT or none, got '" + d + "'");
     }
     if (!frameworm::IsLoopbackHost(host)) {

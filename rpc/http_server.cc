@@ -210,29 +210,11 @@ Caller PeerCaller(SSL* ssl) {
 
 }  // namespace
 
-absl::Status ParseListenAddress(const std::string& address, std::string* host, int* port) {
-  const size_t colon = address.rfind(':');
-  auto bad = [&](const char* why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", address.substr(0, 200), "' is not HOST:PORT (", why, ")"));
-  };
-  if (colon == std::string::npos || colon == 0) return bad("no host");
-  std::string h = address.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  int p = 0;
-  if (!absl::SimpleAtoi(address.substr(colon + 1), &p) || p < 0 || p > 65535) {
-    return bad("the port must be 0..65535");
-  }
-  *host = h;
-  *port = p;
-  return absl::OkStatus();
-}
-
 absl::Status CheckMetricsListen(const std::string& address, bool insecure) {
   if (address == "none") return absl::OkStatus();
   std::string host;
   int port = 0;
-  if (!ParseListenAddress(address, &host, &port).ok()) {
+  if (!ParseHostPort(address, &host, &port).ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--metrics-listen must be HOST:PORT or none, got '", address, "'"));
   }
@@ -248,7 +230,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
                                                               Handler handler) {
   std::string host;
   int port = 0;
-  if (absl::Status s = ParseListenAddress(options.listen, &host, &port); !s.ok()) return s;
+  if (absl::Status s = ParseHostPort(options.listen, &host, &port); !s.ok()) return s;
   SSL_CTX* ctx = nullptr;
   if (options.tls) {
     absl::StatusOr<SSL_CTX*> made = MakeContext(*options.tls, true);
@@ -409,7 +391,7 @@ absl::StatusOr<std::string> HttpExchange(const std::string& host_port, const std
                                          const char* server_name) {
   std::string host;
   int port = 0;
-  if (absl::Status s = ParseListenAddress(host_port, &host, &port); !s.ok()) return s;
+  if (absl::Status s = ParseHostPort(host_port, &host, &port); !s.ok()) return s;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

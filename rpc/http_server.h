@@ -111,10 +111,6 @@ absl::StatusOr<HttpResponse> HttpGet(const std::string& host_port, const std::st
 // INVALID_ARGUMENT naming the flag and what to do otherwise.
 absl::Status CheckMetricsListen(const std::string& address, bool insecure);
 
-// Splits "HOST:PORT" ("[v6]:PORT" too) for a listening socket. Exposed for
-// tests. INVALID_ARGUMENT naming the address when it is not one.
-absl::Status ParseListenAddress(const std::string& address, std::string* host, int* port);
-
 }  // namespace frameworm
 
 #endif  // FRAMEWORM_RPC_HTTP_SERVER_H_

@@ -1,6 +1,7 @@
 #include "rpc/rpc.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/node_address.h"
 
 namespace frameworm {
 
@@ -42,6 +43,10 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const TlsF
 
 absl::StatusOr<StartedServer> StartServer(
     const ServerOptions& options, const std::vector<grpc::Service*>& services) {
+  // gRPC would take an out-of-range port modulo 65536.
+  std::string host;
+  int port = 0;
+  if (absl::Status s = ParseHostPort(options.listen, &host, &port); !s.ok()) return s;
   grpc::ServerBuilder builder;
   StartedServer out;
   builder.AddListeningPort(

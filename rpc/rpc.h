@@ -51,7 +51,9 @@ struct StartedServer {
 };
 
 // Builds and starts a server with the given services (not owned; they must
-// outlive the server). Errors: UNAVAILABLE when the address can't be bound.
+// outlive the server). Errors: INVALID_ARGUMENT when options.listen is not
+// HOST:PORT with a port 0..65535; UNAVAILABLE when the address can't be
+// bound.
 absl::StatusOr<StartedServer> StartServer(
     const ServerOptions& options, const std::vector<grpc::Service*>& services);
 

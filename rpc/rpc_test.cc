@@ -37,11 +37,21 @@ TEST(Rpc, PortInUseIsUnavailable) {
   first->server->Shutdown();
 }
 
-TEST(Rpc, BadListenAddressIsUnavailable) {
+TEST(Rpc, BadListenAddressIsRefused) {
   testing::RecordingTrainerService svc;
   ServerOptions o;
   o.listen = "not-an-address:xyz";
   auto s = StartServer(o, {&svc});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  // gRPC itself would listen on 99999 - 65536 = 34463.
+  o.listen = "127.0.0.1:99999";
+  s = StartServer(o, {&svc});
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("the port must be 0..65535"), std::string::npos)
+      << s.status();
+  // A host that is no address of this machine cannot be bound.
+  o.listen = "192.0.2.1:0";
+  s = StartServer(o, {&svc});
   EXPECT_EQ(s.status().code(), absl::StatusCode::kUnavailable);
 }
 

@@ -148,7 +148,14 @@ int main(int argc, char** argv) {
 
   frameworm::WorkerAgent::Options o;
   o.coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (o.coordinator.empty()) FlagErrorExit(Config(), "--coordinator must not be empty");
+  {
+    std::string host;
+    int port = 0;
+    if (!frameworm::ParseHostPort(o.coordinator, &host, &port).ok() || port == 0) {
+      FlagErrorExit(Config(), "--coordinator must be HOST:PORT with a port 1..65535, got '" +
+                                  o.coordinator.substr(0, 200) + "'");
+    }
+  }
   std::string cert_name;
   if (const std::string dir = absl::GetFlag(FLAGS_tls_dir); !dir.empty()) {
     absl::StatusOr<frameworm::TlsFiles> tls = frameworm::LoadTlsDir(dir);
