@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "train/torch_error.h"
 
 namespace frameworm {
 namespace {
@@ -278,7 +279,7 @@ absl::StatusOr<std::unique_ptr<CheckpointSnapshot>> CheckpointSnapshot::Take(
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("taking a checkpoint snapshot at step ",
-                                            position.step, ": ", e.what()));
+                                            position.step, ": ", TorchMessage(e)));
   }
   s->deferred_ = std::move(deferred);
   return s;
@@ -289,7 +290,7 @@ absl::Status CheckpointSnapshot::CopyDeferred() {
     CopyAll(deferred_, /*max_threads=*/2);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("copying the checkpoint of step ", position_.step,
-                                            " into host memory: ", e.what()));
+                                            " into host memory: ", TorchMessage(e)));
   }
   deferred_.clear();
   return absl::OkStatus();
@@ -325,7 +326,7 @@ absl::StatusOr<CheckpointFileInfo> CheckpointSnapshot::WriteTo(const std::string
     });
   } catch (const std::exception& e) {
     if (write_status.ok()) {
-      return absl::InternalError(absl::StrCat("serializing checkpoint ", path, ": ", e.what()));
+      return absl::InternalError(absl::StrCat("serializing checkpoint ", path, ": ", TorchMessage(e)));
     }
   }
   if (!write_status.ok()) return write_status;

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "train/torch_error.h"
 
 namespace frameworm {
 namespace {
@@ -92,7 +93,7 @@ absl::StatusOr<std::shared_ptr<ShmAllreduce>> CreateIntraNode(
     shm = absl::UnavailableError(
         absl::StrCat("store for the shm rendezvous: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    shm = absl::UnavailableError(absl::StrCat("store for the shm rendezvous: ", e.what()));
+    shm = absl::UnavailableError(absl::StrCat("store for the shm rendezvous: ", TorchMessage(e)));
   }
   // All ranks take the same path: the shm one only if it worked everywhere.
   std::vector<torch::Tensor> io{torch::tensor({shm.ok() ? 0 : 1}, torch::kInt32)};
@@ -193,7 +194,7 @@ absl::Status DistributedTrainer::BroadcastInitialState() {
                [&] { return pg_->broadcast(io, bo); });
     }
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("broadcast of rank 0's parameters failed: ", e.what()));
+    return absl::UnavailableError(absl::StrCat("broadcast of rank 0's parameters failed: ", TorchMessage(e)));
   }
   return absl::OkStatus();
 }
@@ -223,7 +224,7 @@ absl::StatusOr<std::vector<double>> DistributedTrainer::AllreduceSum(std::vector
     for (size_t i = 0; i < v.size(); ++i) v[i] = c[i].item<double>();
     return v;
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("metric allreduce failed: ", e.what()));
+    return absl::UnavailableError(absl::StrCat("metric allreduce failed: ", TorchMessage(e)));
   }
 }
 
@@ -255,7 +256,7 @@ absl::StatusOr<std::vector<int64_t>> DistributedTrainer::BroadcastFromRank0(std:
     for (size_t i = 0; i < v.size(); ++i) v[i] = c[i].item<int64_t>();
     return v;
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("broadcast from rank 0 failed: ", e.what()));
+    return absl::UnavailableError(absl::StrCat("broadcast from rank 0 failed: ", TorchMessage(e)));
   }
 }
 

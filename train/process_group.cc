@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/node_address.h"
+#include "train/torch_error.h"
 
 namespace frameworm {
 
@@ -86,7 +87,7 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Backend>> CreateProcessGroup(
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
         "rendezvous at ", o.master_addr, ":", o.master_port, " (rank ",
-        o.rank, "/", o.world_size, ") failed: ", e.what()));
+        o.rank, "/", o.world_size, ") failed: ", TorchMessage(e)));
   }
   if (o.backend == "nccl") {
     absl::Status pinned = PinNcclSocketInterface(o.master_addr);

@@ -3,6 +3,7 @@
 #include "train/process_group.h"
 
 #include "absl/strings/str_cat.h"
+#include "train/torch_error.h"
 
 #ifdef FRAMEWORM_HAVE_NCCL
 #ifndef USE_C10D_NCCL
@@ -35,7 +36,7 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Backend>> CreateNcclBackend(
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
         "creating the nccl process group (rank ", o.rank, "/", o.world_size,
-        ") failed: ", e.what()));
+        ") failed: ", TorchMessage(e)));
   }
 }
 #else

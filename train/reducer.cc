@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "train/torch_error.h"
 
 namespace frameworm {
 
@@ -344,7 +345,7 @@ absl::Status Reducer::Finalize() {
     }
   } catch (const std::exception& e) {
     return absl::UnavailableError(
-        absl::StrCat("gradient allreduce failed: ", e.what()));
+        absl::StrCat("gradient allreduce failed: ", TorchMessage(e)));
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include "absl/strings/str_cat.h"
+#include "train/torch_error.h"
 
 namespace frameworm {
 namespace {
@@ -72,7 +73,7 @@ absl::Status ScriptModelImpl::Save(const std::string& path) {
   } catch (const std::exception& e) {
     std::error_code ec;
     fs::remove(tmp, ec);
-    return absl::InternalError(absl::StrCat("saving the model to ", path, " failed: ", e.what()));
+    return absl::InternalError(absl::StrCat("saving the model to ", path, " failed: ", TorchMessage(e)));
   }
   return absl::OkStatus();
 }

@@ -182,6 +182,20 @@ TEST(TrainerTest, LearnsSyntheticData) {
   EXPECT_LT(s.trainer->state().train_metrics.at("loss"), 0.5);
 }
 
+// A step that LibTorch refuses (a class index the model has no output for)
+// fails with torch's message alone: without the C++ stack trace what()
+// appends, whose last line used to become a cluster job's failure reason.
+TEST(TrainerTest, ATorchErrorInAStepIsOneMessageWithoutItsStackTrace) {
+  auto rig = MakeRig(3, TrainerOptions{});
+  Batch b{torch::randn({4, 1, 28, 28}), torch::tensor({1, 2, 100, 3}, torch::kLong), {}};
+  absl::StatusOr<StepInfo> step = rig.trainer->train_step({b});
+  ASSERT_FALSE(step.ok());
+  const std::string m(step.status().message());
+  EXPECT_EQ(m.rfind("training step failed: Target 100 is out of bounds.", 0), 0u) << m;
+  EXPECT_EQ(m.find("frame #"), std::string::npos) << m;
+  EXPECT_EQ(m.find("Exception raised from"), std::string::npos) << m;
+}
+
 TEST(TrainerTest, WarmupAndAccumulation) {
   TrainerOptions o;
   o.epochs = 5;

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "train/torch_error.h"
 
 namespace frameworm {
 namespace {
@@ -26,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 void MovingAverage(double& avg, double v) { avg = avg == 0 ? v : 0.9 * avg + 0.1 * v; }
 
 absl::Status FromTorch(const std::exception& e, const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  return absl::InternalError(absl::StrCat(what, ": ", TorchMessage(e)));
 }
 
 
@@ -746,7 +747,7 @@ absl::Status Trainer::load_checkpoint(const std::string& path) {
   try {
     ar.load_from(payload->data(), payload->size(), device_);
   } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", path, " cannot be parsed: ", e.what()));
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " cannot be parsed: ", TorchMessage(e)));
   }
   auto module = model_.ptr();
   auto params = module->named_parameters(true);
@@ -791,7 +792,7 @@ absl::Status Trainer::load_checkpoint(const std::string& path) {
       torch::serialize::InputArchive restore;
       restore.load_from(b.data(), b.size(), device_);
       optimizer_->load(restore);
-      return bad(absl::StrCat("optimizer state: ", e.what()));
+      return bad(absl::StrCat("optimizer state: ", TorchMessage(e)));
     }
     torch::NoGradGuard ng;
     size_t i = 0;
@@ -822,7 +823,7 @@ absl::Status Trainer::load_checkpoint(const std::string& path) {
     std::lock_guard<std::mutex> l(gen.mutex());
     gen.set_state(rng.to(torch::kCPU));
   } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", path, " cannot be loaded: ", e.what()));
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " cannot be loaded: ", TorchMessage(e)));
   }
   return absl::OkStatus();
 }
