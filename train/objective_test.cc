@@ -210,6 +210,14 @@ TEST_F(OptionsTest, BadOptionsAreRefusedBeforeTraining) {
                              "are: loss"),
             std::string::npos)
       << s;
+  // A typo is refused even where nothing watches the metric yet.
+  TrainerOptions typo;
+  typo.monitor = "val_acuracy";
+  s = Make(typo).train(tl, vl);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("the monitored metric 'val_acuracy' is not a validation metric"),
+            std::string::npos)
+      << s;
   TrainerOptions sched;
   sched.lr_schedule.kind = "step";
   s = Make(sched).train(tl, vl);

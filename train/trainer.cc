@@ -14,6 +14,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "train/torch_error.h"
@@ -134,11 +135,34 @@ absl::Status Trainer::CheckOptions() const {
   if (options_.eval_every < 0 || options_.early_stopping_patience < 0) {
     return absl::InvalidArgumentError("eval_every and early_stopping_patience must be >= 0");
   }
-  if ((options_.keep_best || options_.early_stopping_patience > 0) &&
-      options_.monitor.find('/') != std::string::npos) {
-    return absl::InvalidArgumentError("monitor must be a metric name");
+  // A monitor that names no validation metric is refused before training,
+  // even where nothing watches it yet (it is a typo either way).
+  if (!MonitoredMetric()) {
+    std::string have = "loss";
+    for (const auto& [m, fn] : options_.metrics) absl::StrAppend(&have, ", ", m);
+    return absl::InvalidArgumentError(absl::StrCat("the monitored metric '", options_.monitor,
+                                                   "' is not a validation metric; there are: ",
+                                                   have, " (val_loss and val_<metric> mean the same)"));
   }
   return absl::OkStatus();
+}
+
+std::optional<std::string> Trainer::MonitoredMetric() const {
+  if (options_.monitor.empty()) return "loss";
+  auto known = [this](const std::string& name) {
+    if (name == "loss") return true;
+    for (const auto& [m, fn] : options_.metrics) {
+      if (m == name) return true;
+    }
+    return false;
+  };
+  if (known(options_.monitor)) return options_.monitor;
+  // The name the JSON events and the metrics show ("val_accuracy"), as
+  // Keras and Lightning users write it.
+  if (absl::StartsWith(options_.monitor, "val_") && known(options_.monitor.substr(4))) {
+    return options_.monitor.substr(4);
+  }
+  return std::nullopt;
 }
 
 torch::Tensor Trainer::Forward(const Batch& b) {
@@ -371,7 +395,7 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
 
 absl::StatusOr<bool> Trainer::AfterEvaluation() {
   if (!options_.keep_best && options_.early_stopping_patience == 0) return false;
-  const std::string name = options_.monitor.empty() ? "loss" : options_.monitor;
+  const std::string name = MonitoredMetric().value_or(options_.monitor);
   auto it = state_.val_metrics.find(name);
   if (it == state_.val_metrics.end() || name == "samples") {
     std::string have = "loss";

@@ -134,8 +134,9 @@ struct TrainerOptions {
   // end (0: at epoch ends only).
   int64_t eval_every = 0;
   // The validation metric that early stopping and the best checkpoint
-  // watch ("loss" or a metric's name; empty: "loss"), and whether higher
-  // is better (unset: only for names containing "accuracy").
+  // watch ("loss" or a metric's name, with or without "val_"; empty:
+  // "loss"; any other name is refused before training), and whether
+  // higher is better (unset: only for names containing "accuracy").
   std::string monitor;
   std::optional<bool> monitor_higher_is_better;
   // Stop once the monitored metric has not improved for this many
@@ -352,6 +353,9 @@ class Trainer {
   // true when training is to stop.
   absl::StatusOr<bool> AfterEvaluation();
   absl::Status CheckOptions() const;
+  // The validation metric options_.monitor names ("loss" when empty; a
+  // "val_" prefix dropped), or nullopt when it names none.
+  std::optional<std::string> MonitoredMetric() const;
   torch::Tensor Forward(const Batch& b);
   Batch OnDevice(const Batch& b) const;
   absl::StatusOr<bool> AfterStep(const StepInfo& info);

@@ -69,8 +69,8 @@ ABSL_FLAG(std::string, autocast, "off",
 ABSL_FLAG(int64_t, eval_every, Defaults().eval_every,
           "also evaluate every N steps; 0: at epoch ends only");
 ABSL_FLAG(std::string, monitor, Defaults().monitor,
-          "the validation metric early stopping and --keep-best watch (loss or a metric; "
-          "higher is better for names with 'accuracy'); empty: loss");
+          "the validation metric early stopping and --keep-best watch (loss or a metric, "
+          "with or without val_; higher is better for names with 'accuracy'); empty: loss");
 ABSL_FLAG(int64_t, early_stopping_patience, Defaults().early_stopping_patience,
           "stop after this many evaluations without improvement of --monitor; 0: never");
 ABSL_FLAG(bool, keep_best, Defaults().keep_best,

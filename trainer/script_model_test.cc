@@ -209,10 +209,12 @@ TEST_F(ScriptModelTest, EarlyStoppingAndTheBestCheckpoint) {
   const std::string d = Export("regress");
   // A learning rate that makes the model diverge after it first improves:
   // the validation loss stops improving, training stops early, and the best
-  // checkpoint holds the best evaluation's weights.
+  // checkpoint holds the best evaluation's weights. The monitor is named as
+  // the events show it (val_loss: the validation loss).
   Result r = RunTrain("--model=" + d + "/model.pt --data=" + d +
                       "/data.pt --loss=mse --epochs=50 --batch-size=16 --lr=0.2 --momentum=0.9 "
-                      "--eval-every=5 --early-stopping-patience=3 --keep-best --checkpoint-dir=" +
+                      "--eval-every=5 --early-stopping-patience=3 --keep-best --monitor=val_loss "
+                      "--checkpoint-dir=" +
                       d + "/ck");
   ASSERT_EQ(r.code, 0) << r.err;
   // Diverged values are JSON nulls, not nan or inf.
