@@ -117,15 +117,11 @@ absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional) {
                absl::GetFlag(FLAGS_name),   absl::GetFlag(FLAGS_out),
                absl::GetFlag(FLAGS_days)};
   const CommandFlags& f = out.flags;
-  {
-    const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
-    std::string host;
-    int port = 0;
-    if (!ParseHostPort(coordinator, &host, &port).ok() || port == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--coordinator needs HOST:PORT with a port 1..65535, got '", coordinator.substr(0, 200),
-          "'"));
-    }
+  if (const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+      !IsDialEndpoint(coordinator)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--coordinator needs HOST:PORT with a port 1..65535, got '", coordinator.substr(0, 200),
+        "'"));
   }
   if (f.rank < -1)
     return absl::InvalidArgumentError(

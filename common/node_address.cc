@@ -118,6 +118,12 @@ absl::Status ParseHostPort(const std::string& address, std::string* host, int* p
   return absl::OkStatus();
 }
 
+bool IsDialEndpoint(const std::string& endpoint) {
+  std::string host;
+  int port = 0;
+  return ParseHostPort(endpoint, &host, &port).ok() && port > 0;
+}
+
 absl::StatusOr<std::string> AddressTowardEndpoint(const std::string& endpoint) {
   std::string host;
   int port = 0;

@@ -29,8 +29,11 @@ absl::StatusOr<std::string> AddressTowardEndpoint(const std::string& endpoint);
 // Splits "HOST:PORT" ("[v6]:PORT" too; brackets removed from the host).
 // INVALID_ARGUMENT naming the text when it has no host or its port is not
 // a number in 0..65535 (gRPC would take "host:99999" as port 34463).
-// A peer to dial needs a port from 1: the caller checks for 0.
 absl::Status ParseHostPort(const std::string& endpoint, std::string* host, int* port);
+
+// Whether `endpoint` is an address to dial: ParseHostPort accepts it and its
+// port is 1..65535 (0 means "any" only where a server listens).
+bool IsDialEndpoint(const std::string& endpoint);
 
 // The host part of "host:port" / "[v6]:port" (brackets removed); the whole
 // text when it has no ':'.

@@ -172,8 +172,7 @@ absl::StatusOr<DaemonConfig> FromFlags() {
   // State, logs and checkpoint copies are the coordinator's alone.
   ::umask(077);
   o.advertise = absl::GetFlag(FLAGS_advertise);
-  if (!o.advertise.empty() &&
-      (!frameworm::ParseHostPort(o.advertise, &host, &port).ok() || port == 0))
+  if (!o.advertise.empty() && !frameworm::IsDialEndpoint(o.advertise))
     return bad("advertise", "HOST:PORT with a port 1..65535", o.advertise);
   for (absl::string_view root :
        absl::StrSplit(absl::GetFlag(FLAGS_checkpoint_root), ',', absl::SkipEmpty())) {

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <openssl/err.h>
@@ -50,20 +51,23 @@ CertPtr ParseCert(const std::string& pem) {
   return c;
 }
 
+// The time an ASN1_TIME holds; nullopt when unreadable.
+std::optional<absl::Time> TimeOf(const ASN1_TIME* t) {
+  struct tm tm = {};
+  if (t == nullptr || ASN1_TIME_to_tm(t, &tm) != 1) return std::nullopt;
+  return absl::FromTimeT(::timegm(&tm));
+}
+
 // "2026-12-06 08:00 UTC".
 std::string Shown(const ASN1_TIME* t) {
-  struct tm tm = {};
-  if (t == nullptr || ASN1_TIME_to_tm(t, &tm) != 1) return "an unreadable date";
-  return absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::FromTimeT(::timegm(&tm)),
-                          absl::UTCTimeZone());
+  const std::optional<absl::Time> when = TimeOf(t);
+  if (!when) return "an unreadable date";
+  return absl::FormatTime("%Y-%m-%d %H:%M UTC", *when, absl::UTCTimeZone());
 }
 
 // The certificate's notAfter (InfiniteFuture when unreadable).
 absl::Time EndOf(X509* cert) {
-  struct tm tm = {};
-  const ASN1_TIME* t = X509_get0_notAfter(cert);
-  if (t == nullptr || ASN1_TIME_to_tm(t, &tm) != 1) return absl::InfiniteFuture();
-  return absl::FromTimeT(::timegm(&tm));
+  return TimeOf(X509_get0_notAfter(cert)).value_or(absl::InfiniteFuture());
 }
 
 // Within its validity now: a handshake with it would fail, naming nothing.
@@ -158,15 +162,11 @@ void WriteTlsExpiryMetric(const TlsFiles* tls, PromWriter& w) {
 }
 
 absl::StatusOr<Caller> IdentityOf(const TlsFiles& tls) {
-  BIO* bio = BIO_new_mem_buf(tls.cert_pem.data(), static_cast<int>(tls.cert_pem.size()));
-  X509* cert = bio != nullptr ? PEM_read_bio_X509(bio, nullptr, nullptr, nullptr) : nullptr;
-  BIO_free(bio);
+  const CertPtr cert = ParseCert(tls.cert_pem);
   char cn[256] = {};
-  const int n = cert != nullptr
-                    ? X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn,
-                                                sizeof cn)
-                    : -1;
-  X509_free(cert);
+  const int n = cert ? X509_NAME_get_text_by_NID(X509_get_subject_name(cert.get()),
+                                                 NID_commonName, cn, sizeof cn)
+                     : -1;
   const Caller c = n > 0 ? Caller::FromCommonName(cn) : Caller{};
   if (c.role == Caller::Role::kNone) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "train/models.h"
 #include "train/tensor_file.h"
+#include "train/torch_error.h"
 
 namespace frameworm {
 namespace {
@@ -37,7 +38,7 @@ absl::Status MakeSynthetic(const TrainConfig& f, RunSetup& out) {
   } catch (const c10::Error& e) {
     return absl::ResourceExhaustedError(absl::StrCat("--synthetic-size ", f.synthetic_size,
                                                      ": cannot allocate its ", mb(bytes),
-                                                     " MB of samples: ", e.what_without_backtrace()));
+                                                     " MB of samples: ", TorchMessage(e)));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat("--synthetic-size ", f.synthetic_size,
                                                      ": cannot allocate its ", mb(bytes),

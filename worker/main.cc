@@ -148,13 +148,9 @@ int main(int argc, char** argv) {
 
   frameworm::WorkerAgent::Options o;
   o.coordinator = absl::GetFlag(FLAGS_coordinator);
-  {
-    std::string host;
-    int port = 0;
-    if (!frameworm::ParseHostPort(o.coordinator, &host, &port).ok() || port == 0) {
-      FlagErrorExit(Config(), "--coordinator must be HOST:PORT with a port 1..65535, got '" +
-                                  o.coordinator.substr(0, 200) + "'");
-    }
+  if (!frameworm::IsDialEndpoint(o.coordinator)) {
+    FlagErrorExit(Config(), "--coordinator must be HOST:PORT with a port 1..65535, got '" +
+                                o.coordinator.substr(0, 200) + "'");
   }
   std::string cert_name;
   if (const std::string dir = absl::GetFlag(FLAGS_tls_dir); !dir.empty()) {
