@@ -97,10 +97,12 @@ def start_checkpoint_checks(reporter, step):
     restarted as hung before the checks end.
     A failed check is printed; the test reads the line."""
     def run():
+        began = time.monotonic()
         try:
             check_checkpoint_errors(reporter, step)
         except BaseException as e:  # printed, never raised: the loop goes on
             print(f"checkpoint error checks FAILED: {e!r}", flush=True)
+        print(f"checkpoint error checks took {time.monotonic() - began:.2f} s", flush=True)
     checks = threading.Thread(target=run, name="checkpoint-checks", daemon=True)
     checks.start()
     return checks
