@@ -23,6 +23,7 @@
 #include "common/closest_match.h"
 #include "common/printable.h"
 #include "common/rank_env.h"
+#include "jobspec/train_flags.h"
 #include "yaml-cpp/yaml.h"
 
 namespace frameworm {
@@ -168,6 +169,9 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
     if (const char* instead = CoordinatorsTrainOption(k)) {
       return err("train." + k, absl::StrCat("train option '", k,
                                             "' is the coordinator's to set: ", instead));
+    }
+    if (auto problem = CheckTrainOption(k, v)) {
+      return err("train." + k, absl::StrCat("train option '", k, "' ", *problem));
     }
   }
   if (s.nodes_min() < 1) {

@@ -12,7 +12,9 @@
 //                                       # '_' in names becomes '-'); only with
 //                                       # the built-in trainer; not the flags
 //                                       # the coordinator sets (checkpoint-dir,
-//                                       # backend, nprocs, resume, ...)
+//                                       # backend, nprocs, resume, ...); each a
+//                                       # flag of the trainer with a value of
+//                                       # its kind (jobspec/train_flags.h)
 //   nodes: int | {min: int, max: int}   # default 1 (max defaults to min)
 //   nproc_per_node: int                 # default 1
 //   backend: gloo | nccl | mpi          # default "" = nccl with GPUs, else gloo

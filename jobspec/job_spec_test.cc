@@ -188,6 +188,48 @@ TEST(JobSpec, TrainOptionsTheCoordinatorSetsAreRefused) {
                   .ok());
 }
 
+// A misspelt train option or a value the trainer's flag cannot take is
+// refused at submit, at its line, instead of failing every generation on
+// the workers; what the trainer's parser takes is taken.
+TEST(JobSpec, TrainOptionsAreTheTrainersFlagsWithValuesOfTheirKind) {
+  const struct {
+    const char* yaml;
+    const char* message;
+  } refused[] = {
+      {"lerning_rate: 0.1", "job.yaml:4: train option 'lerning-rate' is not a frameworm-train flag"},
+      {"batch_sise: 64", "train option 'batch-sise' is not a frameworm-train flag (did you mean "
+                         "'batch-size'?)"},
+      {"zzzzzzzz: 1", "train option 'zzzzzzzz' is not a frameworm-train flag"},
+      {"help: true", "train option 'help' is not a frameworm-train flag"},
+      {"flagfile: /etc/passwd", "train option 'flagfile' is not a frameworm-train flag"},
+      {"batch_size: 64.5", "job.yaml:4: train option 'batch-size' must be an integer, got '64.5'"},
+      {"max_steps: lots", "train option 'max-steps' must be an integer, got 'lots'"},
+      {"lr: fast", "train option 'lr' must be a number, got 'fast'"},
+      {"keep_best: maybe", "train option 'keep-best' must be true or false, got 'maybe'"},
+      {"seed: -1", "train option 'seed' must be a non-negative integer, got '-1'"},
+      {"epochs: 99999999999999999999", "train option 'epochs' must be an integer"},
+      {"lr: \"1\\e[2J\"", "must be a number, got '1?[2J'"},  // no escape reaches a terminal
+  };
+  for (const auto& c : refused) {
+    absl::Status st = ParseErr(absl::StrCat("name: x\ntrain:\n  model: cnn\n  ", c.yaml, "\n"));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.yaml;
+    EXPECT_THAT(st.message(), HasSubstr(c.message)) << c.yaml;
+  }
+  // The coordinator applies the same rule to a spec sent without YAML.
+  v1::JobSpec raw;
+  raw.set_name("x");
+  (*raw.mutable_train_options())["epoch"] = "2";
+  EXPECT_THAT(NormalizeJobSpec(raw).status().message(),
+              HasSubstr("train option 'epoch' is not a frameworm-train flag (did you mean 'epochs'?)"));
+  // What absl's flag parser takes passes: hex and signed integers, "yes",
+  // exponents, any string.
+  EXPECT_TRUE(ParseJobSpecYaml("name: x\ntrain:\n  log_every: 0x10\n  warmup_steps: -1\n"
+                               "  keep_best: yes\n  lr: 1e-3\n  seed: 18446744073709551615\n"
+                               "  model: /models/my net.pt\n",
+                               "job.yaml")
+                  .ok());
+}
+
 TEST(JobSpec, StragglerPolicyParsesAndIsChecked) {
   auto s = ParseJobSpecYaml("name: x\non_straggler: restart_without\nstraggler_grace: 2m\n",
                             "job.yaml");

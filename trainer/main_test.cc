@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "jobspec/train_flags.h"
 #include "train/launch.h"
 #include "trainer/train_process.h"
 
@@ -32,6 +34,63 @@ TEST(FramewormTrainTest, HelpListsEveryFlagAndVersionPrintsOne) {
   r = RunTrain("--version");
   EXPECT_EQ(r.code, 0);
   EXPECT_EQ(r.out.rfind("frameworm-train ", 0), 0u) << r.out;
+}
+
+// jobspec/train_flags.h's table, which refuses a job's misspelt train
+// option at submit, is the trainer's own flags: the names --help lists,
+// each accepting a value of the table's kind and refusing one of another.
+TEST(FramewormTrainTest, TrainFlagsTableIsTheTrainers) {
+  Result help = RunTrain("--help");
+  ASSERT_EQ(help.code, 0);
+  std::set<std::string> listed, table;
+  std::istringstream lines(help.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  --", 0) != 0 || line.find(',') != std::string::npos) continue;
+    listed.insert(line.substr(4));
+  }
+  for (const TrainFlag& f : TrainFlags()) table.insert(f.name);
+  EXPECT_EQ(listed, table);
+  // A value of each kind that the neighbouring kinds refuse: "-3" is no
+  // uint64, "1.5" no integer, "abc" no number, "maybe" no bool.
+  auto valid = [](TrainFlagKind k) -> std::string {
+    switch (k) {
+      case TrainFlagKind::kString: return "abc";
+      case TrainFlagKind::kBool: return "true";
+      case TrainFlagKind::kInt64: return "-3";
+      case TrainFlagKind::kUint64: return "3";
+      case TrainFlagKind::kDouble: return "1.5";
+    }
+    return "";
+  };
+  auto invalid = [](TrainFlagKind k) -> std::string {
+    switch (k) {
+      case TrainFlagKind::kString: return "";
+      case TrainFlagKind::kBool: return "maybe";
+      case TrainFlagKind::kInt64: return "1.5";
+      case TrainFlagKind::kUint64: return "-1";
+      case TrainFlagKind::kDouble: return "abc";
+    }
+    return "";
+  };
+  // All at once: the parser takes every one and stops at the unknown flag
+  // after them (before any value's range or meaning is checked).
+  std::string all;
+  for (const TrainFlag& f : TrainFlags()) {
+    EXPECT_EQ(CheckTrainOption(f.name, valid(f.kind)), std::nullopt) << f.name;
+    all += std::string(" --") + f.name + "=" + valid(f.kind);
+  }
+  Result r = RunTrain(all + " --no-such-flag");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown flag --no-such-flag"), std::string::npos) << r.err;
+  for (const TrainFlag& f : TrainFlags()) {
+    if (f.kind == TrainFlagKind::kString) continue;
+    const std::string bad = invalid(f.kind);
+    EXPECT_NE(CheckTrainOption(f.name, bad), std::nullopt) << f.name << "=" << bad;
+    r = RunTrain(std::string("--") + f.name + "=" + bad + " --no-such-flag");  // never trains
+    EXPECT_EQ(r.code, 2) << f.name;
+    EXPECT_NE(r.err.find(std::string("--") + f.name + ": bad value '" + bad + "'"), std::string::npos)
+        << f.name << ": " << r.err;
+  }
 }
 
 TEST(FramewormTrainTest, BadFlagsExitTwoWithMessage) {
