@@ -9,6 +9,7 @@ import yaml
 from google.protobuf import json_format
 
 from frameworm import text
+from frameworm.endpoint import split_endpoint
 from frameworm.pem import read_pem
 from frameworm.v1 import common_pb2, job_service_pb2, job_service_pb2_grpc
 
@@ -66,13 +67,18 @@ def _as_dict(message):
 
 
 class Client:
-    """A connection to a coordinator's JobService."""
+    """A connection to a coordinator's JobService. An address that is not
+    HOST:PORT with a port in 1..65535 raises FramewormError
+    INVALID_ARGUMENT at once (frameworm/endpoint.py)."""
 
     def __init__(self, coordinator=None, tls_dir=None, insecure=False, timeout=10.0):
         self.coordinator = coordinator or os.environ.get("FRAMEWORM_COORDINATOR", "127.0.0.1:7070")
         tls_dir = tls_dir or os.environ.get("FRAMEWORM_TLS_DIR") or None
         self.timeout = timeout
-        host = self.coordinator.rsplit(":", 1)[0]
+        try:
+            host, _ = split_endpoint(self.coordinator)
+        except ValueError as e:
+            raise FramewormError("INVALID_ARGUMENT", str(e)) from None
         if tls_dir:
             self._channel = _secure_channel(self.coordinator, tls_dir)
         elif _is_loopback(host) or insecure:

@@ -686,6 +686,10 @@ TEST(ClusterE2E, ThePythonClientSubmitsWatchesAndReadsMetrics) {
   EXPECT_NE(o.find("nodez"), std::string::npos) << o;
   EXPECT_NE(o.find("\"cancel_ended\": \"FAILED_PRECONDITION\""), std::string::npos) << o;
   EXPECT_NE(o.find("\"plaintext_remote\": \"INVALID_ARGUMENT\""), std::string::npos) << o;
+  EXPECT_NE(o.find("\"bad_port\": \"INVALID_ARGUMENT: coordinator address '127.0.0.1:99999' is "
+                   "not HOST:PORT (the port must be 1..65535)\""),
+            std::string::npos)
+      << o;
   // A Reporter whose coordinator does not answer redials once after 2 s
   // (not sooner, not twice within the next 0.5 s) and step() never waits.
   EXPECT_NE(o.find("\"away_redials\": 1"), std::string::npos) << o;

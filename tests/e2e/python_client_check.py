@@ -64,6 +64,12 @@ def main():
         out["plaintext_remote"] = "allowed"
     except frameworm.FramewormError as e:
         out["plaintext_remote"] = e.code
+    # An address whose port is out of range fails at once, naming it.
+    try:
+        frameworm.Client("127.0.0.1:99999")
+        out["bad_port"] = "allowed"
+    except frameworm.FramewormError as e:
+        out["bad_port"] = f"{e.code}: {e.message}"
     # A Reporter whose coordinator does not answer (nothing listens on port
     # 1): after 2 s of failed report calls it dials a new channel, at most
     # one per 2 s, and the training loop is never held up.
