@@ -77,6 +77,10 @@ ABSL_FLAG(int64_t, max_log_bytes, int64_t{64} << 20,
 ABSL_FLAG(int64_t, min_free_state, int64_t{64} << 20,
           "new jobs are refused while the state dir's filesystem has fewer free bytes than "
           "this (running jobs go on); 0: never");
+ABSL_FLAG(int64_t, rpc_memory_quota, int64_t{256} << 20,
+          "bytes gRPC may hold for the API's connections and calls; past it new calls are "
+          "refused (RESOURCE_EXHAUSTED) and connections told to back off instead of a flood "
+          "of large requests being buffered; 0: unbounded, else at least 16777216");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:7071",
           "serve Prometheus metrics at http://HOST:PORT/metrics (plaintext HTTP: loopback "
           "unless --metrics-insecure); none: no metrics endpoint");
@@ -108,6 +112,7 @@ const frameworm::FlagsConfig& Config() {
 struct DaemonConfig {
   frameworm::coordinator::CoordinatorOptions core;
   std::string listen;
+  size_t rpc_memory_quota = 0;  // ServerOptions::memory_quota_bytes
 };
 
 // The flags' values, checked. Errors: INVALID_ARGUMENT naming the flag and
@@ -154,6 +159,11 @@ absl::StatusOr<DaemonConfig> FromFlags() {
   o.max_log_bytes = absl::GetFlag(FLAGS_max_log_bytes);
   if (o.max_log_bytes < 0 || (o.max_log_bytes > 0 && o.max_log_bytes < (1 << 20)))
     return bad("max-log-bytes", "0 or at least 1048576", absl::StrCat(o.max_log_bytes));
+  const int64_t quota = absl::GetFlag(FLAGS_rpc_memory_quota);
+  if (quota < 0 || (quota > 0 && quota < (16 << 20)))
+    return bad("rpc-memory-quota", "0 or at least 16777216 (one largest message)",
+               absl::StrCat(quota));
+  c.rpc_memory_quota = static_cast<size_t>(quota);
   o.min_free_state_bytes = absl::GetFlag(FLAGS_min_free_state);
   if (o.min_free_state_bytes < 0)
     return bad("min-free-state", "a byte count >= 0", absl::StrCat(o.min_free_state_bytes));
@@ -281,6 +291,7 @@ int main(int argc, char** argv) {
   frameworm::ServerOptions so;
   so.listen = listen;
   so.max_message_bytes = 16 << 20;
+  so.memory_quota_bytes = config->rpc_memory_quota;
   so.tls = tls;
   so.latency = &latency;
   auto server = frameworm::StartServer(so, service.services());

@@ -56,6 +56,11 @@ absl::StatusOr<StartedServer> StartServer(
   builder.SetMaxReceiveMessageSize(options.max_receive_bytes > 0 ? options.max_receive_bytes
                                                                  : options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  if (options.memory_quota_bytes > 0) {
+    grpc::ResourceQuota quota("frameworm-server");
+    quota.Resize(options.memory_quota_bytes);
+    builder.SetResourceQuota(quota);
+  }
   // Uncompressed messages only: gzip would let a few hundred bytes become a
   // 16 MiB message (limits and the wire count see the inflated message).
   // A compressed request is refused (UNIMPLEMENTED, naming the algorithm).

@@ -34,6 +34,16 @@ struct ServerOptions {
   // 0: max_message_bytes. A server whose requests are small sets it low,
   // so a call costs it no more than that in buffers.
   int max_receive_bytes = 0;
+  // The memory gRPC may hold for this server's connections and calls
+  // (grpc::ResourceQuota; 0: unbounded). Under pressure gRPC refuses new
+  // calls (RESOURCE_EXHAUSTED) and tells connections to go away (clients
+  // reconnect) instead of buffering a flood of large requests from many
+  // connections: 800 connections each sending a 15 MiB request peaked the
+  // coordinator at 0.32-0.48 of its RSS without a quota (bench/rpc_flood.py).
+  // Not a bound on the process: a received message is copied out of gRPC's
+  // buffers to be handled, and one connection's flood is paced by HTTP/2
+  // flow control with or without it.
+  size_t memory_quota_bytes = 256 << 20;
   // Every server takes uncompressed messages only: a compressed request is
   // refused (UNIMPLEMENTED), as a few hundred bytes of gzip can inflate to
   // a message of max_message_bytes.

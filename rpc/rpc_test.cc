@@ -1,6 +1,12 @@
 #include "rpc/rpc.h"
 
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rpc/status_util.h"
 #include "rpc/test_trainer_service.h"
@@ -72,6 +78,59 @@ TEST(Rpc, OversizedMessageIsRefused) {
       << s.error_message();
   EXPECT_TRUE(svc.checkpoints().empty());
   started->server->Shutdown();
+}
+
+// Many concurrent large requests, each on a connection of its own, push
+// the server past its memory quota: gRPC refuses some with
+// RESOURCE_EXHAUSTED instead of buffering them all, and serves again once
+// they are gone. Without a quota the same flood is buffered and served.
+int RefusedOfFlood(size_t quota, int calls, int payload_bytes, bool* small_call_after_ok) {
+  testing::RecordingTrainerService svc;
+  ServerOptions o;
+  o.memory_quota_bytes = quota;
+  auto started = StartServer(o, {&svc});
+  if (!started.ok()) return -1;
+  const std::string target = absl::StrCat("127.0.0.1:", started->port);
+  v1::CheckpointRecord big;
+  big.set_path(std::string(payload_bytes, 'x'));
+  std::vector<std::unique_ptr<v1::TrainerService::Stub>> stubs;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<v1::ReportCheckpointResponse> responses(calls);
+  std::atomic<int> done{0}, refused{0};
+  for (int i = 0; i < calls; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection each
+    args.SetMaxSendMessageSize(-1);
+    stubs.push_back(v1::TrainerService::NewStub(
+        grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args)));
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    stubs.back()->async()->ReportCheckpoint(contexts.back().get(), &big, &responses[i],
+                                            [&](grpc::Status s) {
+                                              if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+                                                ++refused;
+                                              }
+                                              ++done;
+                                            });
+  }
+  // Each call has a 60 s deadline: bounded.
+  while (done.load() < calls) absl::SleepFor(absl::Milliseconds(10));
+  auto stub = v1::TrainerService::NewStub(MakeChannel(target));
+  grpc::ClientContext ctx;
+  v1::StepMetrics req;
+  req.set_step(1);
+  v1::ReportStepResponse resp;
+  *small_call_after_ok = stub->ReportStep(&ctx, req, &resp).ok();
+  started->server->Shutdown();
+  return refused;
+}
+
+TEST(Rpc, AFloodOfLargeRequestsMeetsTheMemoryQuota) {
+  bool after_ok = false;
+  EXPECT_GT(RefusedOfFlood(8 << 20, 48, 4 << 20, &after_ok), 0);
+  EXPECT_TRUE(after_ok);
+  EXPECT_EQ(RefusedOfFlood(0, 48, 4 << 20, &after_ok), 0);
+  EXPECT_TRUE(after_ok);
 }
 
 // A gzip request is refused before it is inflated; the same uncompressed
