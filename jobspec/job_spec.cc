@@ -174,6 +174,28 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
       return err("train." + k, absl::StrCat("train option '", k, "' ", *problem));
     }
   }
+  // The built-in trainer's flags given in the entrypoint follow the same
+  // rules as train: options.
+  if (UsesBuiltInTrainer(s) && s.entrypoint_size() > 1) {
+    auto args = SplitTrainArgs({s.entrypoint().begin() + 1, s.entrypoint().end()});
+    if (!args.ok()) {
+      return err("entrypoint", absl::StrCat("entrypoint argument ", args.status().message()));
+    }
+    for (const TrainArg& a : *args) {
+      if (!IsFlagName(a.name)) {
+        return err("entrypoint", absl::StrCat("entrypoint argument '--", Shown(a.name),
+                                              "' is not a flag name (lowercase letters, digits "
+                                              "and '-')"));
+      }
+      if (const char* instead = CoordinatorsTrainOption(a.name)) {
+        return err("entrypoint", absl::StrCat("entrypoint argument '--", a.name,
+                                              "' is the coordinator's to set: ", instead));
+      }
+      if (auto problem = CheckTrainOption(a.name, a.value)) {
+        return err("entrypoint", absl::StrCat("entrypoint argument '--", a.name, "' ", *problem));
+      }
+    }
+  }
   if (s.nodes_min() < 1) {
     return err("nodes.min",
                absl::StrCat("nodes.min must be >= 1, got ", s.nodes_min()));

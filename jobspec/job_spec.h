@@ -7,7 +7,8 @@
 //   name: str (required)
 //   entrypoint: [str, ...] | str        # a command (a string is split like a
 //                                       # shell would, quotes honoured);
-//                                       # omitted => ["frameworm-train"]
+//                                       # omitted => ["frameworm-train"], whose
+//                                       # arguments follow train:'s rules
 //   train: {model: cnn, epochs: 2, ...} # frameworm-train options (flag -> value,
 //                                       # '_' in names becomes '-'); only with
 //                                       # the built-in trainer; not the flags

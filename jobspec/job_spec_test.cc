@@ -221,6 +221,39 @@ TEST(JobSpec, TrainOptionsAreTheTrainersFlagsWithValuesOfTheirKind) {
   (*raw.mutable_train_options())["epoch"] = "2";
   EXPECT_THAT(NormalizeJobSpec(raw).status().message(),
               HasSubstr("train option 'epoch' is not a frameworm-train flag (did you mean 'epochs'?)"));
+  // The same rules for the built-in trainer's flags in its entrypoint, read
+  // as the trainer's parser reads them.
+  const struct {
+    const char* entrypoint;
+    const char* message;
+  } refused_args[] = {
+      {"frameworm-train --batch-sise 64",
+       "job.yaml:2: entrypoint argument '--batch-sise' is not a frameworm-train flag (did you mean "
+       "'batch-size'?)"},
+      {"frameworm-train --epochs=two", "entrypoint argument '--epochs' must be an integer, got 'two'"},
+      {"frameworm-train --lr", "entrypoint argument '--lr' needs a value"},
+      {"frameworm-train --model cnn extra",
+       "entrypoint argument 'extra' is not a --flag (frameworm-train takes no other arguments)"},
+      {"frameworm-train -- --epochs=2", "entrypoint argument '--' is not a --flag"},
+      {"frameworm-train -e 2", "entrypoint argument '-e' is not a --flag"},
+      {"frameworm-train --help", "entrypoint argument '--help' makes frameworm-train print and exit"},
+      {"frameworm-train --resume=/etc/shadow",
+       "entrypoint argument '--resume' is the coordinator's to set: each generation resumes"},
+      {"frameworm-train --checkpoint_dir /etc",
+       "entrypoint argument '--checkpoint-dir' is the coordinator's to set: use checkpoint.dir"},
+      {"frameworm-train --keep-best=maybe", "entrypoint argument '--keep-best' must be true or false"},
+      {"frameworm-train '--A=1'", "entrypoint argument '--A' is not a flag name"},
+  };
+  for (const auto& c : refused_args) {
+    absl::Status st = ParseErr(absl::StrCat("name: x\nentrypoint: ", c.entrypoint, "\n"));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.entrypoint;
+    EXPECT_THAT(st.message(), HasSubstr(c.message)) << c.entrypoint;
+  }
+  auto args = ParseJobSpecYaml(
+      "name: x\nentrypoint: frameworm-train --model cnn --batch_size=64 --keep-best --noscale-lr "
+      "--lr 0.1\n",
+      "job.yaml");
+  EXPECT_TRUE(args.ok()) << args.status();
   // What absl's flag parser takes passes: hex and signed integers, "yes",
   // exponents, any string.
   EXPECT_TRUE(ParseJobSpecYaml("name: x\ntrain:\n  log_every: 0x10\n  warmup_steps: -1\n"

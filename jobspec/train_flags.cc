@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/flags/marshalling.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/closest_match.h"
 #include "common/printable.h"
@@ -84,14 +85,70 @@ std::string Shown(const std::string& value) {
 
 }  // namespace
 
+namespace {
+
+const TrainFlag* FindTrainFlag(const std::string& name) {
+  for (const TrainFlag& f : TrainFlags()) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TrainArg>> SplitTrainArgs(const std::vector<std::string>& args) {
+  std::vector<TrainArg> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h" || a == "--version") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", a, "' makes frameworm-train print and exit instead of training"));
+    }
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", Shown(a), "' is not a --flag (frameworm-train takes no other arguments)"));
+    }
+    std::string name = a.substr(2);
+    std::string value;
+    const size_t eq = name.find('=');
+    const bool has_value = eq != std::string::npos;
+    if (has_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    std::replace(name.begin(), name.end(), '_', '-');
+    const TrainFlag* f = FindTrainFlag(name);
+    if (f == nullptr && !has_value && name.rfind("no", 0) == 0) {
+      const TrainFlag* b = FindTrainFlag(name.substr(2));
+      if (b != nullptr && b->kind == TrainFlagKind::kBool) {
+        out.push_back({b->name, "false"});
+        continue;
+      }
+    }
+    if (f == nullptr) {  // the trainer's parser stops at it: so does this
+      out.push_back({std::move(name), std::move(value)});
+      return out;
+    }
+    if (!has_value) {
+      if (f->kind == TrainFlagKind::kBool) {
+        value = "true";
+      } else if (i + 1 < args.size()) {
+        value = args[++i];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("'--", Shown(name), "' needs a value"));
+      }
+    }
+    out.push_back({std::move(name), std::move(value)});
+  }
+  return out;
+}
+
 std::optional<std::string> CheckTrainOption(const std::string& name,
                                             const std::string& value) {
-  const auto& flags = TrainFlags();
-  auto it = std::find_if(flags.begin(), flags.end(),
-                         [&](const TrainFlag& f) { return name == f.name; });
-  if (it == flags.end()) {
+  const TrainFlag* it = FindTrainFlag(name);
+  if (it == nullptr) {
     std::vector<std::string> names;
-    for (const auto& f : flags) names.push_back(f.name);
+    for (const auto& f : TrainFlags()) names.push_back(f.name);
     const std::string best = ClosestMatch(name, names);
     return absl::StrCat("is not a frameworm-train flag",
                         best.empty() ? "" : absl::StrCat(" (did you mean '", best, "'?)"));

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace frameworm {
 
 enum class TrainFlagKind { kString, kBool, kInt64, kUint64, kDouble };
@@ -40,6 +42,24 @@ const char* TrainFlagKindName(TrainFlagKind kind);
 //   "must be an integer, got '1.5'"
 std::optional<std::string> CheckTrainOption(const std::string& name,
                                             const std::string& value);
+
+// One flag of a command line as frameworm-train's parser reads it
+// (common/flags.h): name dashed ("batch_size" -> "batch-size"), value as
+// given ("true" for a bare boolean, "false" for --no<boolean>).
+struct TrainArg {
+  std::string name;
+  std::string value;
+};
+
+// The flags of frameworm-train's arguments (a job's entrypoint after
+// "frameworm-train"), read as its parser reads them: --name=value,
+// --name value (not for booleans), --flag / --noflag. Errors (the problem
+// alone, as CheckTrainOption's) for what the trainer would refuse or that
+// would not train: an argument that is no flag (it takes none), a flag
+// missing its value, --help / --version. A name that is no flag of the
+// trainer ends the list (its parser stops there too), for CheckTrainOption
+// to name.
+absl::StatusOr<std::vector<TrainArg>> SplitTrainArgs(const std::vector<std::string>& args);
 
 }  // namespace frameworm
 

@@ -82,6 +82,18 @@ TEST(FramewormTrainTest, TrainFlagsTableIsTheTrainers) {
   Result r = RunTrain(all + " --no-such-flag");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("unknown flag --no-such-flag"), std::string::npos) << r.err;
+  // The command-line forms SplitTrainArgs reads (a job's entrypoint
+  // arguments) are the ones the trainer's parser takes.
+  const std::vector<std::string> forms = {"--model", "cnn", "--batch_size=64", "--keep-best",
+                                          "--noscale-lr", "--lr", "0.1"};
+  auto split = SplitTrainArgs(forms);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->size(), 5u);
+  std::string joined;
+  for (const std::string& a : forms) joined += " " + a;
+  r = RunTrain(joined + " --no-such-flag");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown flag --no-such-flag"), std::string::npos) << r.err;
   for (const TrainFlag& f : TrainFlags()) {
     if (f.kind == TrainFlagKind::kString) continue;
     const std::string bad = invalid(f.kind);
