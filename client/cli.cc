@@ -20,6 +20,10 @@ ABSL_FLAG(std::string, coordinator, frameworm::kDefaultCoordinator,
           "the coordinator's address, HOST:PORT");
 ABSL_FLAG(bool, json, false, "print the response as JSON (every read command)");
 ABSL_FLAG(bool, csv, false, "metrics: print CSV");
+ABSL_FLAG(bool, dry_run, false,
+          "submit: check the job file with the coordinator's spec rules and print what it "
+          "would run, without submitting it (the coordinator's own checks, such as "
+          "checkpoint.dir under its --checkpoint-root, still apply at submit)");
 ABSL_FLAG(bool, follow, false, "logs: keep printing while the job runs");
 ABSL_FLAG(int, rank, -1,
           "logs: only rank N's output, raw; -1: every rank, each line "
@@ -86,6 +90,7 @@ void ResetFlag(absl::Flag<T>& flag) {
 void ResetFlags(const CliOptions& options) {
   ResetFlag(FLAGS_json);
   ResetFlag(FLAGS_csv);
+  ResetFlag(FLAGS_dry_run);
   ResetFlag(FLAGS_follow);
   ResetFlag(FLAGS_rank);
   ResetFlag(FLAGS_since);
@@ -115,7 +120,7 @@ absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional) {
                absl::GetFlag(FLAGS_since),  absl::GetFlag(FLAGS_step),
                absl::GetFlag(FLAGS_ca_dir), absl::GetFlag(FLAGS_role),
                absl::GetFlag(FLAGS_name),   absl::GetFlag(FLAGS_out),
-               absl::GetFlag(FLAGS_days)};
+               absl::GetFlag(FLAGS_days), absl::GetFlag(FLAGS_dry_run)};
   const CommandFlags& f = out.flags;
   if (const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
       !IsDialEndpoint(coordinator)) {
@@ -153,6 +158,8 @@ absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional) {
     return absl::InvalidArgumentError("--csv applies to metrics only");
   if (f.json && f.csv)
     return absl::InvalidArgumentError("--json and --csv exclude each other");
+  if (f.dry_run && name != "submit")
+    return absl::InvalidArgumentError("--dry-run applies to submit only");
   if (f.step != 0 && name != "download")
     return absl::InvalidArgumentError("--step applies to download only");
   if (f.rank >= 0 && name != "logs" && name != "debug")

@@ -9,7 +9,9 @@
 // --csv, --follow/-f, --rank N, --since STEP.
 //
 // Output formats (stdout):
-//   submit       the job id alone on one line
+//   submit       the job id alone on one line; --dry-run: "<file> is a valid
+//                job spec (not submitted):" and FormatSpecSummary's lines
+//                (--json: the normalized JobSpec), nothing sent
 //   list         table: ID NAME STATE GEN RESTARTS STEP WORKERS
 //   status       "key: value" lines (id, name, state, generation, restarts,
 //                step, workers, reason, last cause, log dir, ...)

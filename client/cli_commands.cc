@@ -102,6 +102,15 @@ int Submit(const Invocation& c) {
   }
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(text, path);
   if (!spec.ok()) return Fail(c, spec.status());
+  if (c.flags.dry_run) {
+    // The coordinator's normalization too: what it would store.
+    absl::StatusOr<v1::JobSpec> normal = NormalizeJobSpec(*spec);
+    if (!normal.ok()) return Fail(c, normal.status());
+    c.out << (c.flags.json ? ToJson(*normal) + "\n"
+                           : absl::StrCat(path, " is a valid job spec (not submitted):\n",
+                                          FormatSpecSummary(*normal)));
+    return 0;
+  }
   v1::SubmitJobRequest request;
   *request.mutable_spec() = *std::move(spec);
   return CallAndPrint(c, &Stub::SubmitJob, request,
@@ -359,7 +368,7 @@ int Workers(const Invocation& c) {
 
 constexpr Command kCommands[] = {
     {"submit", Submit, 1, "one job file", "submit JOB.yaml",
-     "submit a job, print its id"},
+     "submit a job, print its id (--dry-run: check it,\nprint what it would run, submit nothing)"},
     {"list", List, 0, "no arguments", "list", "jobs"},
     {"status", Status, 1, "one job id", "status ID", "one job"},
     {"watch", Watch, 1, "one job id", "watch ID",

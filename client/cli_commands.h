@@ -29,6 +29,7 @@ struct CommandFlags {
   // admin ca init|issue (client/cli_admin.cc).
   std::string ca_dir, role, name, out_dir;
   int days = 0;  // 0: the default validity
+  bool dry_run = false;  // submit: check and print, submit nothing
 };
 
 // One run of one command.

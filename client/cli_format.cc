@@ -240,6 +240,32 @@ std::string FormatMetricsCsv(const v1::GetMetricsResponse& r) {
   return o;
 }
 
+std::string FormatSpecSummary(const v1::JobSpec& spec) {
+  std::string out = absl::StrCat("name: ", spec.name(), "\n");
+  absl::StrAppend(&out, "nodes: ", spec.nodes_min(),
+                  spec.nodes_max() > spec.nodes_min() ? absl::StrCat(" to ", spec.nodes_max()) : "",
+                  " x ", spec.nproc_per_node(), " process", spec.nproc_per_node() == 1 ? "" : "es",
+                  " per node\n");
+  absl::StrAppend(&out, "backend: ",
+                  spec.backend().empty() ? "nccl where a node has GPUs, else gloo" : spec.backend(),
+                  "\n");
+  std::vector<std::string> command(spec.entrypoint().begin(), spec.entrypoint().end());
+  if (command.empty()) command.push_back("frameworm-train");
+  absl::StrAppend(&out, "command: ", absl::StrJoin(command, " "), "\n");
+  if (!spec.train_options().empty()) {
+    const std::map<std::string, std::string> sorted(spec.train_options().begin(),
+                                                    spec.train_options().end());
+    absl::StrAppend(&out, "train:",
+                    absl::StrJoin(sorted, "", [](std::string* o, const auto& kv) {
+                      absl::StrAppend(o, " --", kv.first, "=", kv.second);
+                    }),
+                    "\n");
+  }
+  absl::StrAppend(&out, "max_restarts: ", spec.max_restarts(), "\n");
+  if (spec.total_steps() > 0) absl::StrAppend(&out, "total_steps: ", spec.total_steps(), "\n");
+  return out;
+}
+
 std::string FormatWorkers(const v1::ListWorkersResponse& r) {
   std::vector<std::vector<std::string>> rows = {
       {"NAME", "ADDRESS", "SLOTS", "FREE", "ALIVE", "LAST_HEARTBEAT", "TASKS"}};

@@ -28,6 +28,9 @@ std::string FormatEvents(const v1::ListEventsResponse& r);
 std::string FormatMetricsTable(const v1::GetMetricsResponse& r);
 std::string FormatMetricsCsv(const v1::GetMetricsResponse& r);
 std::string FormatWorkers(const v1::ListWorkersResponse& r);
+// submit --dry-run: a checked spec as "key: value" lines (name, nodes,
+// processes per node, backend, command, train options, restarts, steps).
+std::string FormatSpecSummary(const v1::JobSpec& spec);
 // debug's flight recorders: per rank a header ("rank 0 (its ping 0.4 s
 // ago): issued #175, completed #174"), then one line per collective
 // ("  #175 allreduce gradients bucket 0 (1.6 MiB) started, enqueued 5.8 s

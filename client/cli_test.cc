@@ -404,6 +404,34 @@ TEST_F(CliTest, WatchExitsWithJobOutcome) {
   EXPECT_EQ(err_.str(), "frameworm-cli: watch: NOT_FOUND: no job 'nope'\n");
 }
 
+// --dry-run checks a job file with the coordinator's rules and prints
+// what would run; nothing reaches the coordinator.
+TEST_F(CliTest, DryRunChecksAndPrintsWithoutSubmitting) {
+  std::string p = WriteFile("dry.yaml",
+                            "name: demo\nnodes: {min: 2, max: 3}\ntrain:\n  model: cnn\n"
+                            "  max_steps: 300\n");
+  ASSERT_EQ(Run({"submit", "--dry-run", p}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), p + " is a valid job spec (not submitted):\n"
+                            "name: demo\n"
+                            "nodes: 2 to 3 x 1 process per node\n"
+                            "backend: nccl where a node has GPUs, else gloo\n"
+                            "command: frameworm-train\n"
+                            "train: --max-steps=300 --model=cnn\n"
+                            "max_restarts: 0\n"
+                            "total_steps: 300\n");
+  ASSERT_EQ(Run({"submit", p, "--dry-run", "--json"}), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("\"nodes_max\":3"));
+  EXPECT_THAT(out_.str(), HasSubstr("\"nproc_per_node\":1"));  // the coordinator's default
+  // A bad one fails as submit would, naming the line.
+  std::string bad = WriteFile("dry_bad.yaml", "name: demo\ntrain:\n  epochs: two\n");
+  EXPECT_EQ(Run({"submit", "--dry-run", bad}), 1);
+  EXPECT_EQ(err_.str(), "frameworm-cli: submit: INVALID_ARGUMENT: " + bad +
+                            ":3: train option 'epochs' must be an integer, got 'two'\n");
+  EXPECT_TRUE(svc_.submitted().empty());
+  EXPECT_EQ(Run({"list", "--dry-run"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--dry-run applies to submit only"));
+}
+
 TEST_F(CliTest, UsageErrorsExit2) {
   EXPECT_EQ(Run({}), 2);
   EXPECT_THAT(err_.str(), HasSubstr("no command given"));
