@@ -1,5 +1,6 @@
-"""Shared by the Python parts of bench/*.sh: the machine line, medians, and
-a local cluster to run jobs on."""
+"""Shared by the Python parts of bench/*.sh: the machine line, medians, a
+local cluster to run jobs on, Protocol Buffers' wire encoding for raw
+requests, and a process's peak RSS."""
 import json
 import os
 import signal
@@ -79,3 +80,30 @@ def stop_cluster(procs):
             p.wait(timeout=20)
         except subprocess.TimeoutExpired:
             p.kill()
+
+
+def varint(v):
+    """Protocol Buffers' base-128 varint of a non-negative integer."""
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | 0x80 if v else b)
+        if not v:
+            return bytes(out)
+
+
+def field(number, wire, body=b""):
+    """One Protocol Buffers field: its tag, then for wire type 2 the length
+    and `body`, else `body` as given (a varint's bytes)."""
+    tag = varint(number << 3 | wire)
+    return tag + (varint(len(body)) + body if wire == 2 else body)
+
+
+def hwm_kb(pid):
+    """The process's peak RSS (VmHWM) in kB; 0 when not found."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM"):
+                return int(line.split()[1])
+    return 0

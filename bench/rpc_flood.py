@@ -20,22 +20,7 @@ import time
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # no line per GOAWAY
 import grpc  # noqa: E402
 
-
-def varint(v):
-    out = bytearray()
-    while True:
-        b, v = v & 0x7F, v >> 7
-        out.append(b | 0x80 if v else b)
-        if not v:
-            return bytes(out)
-
-
-def peak_rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return -1.0
+from benchlib import field, hwm_kb  # noqa: E402
 
 
 def flood(bin_dir, quota_flag, calls, request, each):
@@ -76,7 +61,7 @@ def flood(bin_dir, quota_flag, calls, request, each):
                 t.join()
             if shared is not None:
                 shared.close()
-            return dict(answers), peak_rss_mb(coord.pid)
+            return dict(answers), hwm_kb(coord.pid) / 1024
         finally:
             coord.kill()
             coord.wait()
@@ -88,7 +73,7 @@ def main():
     mib = int(sys.argv[3]) if len(sys.argv) > 3 else 15
     each = (sys.argv[4] if len(sys.argv) > 4 else "each") == "each"
     body = b"name: x\n#" + b"a" * (mib * (1 << 20) - 64) + b"\n"
-    request = b"\x12" + varint(len(body)) + body  # SubmitJobRequest.spec_yaml
+    request = field(2, 2, body)  # SubmitJobRequest.spec_yaml
     peaks = {}
     for name, flag in (("quota 256 MiB", "--rpc-memory-quota=268435456"),
                        ("no quota", "--rpc-memory-quota=0")):

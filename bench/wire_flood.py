@@ -16,26 +16,11 @@ import time
 
 import grpc
 
-from benchlib import free_port, machine, write_report
+from benchlib import field, free_port, hwm_kb, machine, write_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
 SIZE = (16 << 20) - 64  # just under the coordinator's message limit
-
-
-def varint(v):
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out.append(b | 0x80 if v else b)
-        if not v:
-            return bytes(out)
-
-
-def field(number, wire, body=b""):
-    tag = varint(number << 3 | wire)
-    return tag + (varint(len(body)) + body if wire == 2 else body)
 
 
 def repeat(unit, size):
@@ -67,13 +52,6 @@ CASES = [
     ("ReportSteps: 65,535 empty reports, gzip", STEPS, repeat(field(1, 2), 2 * 65535)),
     ("RegisterWorker: one 16 MiB name, gzip", REG, field(1, 2, b"x" * (SIZE - 8))),
 ]
-
-
-def hwm_kb(pid):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmHWM"):
-            return int(line.split()[1])
-    return 0
 
 
 def run_case(method, payload, calls, gzip=False):

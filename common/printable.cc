@@ -39,6 +39,10 @@ size_t Utf8SequenceAt(absl::string_view text, size_t i) {
 
 }  // namespace
 
+std::string ShownValue(absl::string_view value) {
+  return PrintableLine(value, 80) + (value.size() > 80 ? "..." : "");
+}
+
 bool HasControlCharacter(absl::string_view text) {
   return std::any_of(text.begin(), text.end(), [](char c) {
     return static_cast<uint8_t>(c) < 0x20 || c == 0x7f;

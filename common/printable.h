@@ -19,6 +19,10 @@ namespace frameworm {
 // straddle `max_bytes` left out whole.
 std::string PrintableLine(absl::string_view text, size_t max_bytes);
 
+// A value quoted in an error message (values may be 256 KiB): its first 80
+// bytes as PrintableLine makes them, then "..." when it was cut.
+std::string ShownValue(absl::string_view value);
+
 // Whether `text` holds a control character (below 0x20, newlines and tabs
 // included) or DEL: names that reach terminals must not.
 bool HasControlCharacter(absl::string_view text);

@@ -47,11 +47,6 @@ constexpr size_t kMaxTotalBytes = 256 << 10;
 // times) is refused before it is copied.
 constexpr size_t kMaxExpandedBytes = 4 * kMaxTotalBytes + (64 << 10);
 
-// A value quoted in an error: printable and cut (values may be 256 KiB).
-std::string Shown(const std::string& v) {
-  return PrintableLine(v, 80) + (v.size() > 80 ? "..." : "");
-}
-
 bool IsEnvName(const std::string& k) {
   if (k.empty() || !(absl::ascii_isalpha(k[0]) || k[0] == '_')) return false;
   return std::all_of(k.begin(), k.end(), [](char c) {
@@ -83,6 +78,17 @@ const char* CoordinatorsTrainOption(const std::string& flag) {
   };
   auto it = kReserved->find(flag);
   return it == kReserved->end() ? nullptr : it->second;
+}
+
+// What is wrong with a frameworm-train flag a job sets (a train: option
+// or an entrypoint argument of the built-in trainer), without the flag's
+// name; nullopt when nothing is.
+std::optional<std::string> TrainFlagProblem(const std::string& name, const std::string& value) {
+  if (!IsFlagName(name)) return "is not a flag name (lowercase letters, digits and '-')";
+  if (const char* instead = CoordinatorsTrainOption(name)) {
+    return absl::StrCat("is the coordinator's to set: ", instead);
+  }
+  return CheckTrainOption(name, value);
 }
 
 // " (did you mean 'x'?)" for the closest candidate, else "".
@@ -144,12 +150,12 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
   if (const std::string& dir = s.checkpoint().dir(); !dir.empty()) {
     if (dir.front() != '/' || dir.size() > 4096 || dir.find('\0') != std::string::npos) {
       return err("checkpoint.dir",
-                 absl::StrCat("checkpoint.dir must be an absolute path, got '", Shown(dir), "'"));
+                 absl::StrCat("checkpoint.dir must be an absolute path, got '", ShownValue(dir), "'"));
     }
     for (absl::string_view part : absl::StrSplit(dir, '/')) {
       if (part == "." || part == "..") {
         return err("checkpoint.dir",
-                   absl::StrCat("checkpoint.dir must not contain '.' or '..', got '", Shown(dir), "'"));
+                   absl::StrCat("checkpoint.dir must not contain '.' or '..', got '", ShownValue(dir), "'"));
       }
     }
   }
@@ -157,21 +163,11 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
     return err("train",
                absl::StrCat("train options apply only to the built-in "
                             "frameworm-train, but entrypoint is '",
-                            Shown(s.entrypoint(0)), "'"));
+                            ShownValue(s.entrypoint(0)), "'"));
   }
   for (const auto& [k, v] : s.train_options()) {
-    if (!IsFlagName(k)) {
-      return err("train." + k,
-                 absl::StrCat("train option '", Shown(k),
-                              "' is not a flag name (lowercase letters, digits "
-                              "and '-')"));
-    }
-    if (const char* instead = CoordinatorsTrainOption(k)) {
-      return err("train." + k, absl::StrCat("train option '", k,
-                                            "' is the coordinator's to set: ", instead));
-    }
-    if (auto problem = CheckTrainOption(k, v)) {
-      return err("train." + k, absl::StrCat("train option '", k, "' ", *problem));
+    if (auto problem = TrainFlagProblem(k, v)) {
+      return err("train." + k, absl::StrCat("train option '", ShownValue(k), "' ", *problem));
     }
   }
   // The built-in trainer's flags given in the entrypoint follow the same
@@ -182,17 +178,9 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
       return err("entrypoint", absl::StrCat("entrypoint argument ", args.status().message()));
     }
     for (const TrainArg& a : *args) {
-      if (!IsFlagName(a.name)) {
-        return err("entrypoint", absl::StrCat("entrypoint argument '--", Shown(a.name),
-                                              "' is not a flag name (lowercase letters, digits "
-                                              "and '-')"));
-      }
-      if (const char* instead = CoordinatorsTrainOption(a.name)) {
-        return err("entrypoint", absl::StrCat("entrypoint argument '--", a.name,
-                                              "' is the coordinator's to set: ", instead));
-      }
-      if (auto problem = CheckTrainOption(a.name, a.value)) {
-        return err("entrypoint", absl::StrCat("entrypoint argument '--", a.name, "' ", *problem));
+      if (auto problem = TrainFlagProblem(a.name, a.value)) {
+        return err("entrypoint", absl::StrCat("entrypoint argument '--", ShownValue(a.name), "' ",
+                                              *problem));
       }
     }
   }
@@ -224,13 +212,13 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
           kBackends.end()) {
     return err("backend",
                absl::StrCat("backend must be one of gloo, nccl, mpi, got '",
-                            Shown(s.backend()), "'", Suggest(s.backend(), kBackends)));
+                            ShownValue(s.backend()), "'", Suggest(s.backend(), kBackends)));
   }
   for (const auto* map : {&s.env(), &s.secret_env()}) {
     const std::string field = map == &s.env() ? "env" : "secret_env";
     for (const auto& [k, v] : *map) {
       if (!IsEnvName(k)) {
-        return err(field + "." + k, absl::StrCat(field, " name '", Shown(k),
+        return err(field + "." + k, absl::StrCat(field, " name '", ShownValue(k),
                                                  "' is not a valid variable name"));
       }
       if (IsReservedEnvName(k)) {

@@ -78,15 +78,6 @@ bool ValueOfKind(TrainFlagKind kind, const std::string& value) {
   return false;
 }
 
-// The value as a message shows it: printable, at most 80 bytes.
-std::string Shown(const std::string& value) {
-  return PrintableLine(value, 80) + (value.size() > 80 ? "..." : "");
-}
-
-}  // namespace
-
-namespace {
-
 const TrainFlag* FindTrainFlag(const std::string& name) {
   for (const TrainFlag& f : TrainFlags()) {
     if (name == f.name) return &f;
@@ -106,7 +97,7 @@ absl::StatusOr<std::vector<TrainArg>> SplitTrainArgs(const std::vector<std::stri
     }
     if (a.size() < 3 || a.compare(0, 2, "--") != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "'", Shown(a), "' is not a --flag (frameworm-train takes no other arguments)"));
+          "'", ShownValue(a), "' is not a --flag (frameworm-train takes no other arguments)"));
     }
     std::string name = a.substr(2);
     std::string value;
@@ -135,7 +126,7 @@ absl::StatusOr<std::vector<TrainArg>> SplitTrainArgs(const std::vector<std::stri
       } else if (i + 1 < args.size()) {
         value = args[++i];
       } else {
-        return absl::InvalidArgumentError(absl::StrCat("'--", Shown(name), "' needs a value"));
+        return absl::InvalidArgumentError(absl::StrCat("'--", ShownValue(name), "' needs a value"));
       }
     }
     out.push_back({std::move(name), std::move(value)});
@@ -154,7 +145,7 @@ std::optional<std::string> CheckTrainOption(const std::string& name,
                         best.empty() ? "" : absl::StrCat(" (did you mean '", best, "'?)"));
   }
   if (!ValueOfKind(it->kind, value)) {
-    return absl::StrCat("must be ", TrainFlagKindName(it->kind), ", got '", Shown(value), "'");
+    return absl::StrCat("must be ", TrainFlagKindName(it->kind), ", got '", ShownValue(value), "'");
   }
   return std::nullopt;
 }
