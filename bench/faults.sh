@@ -44,7 +44,7 @@ lines = ["# Fault-injection suite: seeded schedules against an undisturbed run",
   "Job: 2 nodes x 1 process, CNN on Fashion-MNIST, 150 steps, checkpoint every 25, heartbeat_timeout 4 s,",
   "three single-slot workers, mutual TLS. Verdict per schedule: SUCCEEDED, test accuracy within 0.3 points",
   "of the undisturbed run, every checkpoint complete, no process or /dev/shm segment left, wall time within",
-  "2 x undisturbed + 4 s per fault.", "",
+  "2 x undisturbed + 4 s per fault plus the seconds it stops or keeps down its target (monotonic clock).", "",
   f"**{len(ok)} of {len(runs)} schedules passed.** Undisturbed run: {base:.1f} s, accuracy {runs[0]['baseline_accuracy']:.4f}.",
   f"Median wall / undisturbed: {statistics.median(ratio):.2f} (max {max(ratio):.2f}); "
   f"median restarts {statistics.median(r['restarts'] for r in runs):.0f}; "
