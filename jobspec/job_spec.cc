@@ -184,6 +184,34 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
       }
     }
   }
+  // The rules that join flags, over what the trainer gets: train: options,
+  // then the entrypoint's arguments after them (coordinator/generation_plan.cc
+  // TaskArgv; the later of two wins). The error names the entrypoint when
+  // it gave one of the flags, else the first of them in train:.
+  if (UsesBuiltInTrainer(s)) {
+    std::map<std::string, std::string> options(s.train_options().begin(),
+                                               s.train_options().end());
+    std::set<std::string> in_entrypoint;
+    if (s.entrypoint_size() > 1) {
+      if (auto args = SplitTrainArgs({s.entrypoint().begin() + 1, s.entrypoint().end()}); args.ok()) {
+        for (TrainArg& a : *args) {
+          in_entrypoint.insert(a.name);
+          options[a.name] = std::move(a.value);
+        }
+      }
+    }
+    if (auto problem = CheckTrainOptionSet(options)) {
+      std::string field = "train";
+      for (const std::string& f : problem->flags) {
+        if (in_entrypoint.count(f)) {
+          field = "entrypoint";
+          break;
+        }
+        if (field == "train" && s.train_options().contains(f)) field = "train." + f;
+      }
+      return err(field, problem->message);
+    }
+  }
   if (s.nodes_min() < 1) {
     return err("nodes.min",
                absl::StrCat("nodes.min must be >= 1, got ", s.nodes_min()));

@@ -256,11 +256,56 @@ TEST(JobSpec, TrainOptionsAreTheTrainersFlagsWithValuesOfTheirKind) {
   EXPECT_TRUE(args.ok()) << args.status();
   // What absl's flag parser takes passes: hex and signed integers, "yes",
   // exponents, any string.
-  EXPECT_TRUE(ParseJobSpecYaml("name: x\ntrain:\n  log_every: 0x10\n  warmup_steps: -1\n"
+  EXPECT_TRUE(ParseJobSpecYaml("name: x\ntrain:\n  log_every: 0x10\n  lr_step_size: -1\n"
                                "  keep_best: yes\n  lr: 1e-3\n  seed: 18446744073709551615\n"
                                "  model: /models/my net.pt\n",
                                "job.yaml")
                   .ok());
+}
+
+// A value the trainer would refuse (exit 2 on every rank, every
+// generation) is refused at submit with the trainer's own words
+// (jobspec/train_flags.h): ranges, choices, lists, and the rule that joins
+// --lr-schedule=step to its period, across train: and the entrypoint.
+TEST(JobSpec, TrainValuesOutOfRangeAreRefusedAtSubmit) {
+  const struct {
+    const char* yaml;
+    const char* message;
+  } refused[] = {
+      {"lr: -1", "job.yaml:4: train option 'lr' must be a number > 0 and <= 3.40282e+38, got '-1'"},
+      {"lr: 0", "train option 'lr' must be a number > 0"},
+      {"lr: nan", "train option 'lr' must be a number > 0"},
+      {"batch_size: 0", "job.yaml:4: train option 'batch-size' must be an integer >= 1, got '0'"},
+      {"threads: 5000", "train option 'threads' must be an integer between 1 and 1024, got '5000'"},
+      {"val_fraction: 1", "train option 'val-fraction' must be a number > 0 and < 1, got '1'"},
+      {"optimizer: lion", "train option 'optimizer' must be sgd, adam or adamw, got 'lion'"},
+      {"device: tpu", "train option 'device' must be auto, cpu or cuda, got 'tpu'"},
+      {"inputs: \"x,,y\"", "train option 'inputs' must be comma-separated names, none empty"},
+      {"flight_recorder: 2000000", "must be an integer between 0 and 1048576"},
+      {"lr_schedule: step", "job.yaml:4: --lr-schedule=step needs --lr-step-size >= 1, got 0"},
+  };
+  for (const auto& c : refused) {
+    absl::Status st = ParseErr(absl::StrCat("name: x\ntrain:\n  model: cnn\n  ", c.yaml, "\n"));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.yaml;
+    EXPECT_THAT(st.message(), HasSubstr(c.message)) << c.yaml;
+  }
+  absl::Status st = ParseErr("name: x\nentrypoint: frameworm-train --epochs 0\n");
+  EXPECT_THAT(st.message(),
+              HasSubstr("job.yaml:2: entrypoint argument '--epochs' must be an integer >= 1, got '0'"));
+  // The entrypoint's period joins train:'s schedule, and overrides its own.
+  st = ParseErr("name: x\nentrypoint: frameworm-train --lr-step-size=0\ntrain:\n"
+                "  lr_schedule: step\n  lr_step_size: 5\n");
+  EXPECT_THAT(st.message(), HasSubstr("job.yaml:2: --lr-schedule=step needs --lr-step-size >= 1"));
+  EXPECT_TRUE(ParseJobSpecYaml("name: x\nentrypoint: frameworm-train --lr-step-size=5\ntrain:\n"
+                               "  lr_schedule: step\n",
+                               "job.yaml")
+                  .ok());
+  // The ends of each range are accepted.
+  auto ok = ParseJobSpecYaml("name: x\ntrain:\n  batch_size: 1\n  threads: 1024\n"
+                             "  lr: 3.4028234663852886e+38\n  val_fraction: 0.999\n"
+                             "  weight_decay: 0\n  clip_grad_norm: 0\n",
+                             "job.yaml");
+  EXPECT_TRUE(ok.ok()) << ok.status();
 }
 
 TEST(JobSpec, StragglerPolicyParsesAndIsChecked) {

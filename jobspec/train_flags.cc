@@ -1,11 +1,15 @@
 #include "jobspec/train_flags.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "absl/flags/marshalling.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/closest_match.h"
 #include "common/printable.h"
 
@@ -13,31 +17,61 @@ namespace frameworm {
 
 const std::vector<TrainFlag>& TrainFlags() {
   using K = TrainFlagKind;
+  // A factor of the optimizer or its schedule: a number the float
+  // arithmetic of a step can hold (1e300 would pass and fail at step 1).
+  constexpr double kFloatMax = std::numeric_limits<float>::max();
+  // Processes of --nprocs and threads of --threads: torch starts them all
+  // at once (1,024 threads take about 9 s on a 2-core machine; 100,000
+  // never finished). train/launch.h's kMaxLaunchProcesses is the same.
+  constexpr double kMaxProcsOrThreads = 1024;
   static const auto* flags = [] {
     auto* v = new std::vector<TrainFlag>{
-        {"async-checkpoint", K::kBool},       {"autocast", K::kString},
-        {"backend", K::kString},              {"batch-size", K::kInt64},
-        {"checkpoint-dir", K::kString},       {"checkpoint-every", K::kInt64},
-        {"clip-grad-norm", K::kDouble},       {"connect-timeout", K::kInt64},
-        {"data", K::kString},                 {"data-dir", K::kString},
-        {"dataset", K::kString},              {"device", K::kString},
-        {"early-stopping-patience", K::kInt64}, {"epochs", K::kInt64},
-        {"eval-every", K::kInt64},            {"export-path", K::kString},
-        {"find-unused-parameters", K::kBool}, {"flight-recorder", K::kInt64},
-        {"grad-accum", K::kInt64},            {"inputs", K::kString},
-        {"keep-best", K::kBool},              {"log-every", K::kInt64},
-        {"loss", K::kString},                 {"lr", K::kDouble},
-        {"lr-gamma", K::kDouble},             {"lr-schedule", K::kString},
-        {"lr-step-size", K::kInt64},          {"max-steps", K::kInt64},
-        {"memory-checkpoint-dir", K::kString}, {"memory-checkpoint-every", K::kString},
-        {"metrics", K::kString},              {"min-lr", K::kDouble},
-        {"model", K::kString},                {"momentum", K::kDouble},
-        {"monitor", K::kString},              {"nprocs", K::kInt64},
-        {"optimizer", K::kString},            {"resume", K::kString},
-        {"scale-lr", K::kBool},               {"seed", K::kUint64},
-        {"synthetic-size", K::kInt64},        {"threads", K::kInt64},
-        {"val-fraction", K::kDouble},         {"warmup-steps", K::kInt64},
-        {"weight-decay", K::kDouble},
+        {.name = "async-checkpoint", .kind = K::kBool},
+        {.name = "autocast", .kind = K::kString, .choices = {"off", "bf16"}},
+        {.name = "backend", .kind = K::kString, .choices = {"", "gloo", "nccl", "mpi"}},
+        {.name = "batch-size", .kind = K::kInt64, .min = 1},
+        {.name = "checkpoint-dir", .kind = K::kString},
+        {.name = "checkpoint-every", .kind = K::kInt64, .min = 0},
+        {.name = "clip-grad-norm", .kind = K::kDouble, .min = 0},
+        {.name = "connect-timeout", .kind = K::kInt64, .min = 1},
+        {.name = "data", .kind = K::kString},
+        {.name = "data-dir", .kind = K::kString},
+        {.name = "dataset", .kind = K::kString, .choices = {"fashion-mnist", "synthetic"}},
+        {.name = "device", .kind = K::kString, .choices = {"auto", "cpu", "cuda"}},
+        {.name = "early-stopping-patience", .kind = K::kInt64, .min = 0},
+        {.name = "epochs", .kind = K::kInt64, .min = 1},
+        {.name = "eval-every", .kind = K::kInt64, .min = 0},
+        {.name = "export-path", .kind = K::kString},
+        {.name = "find-unused-parameters", .kind = K::kBool},
+        {.name = "flight-recorder", .kind = K::kInt64, .min = 0, .max = 1 << 20},
+        {.name = "grad-accum", .kind = K::kInt64, .min = 1},
+        {.name = "inputs", .kind = K::kString, .name_list = true},
+        {.name = "keep-best", .kind = K::kBool},
+        {.name = "log-every", .kind = K::kInt64, .min = 0},
+        {.name = "loss", .kind = K::kString,
+         .choices = {"cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce_with_logits"}},
+        {.name = "lr", .kind = K::kDouble, .min = 0, .max = kFloatMax, .min_open = true},
+        {.name = "lr-gamma", .kind = K::kDouble, .min = 0, .max = kFloatMax},
+        {.name = "lr-schedule", .kind = K::kString, .choices = {"constant", "step", "cosine", "linear"}},
+        {.name = "lr-step-size", .kind = K::kInt64},
+        {.name = "max-steps", .kind = K::kInt64, .min = 0},
+        {.name = "memory-checkpoint-dir", .kind = K::kString},
+        {.name = "memory-checkpoint-every", .kind = K::kString, .min = 0, .choices = {"auto"}, .integer_too = true},
+        {.name = "metrics", .kind = K::kString},
+        {.name = "min-lr", .kind = K::kDouble, .min = 0, .max = kFloatMax},
+        {.name = "model", .kind = K::kString},
+        {.name = "momentum", .kind = K::kDouble, .min = 0, .max = kFloatMax},
+        {.name = "monitor", .kind = K::kString},
+        {.name = "nprocs", .kind = K::kInt64, .min = 1, .max = kMaxProcsOrThreads},
+        {.name = "optimizer", .kind = K::kString, .choices = {"sgd", "adam", "adamw"}},
+        {.name = "resume", .kind = K::kString},
+        {.name = "scale-lr", .kind = K::kBool},
+        {.name = "seed", .kind = K::kUint64},
+        {.name = "synthetic-size", .kind = K::kInt64, .min = 1},
+        {.name = "threads", .kind = K::kInt64, .min = 1, .max = kMaxProcsOrThreads},
+        {.name = "val-fraction", .kind = K::kDouble, .min = 0, .max = 1, .min_open = true, .max_open = true},
+        {.name = "warmup-steps", .kind = K::kInt64, .min = 0},
+        {.name = "weight-decay", .kind = K::kDouble, .min = 0, .max = kFloatMax},
     };
     std::sort(v->begin(), v->end(), [](const TrainFlag& a, const TrainFlag& b) {
       return std::string(a.name) < b.name;
@@ -60,11 +94,17 @@ const char* TrainFlagKindName(TrainFlagKind kind) {
 
 namespace {
 
+// absl's parse of a flag's value, as the trainer's parser does it.
+template <typename T>
+bool ParseAs(const std::string& value, T* out) {
+  std::string error;
+  return absl::ParseFlag(value, out, &error);
+}
+
 template <typename T>
 bool Parses(const std::string& value) {
   T parsed;
-  std::string error;
-  return absl::ParseFlag(value, &parsed, &error);
+  return ParseAs(value, &parsed);
 }
 
 bool ValueOfKind(TrainFlagKind kind, const std::string& value) {
@@ -76,6 +116,82 @@ bool ValueOfKind(TrainFlagKind kind, const std::string& value) {
     case TrainFlagKind::kDouble: return Parses<double>(value);
   }
   return false;
+}
+
+// A range's end in words: whole numbers in full (1048576), others as %g.
+std::string Bound(double v) {
+  if (v == static_cast<double>(static_cast<int64_t>(v)) && std::abs(v) < 1e15) {
+    return absl::StrCat(static_cast<int64_t>(v));
+  }
+  return absl::StrCat(v);
+}
+
+// "an integer >= 1", "a number > 0 and <= 3.40282e+38", "an integer
+// between 1 and 1024": the flag's range in words.
+std::string RangeText(const TrainFlag& f, const char* what) {
+  const bool has_min = f.min > -std::numeric_limits<double>::infinity();
+  const bool has_max = f.max < std::numeric_limits<double>::infinity();
+  const char* lo = f.min_open ? " > " : " >= ";
+  const char* hi = f.max_open ? " < " : " <= ";
+  if (has_min && has_max && !f.min_open && !f.max_open) {
+    return absl::StrCat(what, " between ", Bound(f.min), " and ", Bound(f.max));
+  }
+  if (has_min && has_max) return absl::StrCat(what, lo, Bound(f.min), " and", hi, Bound(f.max));
+  if (has_min) return absl::StrCat(what, lo, Bound(f.min));
+  if (has_max) return absl::StrCat(what, hi, Bound(f.max));
+  return what;
+}
+
+bool InRange(const TrainFlag& f, double v) {
+  return (f.min_open ? v > f.min : v >= f.min) && (f.max_open ? v < f.max : v <= f.max);
+}
+
+// "auto, cpu or cuda" (an empty choice shown as "'' (empty)").
+std::string ChoicesText(const TrainFlag& f) {
+  std::vector<std::string> shown;
+  for (const char* c : f.choices) shown.push_back(*c ? c : "'' (empty)");
+  if (shown.size() == 1) return shown[0];
+  return absl::StrCat(absl::StrJoin(shown.begin(), shown.end() - 1, ", "), " or ", shown.back());
+}
+
+// nullopt when `value` (already of the flag's kind) is one the trainer
+// accepts; else what it must be, in words.
+std::optional<std::string> WantedValue(const TrainFlag& f, const std::string& value) {
+  switch (f.kind) {
+    case TrainFlagKind::kBool:
+    case TrainFlagKind::kUint64:
+      return std::nullopt;
+    case TrainFlagKind::kInt64: {
+      int64_t v = 0;
+      ParseAs(value, &v);
+      if (InRange(f, static_cast<double>(v))) return std::nullopt;
+      return RangeText(f, "an integer");
+    }
+    case TrainFlagKind::kDouble: {
+      double v = 0;
+      ParseAs(value, &v);
+      if (InRange(f, v)) return std::nullopt;  // NaN is in no range
+      return RangeText(f, "a number");
+    }
+    case TrainFlagKind::kString:
+      break;
+  }
+  if (f.name_list) {
+    for (absl::string_view name : absl::StrSplit(value, ',')) {
+      if (name.empty()) return "comma-separated names, none empty";
+    }
+    return std::nullopt;
+  }
+  if (f.choices.empty()) return std::nullopt;
+  for (const char* c : f.choices) {
+    if (value == c) return std::nullopt;
+  }
+  if (f.integer_too) {
+    int64_t v = 0;
+    if (ParseAs(value, &v) && InRange(f, static_cast<double>(v))) return std::nullopt;
+    return absl::StrCat(ChoicesText(f), " or ", RangeText(f, "an integer"));
+  }
+  return ChoicesText(f);
 }
 
 const TrainFlag* FindTrainFlag(const std::string& name) {
@@ -146,6 +262,27 @@ std::optional<std::string> CheckTrainOption(const std::string& name,
   }
   if (!ValueOfKind(it->kind, value)) {
     return absl::StrCat("must be ", TrainFlagKindName(it->kind), ", got '", ShownValue(value), "'");
+  }
+  if (auto wanted = WantedValue(*it, value)) {
+    return absl::StrCat("must be ", *wanted, ", got '", ShownValue(value), "'");
+  }
+  return std::nullopt;
+}
+
+std::optional<TrainOptionSetProblem> CheckTrainOptionSet(
+    const std::map<std::string, std::string>& options) {
+  auto value = [&](const char* name, const char* default_value) {
+    auto it = options.find(name);
+    return it == options.end() ? std::string(default_value) : it->second;
+  };
+  if (value("lr-schedule", "constant") == "step") {
+    int64_t step_size = 0;
+    const std::string given = value("lr-step-size", "0");
+    if (!ParseAs(given, &step_size) || step_size < 1) {
+      return TrainOptionSetProblem{
+          {"lr-schedule", "lr-step-size"},
+          absl::StrCat("--lr-schedule=step needs --lr-step-size >= 1, got ", ShownValue(given))};
+    }
   }
   return std::nullopt;
 }

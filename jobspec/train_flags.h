@@ -1,20 +1,28 @@
 // The built-in trainer's command-line flags as a job spec's `train:` map
 // names them (dashed: `train: {batch_size: 64}` becomes --batch-size=64),
-// so that a misspelt option or a value of the wrong kind is refused when
-// the job is submitted, at its line of the YAML, instead of failing every
-// generation of the job on the workers (frameworm-train exits 2).
+// with the values each accepts, so that a misspelt option, a value of the
+// wrong kind or one out of range is refused when the job is submitted, at
+// its line of the YAML, instead of failing every generation of the job on
+// the workers (frameworm-train exits 2).
 //
 // The table is frameworm-train's ABSL_FLAGs (trainer/main.cc), by name
-// and type; trainer/main_test.cc's TrainFlagsTableIsTheTrainers runs the
-// binary to prove the two agree. Values are parsed as absl parses the
-// trainer's flags (absl::ParseFlag: "0x10" is an integer, "yes" a bool),
-// so what passes here passes the trainer's parser; ranges and meanings
-// (--lr > 0, --model names a model) stay the trainer's to check.
+// and type, and the trainer checks its own values with it
+// (CheckTrainOption, CheckTrainOptionSet): what a submit accepts is what
+// the trainer accepts. trainer/main_test.cc's TrainFlagsTableIsTheTrainers
+// runs the binary to prove the names and kinds agree. Values are parsed as
+// absl parses the trainer's flags (absl::ParseFlag: "0x10" is an integer,
+// "yes" a bool). What depends on the machine that trains (--model naming a
+// file, --data-dir's contents) stays the trainer's to check.
+//
+// Library: frameworm_train_flags (common and absl only, no protobuf), so
+// that frameworm-train links it without the job spec's proto types.
 //
 // Thread safety: pure functions over a constant table.
 #ifndef FRAMEWORM_JOBSPEC_TRAIN_FLAGS_H_
 #define FRAMEWORM_JOBSPEC_TRAIN_FLAGS_H_
 
+#include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +36,20 @@ enum class TrainFlagKind { kString, kBool, kInt64, kUint64, kDouble };
 struct TrainFlag {
   const char* name;  // dashed: "batch-size"
   TrainFlagKind kind;
+  // What the trainer accepts beyond the kind; unset fields accept all.
+  // Integers and numbers (and a string's numeric alternative, below): the
+  // range, each end included unless marked open (--lr > 0).
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+  bool min_open = false;
+  bool max_open = false;
+  // Strings: the accepted values ("" among them when an empty value is).
+  // With `integer_too`, an integer within [min, max] is accepted as well
+  // (--memory-checkpoint-every: auto or a count).
+  std::vector<const char*> choices = {};
+  bool integer_too = false;
+  // Strings: a comma-separated list of non-empty names (--inputs).
+  bool name_list = false;
 };
 
 // Every flag frameworm-train accepts, sorted by name.
@@ -36,12 +58,27 @@ const std::vector<TrainFlag>& TrainFlags();
 // What kind of value `kind` takes, for messages ("an integer").
 const char* TrainFlagKindName(TrainFlagKind kind);
 
-// nullopt when `value` is a valid value of frameworm-train's flag `name`;
-// else the problem, naming neither the field nor its line:
+// nullopt when `value` is a valid value of frameworm-train's flag `name`
+// (its kind, then its range or choices); else the problem, naming neither
+// the field nor its line:
 //   "is not a frameworm-train flag (did you mean 'lr'?)"
 //   "must be an integer, got '1.5'"
+//   "must be an integer between 1 and 1024, got '100000'"
+//   "must be auto, cpu or cuda, got 'tpu'"
 std::optional<std::string> CheckTrainOption(const std::string& name,
                                             const std::string& value);
+
+// A rule that joins flags, broken: the flags it joins and the problem.
+struct TrainOptionSetProblem {
+  std::vector<std::string> flags;  // dashed: {"lr-schedule", "lr-step-size"}
+  std::string message;             // "--lr-schedule=step needs --lr-step-size >= 1, got 0"
+};
+
+// The rules that join flags, over the options one run gets (dashed name ->
+// value; an absent flag has the trainer's default): nullopt, or the first
+// broken. Each value is assumed to pass CheckTrainOption.
+std::optional<TrainOptionSetProblem> CheckTrainOptionSet(
+    const std::map<std::string, std::string>& options);
 
 // One flag of a command line as frameworm-train's parser reads it
 // (common/flags.h): name dashed ("batch_size" -> "batch-size"), value as

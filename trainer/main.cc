@@ -8,19 +8,20 @@
 // Exit: 0 success, 2 bad flags (one line on stderr), 1 any other failure
 // (one line on stderr).
 #include <filesystem>
-#include <initializer_list>
 #include <iostream>
-#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
+#include "jobspec/train_flags.h"
 #include "train/launch.h"
 #include "trainer/run.h"
 
@@ -150,60 +151,27 @@ const FlagsConfig& Config() {
   return *config;
 }
 
-std::string Dashed(const absl::CommandLineFlag& flag) {
-  return absl::StrReplaceAll(flag.Name(), {{"_", "-"}});
-}
-
-// The flag's value when it is at least `min`; exits 2 otherwise.
-int64_t AtLeast(const absl::Flag<int64_t>& flag, int64_t min) {
-  const int64_t v = absl::GetFlag(flag);
-  if (v < min) {
-    FlagErrorExit(Config(), absl::StrCat("--", Dashed(absl::GetFlagReflectionHandle(flag)),
-                                         " must be an integer >= ", min, ", got \"", v, "\""));
+// Every flag's value against the values jobspec/train_flags.h's table
+// accepts (the same rules a job's train: options meet at submit), then the
+// rules that join flags; exits 2 at the first problem.
+void CheckFlagValues() {
+  std::map<std::string, std::string> values;
+  for (const TrainFlag& f : TrainFlags()) {
+    const absl::CommandLineFlag* flag =
+        absl::FindCommandLineFlag(absl::StrReplaceAll(f.name, {{"-", "_"}}));
+    if (flag == nullptr) continue;  // TrainFlagsTableIsTheTrainers fails on it
+    std::string value = flag->CurrentValue();
+    if (auto problem = CheckTrainOption(f.name, value)) {
+      FlagErrorExit(Config(), absl::StrCat("--", f.name, " ", *problem));
+    }
+    values.emplace(f.name, std::move(value));
   }
-  return v;
-}
-
-// Most torch threads per process: torch starts them all at once (1,024
-// take about 9 s on a 2-core machine; 100,000 never finished).
-constexpr int64_t kMaxThreads = 1024;
-
-// The flag's value when it lies in [min, max]; exits 2 otherwise.
-int64_t Between(const absl::Flag<int64_t>& flag, int64_t min, int64_t max) {
-  const int64_t v = absl::GetFlag(flag);
-  if (v < min || v > max) {
-    FlagErrorExit(Config(), absl::StrCat("--", Dashed(absl::GetFlagReflectionHandle(flag)),
-                                         " must be an integer between ", min, " and ", max,
-                                         ", got \"", v, "\""));
-  }
-  return v;
-}
-
-// A factor of the optimizer (lr, momentum, weight decay): a number the
-// float arithmetic of a step can hold. A larger one (1e300) would pass the
-// checks and fail at the first step.
-bool FloatFactor(double v, double min) {
-  return v >= min && v <= std::numeric_limits<float>::max();
-}
-
-// The flag's value when it is one of `choices` (or empty, if `empty_ok`);
-// exits 2 otherwise.
-std::string OneOf(const absl::Flag<std::string>& flag,
-                  std::initializer_list<const char*> choices, bool empty_ok = false) {
-  const std::string v = absl::GetFlag(flag);
-  if (empty_ok && v.empty()) return v;
-  for (const char* c : choices) {
-    if (v == c) return v;
-  }
-  const std::vector<std::string> all(choices.begin(), choices.end());
-  const std::string head = absl::StrJoin(all.begin(), all.end() - 1, ", ");
-  FlagErrorExit(Config(), absl::StrCat("--", Dashed(absl::GetFlagReflectionHandle(flag)),
-                                       " must be ", head, " or ", all.back(), ", got \"", v,
-                                       "\""));
+  if (auto problem = CheckTrainOptionSet(values)) FlagErrorExit(Config(), problem->message);
 }
 
 // The checked flags.
 TrainConfig ConfigFromFlags() {
+  CheckFlagValues();
   TrainConfig c;
   c.model = absl::GetFlag(FLAGS_model);
   if (c.model != "cnn" && c.model != "mlp") {
@@ -216,77 +184,57 @@ TrainConfig ConfigFromFlags() {
                                                : "\" (no such file)"));
     }
   }
-  c.dataset = OneOf(FLAGS_dataset, {"fashion-mnist", "synthetic"});
+  c.dataset = absl::GetFlag(FLAGS_dataset);
   c.data = absl::GetFlag(FLAGS_data);
   if (!c.data.empty()) c.dataset = "file";
   c.val_fraction = absl::GetFlag(FLAGS_val_fraction);
-  if (!(c.val_fraction > 0 && c.val_fraction < 1)) {
-    FlagErrorExit(Config(), "--val-fraction must be a number between 0 and 1 (exclusive)");
-  }
   c.inputs = absl::StrSplit(absl::GetFlag(FLAGS_inputs), ',');
-  for (const std::string& in : c.inputs) {
-    if (in.empty()) FlagErrorExit(Config(), "--inputs must be comma-separated tensor names");
-  }
-  c.loss = OneOf(FLAGS_loss, {"cross_entropy", "nll", "mse", "l1", "smooth_l1", "bce_with_logits"});
+  c.loss = absl::GetFlag(FLAGS_loss);
   c.metrics = absl::GetFlag(FLAGS_metrics);
   c.weight_decay = absl::GetFlag(FLAGS_weight_decay);
-  if (!FloatFactor(c.weight_decay, 0)) {
-    FlagErrorExit(Config(), "--weight-decay must be a number >= 0 (at most 3.4e38)");
-  }
   c.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
-  if (!(c.clip_grad_norm >= 0)) FlagErrorExit(Config(), "--clip-grad-norm must be a number >= 0");
-  c.lr_schedule.kind = OneOf(FLAGS_lr_schedule, {"constant", "step", "cosine", "linear"});
+  c.lr_schedule.kind = absl::GetFlag(FLAGS_lr_schedule);
   c.lr_schedule.step_size = absl::GetFlag(FLAGS_lr_step_size);
   c.lr_schedule.gamma = absl::GetFlag(FLAGS_lr_gamma);
   c.lr_schedule.min_lr = absl::GetFlag(FLAGS_min_lr);
   if (absl::Status s = CheckLrSchedule(c.lr_schedule); !s.ok()) {
-    FlagErrorExit(Config(), absl::StrCat("--lr-schedule: ", s.message(),
-                                         c.lr_schedule.kind == "step" ? " (--lr-step-size)" : ""));
+    FlagErrorExit(Config(), absl::StrCat("--lr-schedule: ", s.message()));
   }
-  c.autocast_bf16 = OneOf(FLAGS_autocast, {"off", "bf16"}) == "bf16";
-  c.eval_every = AtLeast(FLAGS_eval_every, 0);
+  c.autocast_bf16 = absl::GetFlag(FLAGS_autocast) == "bf16";
+  c.eval_every = absl::GetFlag(FLAGS_eval_every);
   c.monitor = absl::GetFlag(FLAGS_monitor);
-  c.early_stopping_patience = AtLeast(FLAGS_early_stopping_patience, 0);
+  c.early_stopping_patience = absl::GetFlag(FLAGS_early_stopping_patience);
   c.keep_best = absl::GetFlag(FLAGS_keep_best);
   c.export_path = absl::GetFlag(FLAGS_export_path);
   c.data_dir = absl::GetFlag(FLAGS_data_dir);
-  c.epochs = AtLeast(FLAGS_epochs, 1);
-  c.max_steps = AtLeast(FLAGS_max_steps, 0);
-  c.batch_size = AtLeast(FLAGS_batch_size, 1);
+  c.epochs = absl::GetFlag(FLAGS_epochs);
+  c.max_steps = absl::GetFlag(FLAGS_max_steps);
+  c.batch_size = absl::GetFlag(FLAGS_batch_size);
   c.lr = absl::GetFlag(FLAGS_lr);
-  if (!(c.lr > 0) || !FloatFactor(c.lr, 0)) {
-    FlagErrorExit(Config(), "--lr must be a number > 0 (at most 3.4e38)");
-  }
-  c.optimizer = OneOf(FLAGS_optimizer, {"sgd", "adam", "adamw"});
+  c.optimizer = absl::GetFlag(FLAGS_optimizer);
   c.momentum = absl::GetFlag(FLAGS_momentum);
-  if (!FloatFactor(c.momentum, 0)) {
-    FlagErrorExit(Config(), "--momentum must be a number >= 0 (at most 3.4e38)");
-  }
-  c.warmup_steps = AtLeast(FLAGS_warmup_steps, 0);
+  c.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   c.scale_lr = absl::GetFlag(FLAGS_scale_lr);
-  c.grad_accum = AtLeast(FLAGS_grad_accum, 1);
-  c.backend = OneOf(FLAGS_backend, {"gloo", "nccl", "mpi"}, /*empty_ok=*/true);
+  c.grad_accum = absl::GetFlag(FLAGS_grad_accum);
+  c.backend = absl::GetFlag(FLAGS_backend);
   c.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  c.checkpoint_every = AtLeast(FLAGS_checkpoint_every, 0);
+  c.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   c.async_checkpoint = absl::GetFlag(FLAGS_async_checkpoint);
-  c.flight_recorder = AtLeast(FLAGS_flight_recorder, 0);
-  if (c.flight_recorder > (1 << 20)) FlagErrorExit(Config(), "--flight-recorder must be at most 1048576");
+  c.flight_recorder = absl::GetFlag(FLAGS_flight_recorder);
   c.memory_checkpoint_dir = absl::GetFlag(FLAGS_memory_checkpoint_dir);
   if (const std::string every = absl::GetFlag(FLAGS_memory_checkpoint_every); every == "auto") {
     c.memory_checkpoint_every = -1;
-  } else if (!absl::SimpleAtoi(every, &c.memory_checkpoint_every) ||
-             c.memory_checkpoint_every < 0) {
-    frameworm::FlagErrorExit(Config(), "--memory-checkpoint-every must be auto or a number >= 0, got '" +
-                                           every + "'");
+  } else {
+    absl::SimpleAtoi(every, &c.memory_checkpoint_every);  // an integer >= 0: checked above
   }
   c.resume = absl::GetFlag(FLAGS_resume);
   c.seed = absl::GetFlag(FLAGS_seed);
-  c.threads = Between(FLAGS_threads, 1, kMaxThreads);
-  c.log_every = AtLeast(FLAGS_log_every, 0);
-  c.synthetic_size = AtLeast(FLAGS_synthetic_size, 1);
+  c.threads = absl::GetFlag(FLAGS_threads);
+  c.log_every = absl::GetFlag(FLAGS_log_every);
+  c.synthetic_size = absl::GetFlag(FLAGS_synthetic_size);
   c.find_unused_parameters = absl::GetFlag(FLAGS_find_unused_parameters);
-  c.device = OneOf(FLAGS_device, {"auto", "cpu", "cuda"});
-  c.connect_timeout_s = AtLeast(FLAGS_connect_timeout, 1);
+  c.device = absl::GetFlag(FLAGS_device);
+  c.connect_timeout_s = absl::GetFlag(FLAGS_connect_timeout);
   return c;
 }
 
@@ -310,7 +258,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args = ParseFlagsOrExit(argc, argv, Config());
   if (!args.empty()) FlagErrorExit(Config(), absl::StrCat("unexpected argument \"", args[0], "\""));
   const TrainConfig config = ConfigFromFlags();
-  const int64_t nprocs = Between(FLAGS_nprocs, 1, kMaxLaunchProcesses);
+  const int64_t nprocs = absl::GetFlag(FLAGS_nprocs);  // 1..kMaxLaunchProcesses: checked
   if (nprocs > 1 || IsLaunchedChild()) {
     // The children re-execute this program with the same arguments and
     // run Run() inside this same call.

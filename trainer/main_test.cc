@@ -1,12 +1,14 @@
 // frameworm-train as a user runs it: real processes, real data.
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -22,6 +24,14 @@ using testutil::Result;
 using testutil::RunShell;
 using testutil::RunTrain;
 using testutil::TrainBin;
+
+const TrainFlag& FindFlag(const std::string& name) {
+  for (const TrainFlag& f : TrainFlags()) {
+    if (name == f.name) return f;
+  }
+  ADD_FAILURE() << "no flag " << name;
+  return TrainFlags().front();
+}
 
 TEST(FramewormTrainTest, HelpListsEveryFlagAndVersionPrintsOne) {
   Result r = RunTrain("--help");
@@ -50,15 +60,21 @@ TEST(FramewormTrainTest, TrainFlagsTableIsTheTrainers) {
   }
   for (const TrainFlag& f : TrainFlags()) table.insert(f.name);
   EXPECT_EQ(listed, table);
-  // A value of each kind that the neighbouring kinds refuse: "-3" is no
-  // uint64, "1.5" no integer, "abc" no number, "maybe" no bool.
-  auto valid = [](TrainFlagKind k) -> std::string {
-    switch (k) {
+  // A value of each flag's kind within its range or choices ("-3" where
+  // an integer has no range: no uint64 takes it).
+  auto valid = [](const TrainFlag& f) -> std::string {
+    if (!f.choices.empty()) return f.choices.back();  // never the empty choice
+    if (f.name_list) return "x,y";
+    const bool has_min = std::isfinite(f.min), has_max = std::isfinite(f.max);
+    switch (f.kind) {
       case TrainFlagKind::kString: return "abc";
       case TrainFlagKind::kBool: return "true";
-      case TrainFlagKind::kInt64: return "-3";
+      case TrainFlagKind::kInt64:
+        return has_min ? std::to_string(static_cast<int64_t>(f.min) + (f.min_open ? 1 : 0)) : "-3";
       case TrainFlagKind::kUint64: return "3";
-      case TrainFlagKind::kDouble: return "1.5";
+      case TrainFlagKind::kDouble:
+        if (has_min && has_max) return std::to_string(f.min / 2 + f.max / 2);
+        return has_min ? std::to_string(f.min + 1.5) : "1.5";
     }
     return "";
   };
@@ -76,8 +92,8 @@ TEST(FramewormTrainTest, TrainFlagsTableIsTheTrainers) {
   // after them (before any value's range or meaning is checked).
   std::string all;
   for (const TrainFlag& f : TrainFlags()) {
-    EXPECT_EQ(CheckTrainOption(f.name, valid(f.kind)), std::nullopt) << f.name;
-    all += std::string(" --") + f.name + "=" + valid(f.kind);
+    EXPECT_EQ(CheckTrainOption(f.name, valid(f)), std::nullopt) << f.name << "=" << valid(f);
+    all += std::string(" --") + f.name + "=" + valid(f);
   }
   Result r = RunTrain(all + " --no-such-flag");
   EXPECT_EQ(r.code, 2);
@@ -103,6 +119,66 @@ TEST(FramewormTrainTest, TrainFlagsTableIsTheTrainers) {
     EXPECT_NE(r.err.find(std::string("--") + f.name + ": bad value '" + bad + "'"), std::string::npos)
         << f.name << ": " << r.err;
   }
+}
+
+// Each range and choice of the table is one the trainer enforces: the
+// first value past each end of a range, a choice that is none, an empty
+// name in a list, each refused by CheckTrainOption (what a submit runs)
+// and by the trainer with the same words, before it starts; the ends
+// themselves accepted. And the rule that joins two flags.
+TEST(FramewormTrainTest, TheTrainerRefusesWhatTheTableRefuses) {
+  EXPECT_EQ(FindFlag("nprocs").max, kMaxLaunchProcesses);
+  struct Case {
+    std::string flag, bad, good;
+  };
+  std::vector<Case> cases;
+  // Bad values short (%g: the trainer shows a number as absl prints it,
+  // in the fewest digits that give it back); good ones exact, at the edge.
+  auto number = [](const TrainFlag& f, double v, const char* format) {
+    if (f.kind != TrainFlagKind::kDouble) return std::to_string(static_cast<int64_t>(v));
+    char buf[64];
+    std::snprintf(buf, sizeof buf, format, v);
+    return std::string(buf);
+  };
+  for (const TrainFlag& f : TrainFlags()) {
+    const bool integral = f.kind == TrainFlagKind::kInt64 || f.integer_too;
+    if (std::isfinite(f.min)) {
+      const double bad = f.min_open ? f.min : f.min - 1;
+      const double good = f.min_open ? (integral ? f.min + 1 : std::nextafter(f.min, 1e300)) : f.min;
+      cases.push_back({f.name, number(f, bad, "%g"), number(f, good, "%.17g")});
+    }
+    if (std::isfinite(f.max)) {
+      const double bad = f.max_open ? f.max : (integral ? f.max + 1 : f.max * 10);
+      const double good = f.max_open ? std::nextafter(f.max, -1e300) : f.max;
+      cases.push_back({f.name, number(f, bad, "%g"), number(f, good, "%.17g")});
+    }
+    if (!f.choices.empty()) cases.push_back({f.name, "no-such-choice", f.choices.back()});
+    if (f.name_list) cases.push_back({f.name, "a,,b", "a,b"});
+  }
+  ASSERT_GE(cases.size(), 30u);
+  for (const Case& c : cases) {
+    auto problem = CheckTrainOption(c.flag, c.bad);
+    EXPECT_EQ(CheckTrainOption(c.flag, c.good), std::nullopt) << c.flag << "=" << c.good;
+    if (!problem.has_value()) {
+      ADD_FAILURE() << c.flag << "=" << c.bad << " accepted";
+      continue;
+    }
+    Result r = RunTrain("--model=mlp --dataset=synthetic --max-steps=1 --" + c.flag + "=" + c.bad);
+    EXPECT_EQ(r.code, 2) << c.flag << "=" << c.bad << ": " << r.err;
+    EXPECT_NE(r.err.find("--" + c.flag + " " + *problem), std::string::npos)
+        << c.flag << "=" << c.bad << ": " << r.err;
+    EXPECT_EQ(r.out.find("\"event\":\"start\""), std::string::npos) << r.out;
+  }
+  // The step schedule needs its period: refused with the default 0 and
+  // with one given, accepted with one >= 1.
+  EXPECT_NE(CheckTrainOptionSet({{"lr-schedule", "step"}}), std::nullopt);
+  EXPECT_NE(CheckTrainOptionSet({{"lr-schedule", "step"}, {"lr-step-size", "0"}}), std::nullopt);
+  EXPECT_EQ(CheckTrainOptionSet({{"lr-schedule", "step"}, {"lr-step-size", "1"}}), std::nullopt);
+  EXPECT_EQ(CheckTrainOptionSet({{"lr-schedule", "cosine"}}), std::nullopt);
+  Result r = RunTrain("--model=mlp --dataset=synthetic --max-steps=1 --lr-schedule=step");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find(CheckTrainOptionSet({{"lr-schedule", "step"}})->message), std::string::npos)
+      << r.err;
 }
 
 TEST(FramewormTrainTest, BadFlagsExitTwoWithMessage) {
@@ -134,11 +210,11 @@ TEST(FramewormTrainTest, OutOfRangeValuesExitTwoBeforeAnythingStarts) {
     const char* flag;
     const char* message;
   } cases[] = {
-      {"--nprocs=100000", "--nprocs must be an integer between 1 and 1024, got \"100000\""},
-      {"--threads=100000", "--threads must be an integer between 1 and 1024, got \"100000\""},
-      {"--lr=1e300", "--lr must be a number > 0 (at most 3.4e38)"},
-      {"--momentum=inf", "--momentum must be a number >= 0 (at most 3.4e38)"},
-      {"--weight-decay=1e39", "--weight-decay must be a number >= 0 (at most 3.4e38)"},
+      {"--nprocs=100000", "--nprocs must be an integer between 1 and 1024, got '100000'"},
+      {"--threads=100000", "--threads must be an integer between 1 and 1024, got '100000'"},
+      {"--lr=1e300", "--lr must be a number > 0 and <= 3.40282e+38, got '1e+300'"},
+      {"--momentum=inf", "--momentum must be a number between 0 and 3.40282e+38, got 'inf'"},
+      {"--weight-decay=1e39", "--weight-decay must be a number between 0 and 3.40282e+38, got '1e+39'"},
   };
   for (const auto& c : cases) {
     Result r = RunTrain(std::string("--model=mlp --dataset=synthetic --max-steps=1 ") + c.flag);
