@@ -88,7 +88,17 @@ std::optional<std::string> TrainFlagProblem(const std::string& name, const std::
   if (const char* instead = CoordinatorsTrainOption(name)) {
     return absl::StrCat("is the coordinator's to set: ", instead);
   }
-  return CheckTrainOption(name, value);
+  if (auto problem = CheckTrainOption(name, value)) return problem;
+  // A job's trainer runs in its worker's directory, not the submitter's: a
+  // relative path would name a file there, or none.
+  const TrainFlag* f = FindTrainFlag(name);
+  if (f != nullptr && IsTrainPathValue(*f, value) && value.front() != '/') {
+    std::string choices;
+    for (const char* c : f->choices) absl::StrAppend(&choices, c, ", ");
+    return absl::StrCat("must be ", choices, "an absolute path (a job's trainer runs in its "
+                        "worker's directory), got '", ShownValue(value), "'");
+  }
+  return std::nullopt;
 }
 
 // " (did you mean 'x'?)" for the closest candidate, else "".

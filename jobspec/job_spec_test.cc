@@ -283,12 +283,27 @@ TEST(JobSpec, TrainValuesOutOfRangeAreRefusedAtSubmit) {
       {"inputs: \"x,,y\"", "train option 'inputs' must be comma-separated names, none empty"},
       {"flight_recorder: 2000000", "must be an integer between 0 and 1048576"},
       {"lr_schedule: step", "job.yaml:4: --lr-schedule=step needs --lr-step-size >= 1, got 0"},
+      {"data: mine/data.pt", "job.yaml:4: train option 'data' must be an absolute path (a job's "
+                             "trainer runs in its worker's directory), got 'mine/data.pt'"},
+      {"data_dir: ./fmnist", "train option 'data-dir' must be an absolute path"},
+      {"export_path: out.pt", "train option 'export-path' must be an absolute path"},
   };
   for (const auto& c : refused) {
     absl::Status st = ParseErr(absl::StrCat("name: x\ntrain:\n  model: cnn\n  ", c.yaml, "\n"));
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.yaml;
     EXPECT_THAT(st.message(), HasSubstr(c.message)) << c.yaml;
   }
+  // A model is a built-in one or an absolute path, in train: and the
+  // entrypoint alike.
+  EXPECT_THAT(ParseErr("name: x\ntrain:\n  model: resnet\n").message(),
+              HasSubstr("job.yaml:3: train option 'model' must be cnn, mlp, an absolute path (a "
+                        "job's trainer runs in its worker's directory), got 'resnet'"));
+  EXPECT_THAT(ParseErr("name: x\nentrypoint: frameworm-train --model=models/m.pt\n").message(),
+              HasSubstr("entrypoint argument '--model' must be cnn, mlp, an absolute path"));
+  EXPECT_TRUE(ParseJobSpecYaml("name: x\ntrain:\n  model: /models/m.pt\n  data: /d/data.pt\n"
+                               "  data_dir: ''\n",
+                               "job.yaml")
+                  .ok());
   absl::Status st = ParseErr("name: x\nentrypoint: frameworm-train --epochs 0\n");
   EXPECT_THAT(st.message(),
               HasSubstr("job.yaml:2: entrypoint argument '--epochs' must be an integer >= 1, got '0'"));

@@ -34,14 +34,14 @@ const std::vector<TrainFlag>& TrainFlags() {
         {.name = "checkpoint-every", .kind = K::kInt64, .min = 0},
         {.name = "clip-grad-norm", .kind = K::kDouble, .min = 0},
         {.name = "connect-timeout", .kind = K::kInt64, .min = 1},
-        {.name = "data", .kind = K::kString},
-        {.name = "data-dir", .kind = K::kString},
+        {.name = "data", .kind = K::kString, .path = true},
+        {.name = "data-dir", .kind = K::kString, .path = true},
         {.name = "dataset", .kind = K::kString, .choices = {"fashion-mnist", "synthetic"}},
         {.name = "device", .kind = K::kString, .choices = {"auto", "cpu", "cuda"}},
         {.name = "early-stopping-patience", .kind = K::kInt64, .min = 0},
         {.name = "epochs", .kind = K::kInt64, .min = 1},
         {.name = "eval-every", .kind = K::kInt64, .min = 0},
-        {.name = "export-path", .kind = K::kString},
+        {.name = "export-path", .kind = K::kString, .path = true},
         {.name = "find-unused-parameters", .kind = K::kBool},
         {.name = "flight-recorder", .kind = K::kInt64, .min = 0, .max = 1 << 20},
         {.name = "grad-accum", .kind = K::kInt64, .min = 1},
@@ -59,7 +59,7 @@ const std::vector<TrainFlag>& TrainFlags() {
         {.name = "memory-checkpoint-every", .kind = K::kString, .min = 0, .choices = {"auto"}, .integer_too = true},
         {.name = "metrics", .kind = K::kString},
         {.name = "min-lr", .kind = K::kDouble, .min = 0, .max = kFloatMax},
-        {.name = "model", .kind = K::kString},
+        {.name = "model", .kind = K::kString, .choices = {"cnn", "mlp"}, .path = true},
         {.name = "momentum", .kind = K::kDouble, .min = 0, .max = kFloatMax},
         {.name = "monitor", .kind = K::kString},
         {.name = "nprocs", .kind = K::kInt64, .min = 1, .max = kMaxProcsOrThreads},
@@ -182,7 +182,7 @@ std::optional<std::string> WantedValue(const TrainFlag& f, const std::string& va
     }
     return std::nullopt;
   }
-  if (f.choices.empty()) return std::nullopt;
+  if (f.choices.empty() || f.path) return std::nullopt;  // a path: the trainer's to check
   for (const char* c : f.choices) {
     if (value == c) return std::nullopt;
   }
@@ -194,6 +194,8 @@ std::optional<std::string> WantedValue(const TrainFlag& f, const std::string& va
   return ChoicesText(f);
 }
 
+}  // namespace
+
 const TrainFlag* FindTrainFlag(const std::string& name) {
   for (const TrainFlag& f : TrainFlags()) {
     if (name == f.name) return &f;
@@ -201,7 +203,13 @@ const TrainFlag* FindTrainFlag(const std::string& name) {
   return nullptr;
 }
 
-}  // namespace
+bool IsTrainPathValue(const TrainFlag& f, const std::string& value) {
+  if (!f.path || value.empty()) return false;
+  for (const char* c : f.choices) {
+    if (value == c) return false;
+  }
+  return true;
+}
 
 absl::StatusOr<std::vector<TrainArg>> SplitTrainArgs(const std::vector<std::string>& args) {
   std::vector<TrainArg> out;

@@ -50,10 +50,23 @@ struct TrainFlag {
   bool integer_too = false;
   // Strings: a comma-separated list of non-empty names (--inputs).
   bool name_list = false;
+  // Strings: a file or directory the trainer reads or writes. With
+  // choices, any other value is a path (--model: cnn, mlp or a file); what
+  // it names is the trainer's to check. A cluster job's must be absolute
+  // (jobspec's rule: a job's trainer runs in the worker's directory, not
+  // the submitter's).
+  bool path = false;
 };
 
 // Every flag frameworm-train accepts, sorted by name.
 const std::vector<TrainFlag>& TrainFlags();
+
+// The flag named `name` (dashed), or null.
+const TrainFlag* FindTrainFlag(const std::string& name);
+
+// True when `value` of flag `f` names a path (a path flag's value that is
+// not empty and none of its choices).
+bool IsTrainPathValue(const TrainFlag& f, const std::string& value);
 
 // What kind of value `kind` takes, for messages ("an integer").
 const char* TrainFlagKindName(TrainFlagKind kind);
