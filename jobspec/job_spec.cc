@@ -182,12 +182,14 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
   }
   // The built-in trainer's flags given in the entrypoint follow the same
   // rules as train: options.
+  std::vector<TrainArg> args;
   if (UsesBuiltInTrainer(s) && s.entrypoint_size() > 1) {
-    auto args = SplitTrainArgs({s.entrypoint().begin() + 1, s.entrypoint().end()});
-    if (!args.ok()) {
-      return err("entrypoint", absl::StrCat("entrypoint argument ", args.status().message()));
+    auto split = SplitTrainArgs({s.entrypoint().begin() + 1, s.entrypoint().end()});
+    if (!split.ok()) {
+      return err("entrypoint", absl::StrCat("entrypoint argument ", split.status().message()));
     }
-    for (const TrainArg& a : *args) {
+    args = *std::move(split);
+    for (const TrainArg& a : args) {
       if (auto problem = TrainFlagProblem(a.name, a.value)) {
         return err("entrypoint", absl::StrCat("entrypoint argument '--", ShownValue(a.name), "' ",
                                               *problem));
@@ -202,21 +204,16 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
     std::map<std::string, std::string> options(s.train_options().begin(),
                                                s.train_options().end());
     std::set<std::string> in_entrypoint;
-    if (s.entrypoint_size() > 1) {
-      if (auto args = SplitTrainArgs({s.entrypoint().begin() + 1, s.entrypoint().end()}); args.ok()) {
-        for (TrainArg& a : *args) {
-          in_entrypoint.insert(a.name);
-          options[a.name] = std::move(a.value);
-        }
-      }
+    for (const TrainArg& a : args) {
+      in_entrypoint.insert(a.name);
+      options[a.name] = a.value;
     }
     if (auto problem = CheckTrainOptionSet(options)) {
       std::string field = "train";
       for (const std::string& f : problem->flags) {
-        if (in_entrypoint.count(f)) {
-          field = "entrypoint";
-          break;
-        }
+        if (in_entrypoint.contains(f)) field = "entrypoint";
+      }
+      for (const std::string& f : problem->flags) {
         if (field == "train" && s.train_options().contains(f)) field = "train." + f;
       }
       return err(field, problem->message);

@@ -120,7 +120,7 @@ bool ValueOfKind(TrainFlagKind kind, const std::string& value) {
 
 // A range's end in words: whole numbers in full (1048576), others as %g.
 std::string Bound(double v) {
-  if (v == static_cast<double>(static_cast<int64_t>(v)) && std::abs(v) < 1e15) {
+  if (std::abs(v) < 1e15 && v == std::trunc(v)) {  // in int64's range before the cast
     return absl::StrCat(static_cast<int64_t>(v));
   }
   return absl::StrCat(v);
@@ -140,6 +140,11 @@ std::string RangeText(const TrainFlag& f, const char* what) {
   if (has_min) return absl::StrCat(what, lo, Bound(f.min));
   if (has_max) return absl::StrCat(what, hi, Bound(f.max));
   return what;
+}
+
+bool IsChoice(const TrainFlag& f, const std::string& value) {
+  return std::any_of(f.choices.begin(), f.choices.end(),
+                     [&](const char* c) { return value == c; });
 }
 
 bool InRange(const TrainFlag& f, double v) {
@@ -182,10 +187,8 @@ std::optional<std::string> WantedValue(const TrainFlag& f, const std::string& va
     }
     return std::nullopt;
   }
-  if (f.choices.empty() || f.path) return std::nullopt;  // a path: the trainer's to check
-  for (const char* c : f.choices) {
-    if (value == c) return std::nullopt;
-  }
+  // Any other value of a path flag is a path: the trainer's to check.
+  if (f.choices.empty() || f.path || IsChoice(f, value)) return std::nullopt;
   if (f.integer_too) {
     int64_t v = 0;
     if (ParseAs(value, &v) && InRange(f, static_cast<double>(v))) return std::nullopt;
@@ -204,11 +207,7 @@ const TrainFlag* FindTrainFlag(const std::string& name) {
 }
 
 bool IsTrainPathValue(const TrainFlag& f, const std::string& value) {
-  if (!f.path || value.empty()) return false;
-  for (const char* c : f.choices) {
-    if (value == c) return false;
-  }
-  return true;
+  return f.path && !value.empty() && !IsChoice(f, value);
 }
 
 absl::StatusOr<std::vector<TrainArg>> SplitTrainArgs(const std::vector<std::string>& args) {

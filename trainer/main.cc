@@ -197,9 +197,6 @@ TrainConfig ConfigFromFlags() {
   c.lr_schedule.step_size = absl::GetFlag(FLAGS_lr_step_size);
   c.lr_schedule.gamma = absl::GetFlag(FLAGS_lr_gamma);
   c.lr_schedule.min_lr = absl::GetFlag(FLAGS_min_lr);
-  if (absl::Status s = CheckLrSchedule(c.lr_schedule); !s.ok()) {
-    FlagErrorExit(Config(), absl::StrCat("--lr-schedule: ", s.message()));
-  }
   c.autocast_bf16 = absl::GetFlag(FLAGS_autocast) == "bf16";
   c.eval_every = absl::GetFlag(FLAGS_eval_every);
   c.monitor = absl::GetFlag(FLAGS_monitor);
