@@ -244,6 +244,44 @@ TEST_F(ReplicationTest, AnExpiredJobIsDroppedWholeByItsHolders) {
   }
 }
 
+// A replica's fetch can outlast its record (keep_last expiry, a released
+// memory checkpoint): the worker, told to drop nothing while it was not yet
+// a holder, is told to drop the copy when it says it holds it; a copy of a
+// job the coordinator no longer knows goes whole, as at the job's expiry.
+TEST_F(ReplicationTest, ACopyOfAStepWithNoRecordIsDroppedWhenItsHolderSpeaks) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.mutable_checkpoint()->set_keep_last(1);
+  const std::string id = StartJob(spec);
+  ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10)).ok());
+  Held("w0", id, 10);
+  ASSERT_EQ(Holds(Take("w1")).size(), 1u);  // w1 starts fetching step 10
+  ASSERT_TRUE(Checkpoint(id, 1, 20, CkptPath(id, 20)).ok());
+  EXPECT_TRUE(Drops(Take("w1")).empty()) << "w1 was no holder when step 10 expired";
+  EXPECT_EQ(Drops(Take("w0")).size(), 1u);
+  Held("w1", id, 10);  // its fetch ends now
+  auto drops = Drops(Take("w1"));
+  ASSERT_EQ(drops.size(), 1u);
+  EXPECT_EQ(drops[0].job_id(), id);
+  EXPECT_EQ(drops[0].step(), 10);
+  EXPECT_TRUE(HoldersOf(id, 10).empty());
+  // A failed answer holds nothing to drop; a held step with a record stays.
+  Held("w1", id, 30, /*ok=*/false);
+  Held("w0", id, 20);
+  Take("w1");
+  Held("w1", id, 20);
+  EXPECT_TRUE(Drops(Take("w1")).empty());
+  EXPECT_TRUE(Drops(Take("w0")).empty());
+  // Re-registering with a copy of a job that is gone: the job's copies go.
+  auto reg = coord_->RegisterWorker(Claim("w2", "job-999999", 7, "s"));
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  sessions_["w2"] = reg->session_id;
+  ASSERT_TRUE(coord_->AttachSession(reg->session_id).ok());
+  drops = Drops(Take("w2"));
+  ASSERT_EQ(drops.size(), 1u);
+  EXPECT_EQ(drops[0].job_id(), "job-999999");
+  EXPECT_EQ(drops[0].step(), -1);
+}
+
 TEST(ReplicationRulesTest, NoHolderWithAnEndpointMeansNoPrefetch) {
   SimulatedClock clock;
   WorkerRegistry workers({}, clock);

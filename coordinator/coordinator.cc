@@ -526,6 +526,7 @@ absl::StatusOr<Coordinator::Registration> Coordinator::RegisterWorker(
     jobs_.Reconcile(req.name(), req.running(), req.ended(), same_process);
     // Copies it still holds (a restarted coordinator knew no holders).
     for (const v1::CheckpointHeld& h : req.held()) {
+      DropUnrecordedLocked(req.name(), h);
       if (h.ok() && HolderClaimCountsLocked(req.name(), h) &&
           checkpoints_.AddHolder(h.job_id(), h.step(), req.name()) > 0) {
         checkpoints_.AdoptSecret(h.job_id(), h.step(), h.secret());
@@ -694,7 +695,22 @@ bool Coordinator::HolderClaimCountsLocked(const std::string& worker,
   return TokensEqual(held.secret(), rec->secret());
 }
 
+bool Coordinator::DropUnrecordedLocked(const std::string& worker,
+                                       const v1::CheckpointHeld& held) {
+  if (!held.ok() || held.job_id().empty() ||
+      checkpoints_.Find(held.job_id(), held.step()) != nullptr) {
+    return false;
+  }
+  // What a holder of the record would have been sent when it went: the
+  // step's drop while the job is known (its records expire one by one), the
+  // whole job's once it is gone (only copies go; a rank's own files stay).
+  const int64_t step = jobs_.Find(held.job_id()) != nullptr ? held.step() : -1;
+  for (auto& [w, m] : DropCommands(held.job_id(), step, {worker})) workers_.Send(w, std::move(m));
+  return true;
+}
+
 void Coordinator::HeldLocked(const std::string& worker, const v1::CheckpointHeld& held) {
+  if (DropUnrecordedLocked(worker, held)) return;  // routine: no line
   if (held.ok()) {
     if (!HolderClaimCountsLocked(worker, held)) {
       if (int64_t more = 0; held_log_budget_.Take(clock_.Now(), &more)) {

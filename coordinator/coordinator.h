@@ -356,6 +356,13 @@ class Coordinator {
   // of a step with no record never counts.
   bool HolderClaimCountsLocked(const std::string& worker, const v1::CheckpointHeld& held) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker that says it holds a copy of a step with no record (a fetch
+  // that ended after the record expired or was released, a copy kept across
+  // a restart) is told to drop it, as the record's holders were: the step
+  // while the job is known, the job's copies once the job is gone. Returns
+  // whether it was told.
+  bool DropUnrecordedLocked(const std::string& worker, const v1::CheckpointHeld& held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker's answer to a HoldCheckpoint: a verified copy becomes one of
   // the record's holders; a failure is logged.
   void HeldLocked(const std::string& worker, const v1::CheckpointHeld& held)
