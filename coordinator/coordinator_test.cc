@@ -1263,3 +1263,46 @@ TEST_F(CoordinatorTest, SecretEnvReachesRanksButNoReadRpc) {
 }
 
 }  // namespace frameworm::coordinator
+
+namespace frameworm::coordinator {
+namespace {
+
+size_t DumpsIn(const std::vector<v1::CoordinatorMessage>& cmds) {
+  size_t n = 0;
+  for (const auto& c : cmds) n += c.has_dump();
+  return n;
+}
+
+// Stacks are asked for at most once per kDebugInterval per job, and a
+// worker that never reads its stream gets at most kMaxQueuedDumps queued:
+// a loop of DebugJob calls cannot keep a worker dumping stacks instead of
+// heartbeating and supervising its ranks, nor grow its outbox.
+TEST_F(CoordinatorTest, StacksAreAskedForAtAnIntervalAndTheirQueueIsBounded) {
+  const std::string id = Submit(Spec(2, 1));
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  ASSERT_EQ(Starts("w0").size(), 1u);
+  ASSERT_EQ(Starts("w1").size(), 1u);
+  auto asked = coord_->DebugJob(id, -1);
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  EXPECT_EQ(asked->ranks.size(), 2u);
+  EXPECT_EQ(DumpsIn(Take("w0")), 1u);
+  clock_.Advance(absl::Milliseconds(500));
+  auto again = coord_->DebugJob(id, 1);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(again.status().message().find("were asked for 500ms ago; ask again in 1.5s"),
+            std::string::npos)
+      << again.status();
+  EXPECT_EQ(DumpsIn(Take("w1")), 1u) << "the refused request queued nothing";
+  for (int i = 0; i < 100; ++i) {
+    clock_.Advance(JobScheduler::kDebugInterval);
+    Heartbeat("w0");
+    Heartbeat("w1");
+    ASSERT_TRUE(coord_->DebugJob(id, 0).ok()) << i;
+  }
+  EXPECT_EQ(DumpsIn(Take("w0")), WorkerRegistry::kMaxQueuedDumps);
+  EXPECT_EQ(DumpsIn(Take("w1")), 0u) << "rank 1 was not asked";
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator

@@ -65,6 +65,8 @@ struct Job {
   int straggler_rank = -1;
   absl::Time straggler_since, straggler_seen;
   std::map<std::string, absl::Time> avoid;
+  // When stacks were last asked for (DebugJob; not stored).
+  absl::Time debugged_at = absl::InfinitePast();
   int64_t submitted_ms = 0, started_ms = 0, finished_ms = 0;
   absl::Duration heartbeat_timeout;
   // Current generation (ranks empty unless RUNNING).

@@ -412,6 +412,15 @@ absl::StatusOr<std::vector<int>> JobScheduler::DebugJob(const std::string& job_i
     return absl::InvalidArgumentError(
         absl::StrCat("rank must be -1 (every rank) or 0..", world - 1, ", got ", rank));
   }
+  const absl::Time now = clock_.Now();
+  if (now - job->debugged_at < kDebugInterval) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the stacks of job ", job_id, " were asked for ",
+        absl::FormatDuration(absl::Trunc(now - job->debugged_at, absl::Milliseconds(1))),
+        " ago; ask again in ",
+        absl::FormatDuration(absl::Ceil(kDebugInterval - (now - job->debugged_at), absl::Milliseconds(100)))));
+  }
+  job->debugged_at = now;
   v1::JobRef ref;
   ref.set_job_id(job->id);
   ref.set_generation(job->generation);

@@ -113,7 +113,10 @@ class JobScheduler {
   // Asks the workers of a RUNNING job for the stacks of `rank` (-1: every
   // rank), appended to those ranks' logs under a header naming `marker`.
   // Returns the ranks asked. Errors: NOT_FOUND, FAILED_PRECONDITION (not
-  // running), INVALID_ARGUMENT (rank).
+  // running), INVALID_ARGUMENT (rank), RESOURCE_EXHAUSTED (the job's stacks
+  // were asked for less than kDebugInterval ago: a loop of requests cannot
+  // keep its workers dumping stacks instead of supervising).
+  static constexpr absl::Duration kDebugInterval = absl::Seconds(2);
   absl::StatusOr<std::vector<int>> DebugJob(const std::string& job_id, int rank,
                                             const std::string& marker);
   // The step every rank will checkpoint after; FAILED_PRECONDITION unless

@@ -225,6 +225,11 @@ void WorkerRegistry::SendKill(const std::string& worker, const v1::JobRef& ref,
 
 void WorkerRegistry::SendDumpStacks(const std::string& worker, const v1::JobRef& ref, int rank,
                                     const std::string& why) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return;
+  size_t queued = 0;
+  for (const v1::CoordinatorMessage& q : it->second.outbox) queued += q.has_dump();
+  if (queued >= kMaxQueuedDumps) return;
   v1::CoordinatorMessage msg;
   *msg.mutable_dump()->mutable_ref() = ref;
   msg.mutable_dump()->mutable_ref()->clear_token();

@@ -140,7 +140,10 @@ class WorkerRegistry {
   static constexpr size_t kMaxQueuedKills = 1024;
   void SendKill(const std::string& worker, const v1::JobRef& ref, int rank);
   // DumpStacks for `rank` of `ref` (-1: every rank there); `why` is cut to
-  // 256 bytes.
+  // 256 bytes. At most kMaxQueuedDumps stay queued for a worker (more are
+  // dropped: a worker that does not read its stream cannot grow the
+  // outbox, and one that does dumps them one after another).
+  static constexpr size_t kMaxQueuedDumps = 64;
   void SendDumpStacks(const std::string& worker, const v1::JobRef& ref, int rank,
                       const std::string& why);
   std::set<std::string> TakeSessionsToNotify();

@@ -268,7 +268,9 @@ class WorkerAgentImpl final : public WorkerAgent {
 
   // The stacks of the matching running tasks, appended to their stderr
   // logs (uploaded with the rest); synchronous, so a KillTask right behind
-  // finds them taken.
+  // finds them taken. Each task's dump may take up to 5 s (a process stuck
+  // in the kernel): a heartbeat due goes out between them, so dumping the
+  // stacks of many ranks does not get this worker declared lost.
   void DumpTaskStacks(const v1::DumpStacks& d) {
     for (const TaskStatusInfo& t : supervisor_.Running()) {
       if (t.key.job_id != d.ref().job_id() || t.key.generation != d.ref().generation() ||
@@ -289,6 +291,7 @@ class WorkerAgentImpl final : public WorkerAgent {
       }
       Event(absl::StrCat("stacks of ", t.key.job_id, " rank ", t.key.rank, " written to its log (",
                          text.size(), " bytes)"));
+      if (connected_ && absl::Now() >= next_heartbeat_) SendHeartbeat();
     }
   }
 

@@ -690,3 +690,53 @@ TEST_F(WorkerAgentTest, ARankWaitingForAFetchCanBeKilledAndAFailedFetchIsAnswere
 
 }  // namespace
 }  // namespace frameworm
+
+namespace frameworm {
+namespace {
+
+// Dumping the stacks of every rank can take seconds per rank (eu-stack on
+// a process stuck in the kernel: here an eu-stack first on PATH that takes
+// 1.5 s); the worker keeps heartbeating between the ranks, so the
+// coordinator does not declare it lost while it dumps.
+TEST_F(WorkerAgentTest, HeartbeatsGoOutBetweenTheStacksOfRanks) {
+  const std::string bin = dir_ + "/slow-bin";
+  std::filesystem::create_directories(bin);
+  {
+    std::ofstream f(bin + "/eu-stack");
+    f << "#!/bin/sh\nsleep 1.5\necho \"slow stacks of $2\"\n";
+  }
+  std::filesystem::permissions(bin + "/eu-stack", std::filesystem::perms::owner_all);
+  const char* old = std::getenv("PATH");
+  const std::string saved = old == nullptr ? "/usr/bin:/bin" : old;
+  ::setenv("PATH", (bin + ":" + saved).c_str(), 1);
+  StartAgent();
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("exec sleep 60", 0)));
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("exec sleep 60", 1)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) {
+    return FindStatus(ms, 0, v1::TASK_RUNNING) && FindStatus(ms, 1, v1::TASK_RUNNING);
+  }));
+  v1::CoordinatorMessage dump;
+  dump.mutable_dump()->mutable_ref()->set_job_id("job-1");
+  dump.mutable_dump()->mutable_ref()->set_generation(1);
+  dump.mutable_dump()->set_rank(-1);
+  dump.mutable_dump()->set_why("test");
+  const int64_t asked_ms = absl::ToUnixMillis(absl::Now());
+  ASSERT_TRUE(coord_->SendWhenConnected(dump));
+  const bool both = coord_->Await([](auto& ms, auto&) {
+    return LogText(ms, 0, "stderr").find("slow stacks") != std::string::npos &&
+           LogText(ms, 1, "stderr").find("slow stacks") != std::string::npos;
+  });
+  ::setenv("PATH", saved.c_str(), 1);
+  ASSERT_TRUE(both);
+  int64_t last = asked_ms, widest = 0;
+  for (const auto& m : coord_->messages()) {
+    if (!m.has_heartbeat() || m.heartbeat().unix_ms() < asked_ms) continue;
+    widest = std::max(widest, m.heartbeat().unix_ms() - last);
+    last = m.heartbeat().unix_ms();
+  }
+  EXPECT_GE(last - asked_ms, 3000) << "both dumps (1.5 s each) lie between";
+  EXPECT_LT(widest, 2500) << "no heartbeat while the two dumps ran";
+}
+
+}  // namespace
+}  // namespace frameworm
