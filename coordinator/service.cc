@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -39,8 +40,18 @@ constexpr size_t kLogChunkBytes = 64 << 10;
 
 // Shared state of the three services; reactors hold a pointer to it.
 struct CoordinatorService::Impl {
-  explicit Impl(Coordinator* c) : core(c) {}
+  Impl(Coordinator* c, absl::Duration idle) : core(c), upload_idle(idle) {
+    reaper = std::thread([this] { ReapIdleUploads(); });
+  }
+  ~Impl() {
+    {
+      absl::MutexLock l(&mu);
+      stopping = true;
+    }
+    reaper.join();
+  }
   Coordinator* const core;
+  const absl::Duration upload_idle;
 
   absl::Mutex mu;
   std::map<std::string, Pokeable*> sessions ABSL_GUARDED_BY(mu);
@@ -72,6 +83,40 @@ struct CoordinatorService::Impl {
     absl::MutexLock l(&mu);
     if (auto it = uploads.find(job); it != uploads.end() && --it->second <= 0) uploads.erase(it);
     --uploads_total;
+  }
+  // Upload streams open, by their contexts, and when each last received a
+  // chunk (or opened): one silent for upload_idle is cancelled, so a
+  // trainer that sends a first chunk and nothing more cannot hold a slot
+  // for ever. A reactor unregisters in OnDone (under `mu`) before it is
+  // deleted, so the reaper's TryCancel never reaches a deleted call.
+  std::map<grpc::CallbackServerContext*, absl::Time> upload_seen ABSL_GUARDED_BY(mu);
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  std::thread reaper;
+  void UploadSeen(grpc::CallbackServerContext* ctx) {
+    absl::MutexLock l(&mu);
+    upload_seen[ctx] = absl::Now();
+  }
+  void UploadGone(grpc::CallbackServerContext* ctx) {
+    absl::MutexLock l(&mu);
+    upload_seen.erase(ctx);
+  }
+  void ReapIdleUploads() {
+    const absl::Duration every = std::min(absl::Seconds(1), upload_idle / 4);
+    absl::MutexLock l(&mu);
+    while (!mu.AwaitWithTimeout(absl::Condition(&stopping), every)) {
+      const absl::Time now = absl::Now();
+      for (auto it = upload_seen.begin(); it != upload_seen.end();) {
+        if (now - it->second < upload_idle) {
+          ++it;
+          continue;
+        }
+        // Under `mu` (the call is alive until its OnDone unregisters); the
+        // reactor's reactions run on gRPC's executor, never inside TryCancel,
+        // so none waits for `mu` here. The pending read ends: it finishes.
+        it->first->TryCancel();
+        it = upload_seen.erase(it);
+      }
+    }
   }
 
   void AddSession(const std::string& id, Pokeable* p) {
@@ -320,8 +365,9 @@ class LogsReactor final
 // with that error and leaves no file.
 class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> {
  public:
-  UploadReactor(Impl* impl, v1::UploadCheckpointResponse* resp)
-      : impl_(impl), resp_(resp) {
+  UploadReactor(Impl* impl, grpc::CallbackServerContext* ctx, v1::UploadCheckpointResponse* resp)
+      : impl_(impl), ctx_(ctx), resp_(resp) {
+    impl_->UploadSeen(ctx_);
     StartRead(&chunk_);
   }
   // The next chunk is read while this one is appended (its bytes are moved
@@ -330,6 +376,10 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
   void OnReadDone(bool ok) override {
     absl::MutexLock l(&mu_);
     if (failed_) return;
+    if (ok) impl_->UploadSeen(ctx_);
+    if (!ok && ctx_->IsCancelled()) {  // by the client, or idle (ReapIdleUploads): no commit
+      return Fail(absl::CancelledError("checkpoint upload cancelled"));
+    }
     if (!ok) {  // the client finished sending
       if (!incoming_) return Finish(ToGrpcStatus(absl::InvalidArgumentError(
           "checkpoint upload sent no chunk")));
@@ -354,6 +404,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
     if (absl::Status s = incoming_->Append(data); !s.ok()) return Fail(s);
   }
   void OnDone() override {
+    impl_->UploadGone(ctx_);
     {
       absl::MutexLock l(&mu_);
       if (slot_) impl_->ReleaseUpload(*slot_);
@@ -370,6 +421,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
   }
 
   Impl* const impl_;
+  grpc::CallbackServerContext* const ctx_;
   v1::UploadCheckpointResponse* const resp_;
   absl::Mutex mu_;
   v1::CheckpointChunk chunk_;
@@ -658,7 +710,7 @@ class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
     if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) {
       return new Refused<grpc::ServerReadReactor<v1::CheckpointChunk>>(s);
     }
-    return new UploadReactor(impl_, resp);
+    return new UploadReactor(impl_, ctx, resp);
   }
   grpc::ServerUnaryReactor* ReportBadCheckpoint(grpc::CallbackServerContext* ctx,
                                                 const v1::BadCheckpoint* req,
@@ -707,8 +759,8 @@ struct CoordinatorService::Services {
   TrainerServiceImpl trainer;
 };
 
-CoordinatorService::CoordinatorService(Coordinator* core)
-    : impl_(std::make_unique<Impl>(core)),
+CoordinatorService::CoordinatorService(Coordinator* core, absl::Duration upload_idle)
+    : impl_(std::make_unique<Impl>(core, upload_idle)),
       services_(std::make_unique<Services>(impl_.get())) {
   core->SetListener(this);
 }

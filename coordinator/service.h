@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "coordinator/coordinator.h"
 #include "grpcpp/grpcpp.h"
 
@@ -36,8 +37,10 @@ namespace frameworm::coordinator {
 
 class CoordinatorService final : public Coordinator::Listener {
  public:
-  // `core` is not owned and must outlive this object.
-  explicit CoordinatorService(Coordinator* core);
+  // `core` is not owned and must outlive this object. A checkpoint upload
+  // that receives no chunk for `upload_idle` is cancelled (the client sees
+  // CANCELLED, no file is left, its slot is free again).
+  explicit CoordinatorService(Coordinator* core, absl::Duration upload_idle = absl::Seconds(60));
   ~CoordinatorService() override;
   CoordinatorService(const CoordinatorService&) = delete;
   CoordinatorService& operator=(const CoordinatorService&) = delete;

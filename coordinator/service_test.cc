@@ -41,7 +41,7 @@ class ServiceTest : public ::testing::Test {
     auto c = Coordinator::Create(o, RealClock::Real());
     ASSERT_TRUE(c.ok()) << c.status();
     core_ = std::move(c).value();
-    service_ = std::make_unique<CoordinatorService>(core_.get());
+    service_ = std::make_unique<CoordinatorService>(core_.get(), upload_idle_);
     auto server = StartServer(ServerOptions{}, service_->services());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server->server);
@@ -158,6 +158,37 @@ class ServiceTest : public ::testing::Test {
     return trainers_->ReportStep(&ctx, Report(id, gen, rank, step, loss, samples), resp);
   }
 
+  // An upload of job `id`'s step 10 (8 bytes) as its rank 0, opened with
+  // its first 4 bytes; FinishUpload sends the rest and the checksum.
+  struct Held {
+    grpc::ClientContext ctx;
+    v1::UploadCheckpointResponse resp;
+    std::unique_ptr<grpc::ClientWriter<v1::CheckpointChunk>> w;
+  };
+  bool OpenUpload(const std::string& id, Held& h) {
+    Deadline(&h.ctx);
+    h.w = trainers_->UploadCheckpoint(&h.ctx, &h.resp);
+    v1::CheckpointChunk ch;
+    ch.mutable_ref()->set_job_id(id);
+    ch.mutable_ref()->set_generation(1);
+    ch.mutable_ref()->set_token(TokenOf(id, 1, 0));
+    ch.set_step(10);
+    ch.set_total_bytes(8);
+    ch.set_data("1234");
+    return h.w->Write(ch);
+  }
+  static grpc::StatusCode FinishUpload(Held& h) {
+    v1::CheckpointChunk last;
+    last.set_data("5678");
+    last.set_checksum(absl::StrFormat(
+        "crc32:%08x", static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0),
+                                                   reinterpret_cast<const Bytef*>("12345678"), 8))));
+    h.w->Write(last);
+    h.w->WritesDone();
+    return h.w->Finish().error_code();
+  }
+
+  absl::Duration upload_idle_ = absl::Seconds(60);
   std::string dir_;
   std::unique_ptr<Coordinator> core_;
   std::unique_ptr<CoordinatorService> service_;
@@ -532,23 +563,7 @@ TEST_F(ServiceTest, CheckpointUploadsInFlightAreBoundedPerJob) {
   const std::string id = Submit(Spec(1));
   v1::CoordinatorMessage msg;
   ASSERT_TRUE(s0->Read(&msg));
-  struct Held {
-    grpc::ClientContext ctx;
-    v1::UploadCheckpointResponse resp;
-    std::unique_ptr<grpc::ClientWriter<v1::CheckpointChunk>> w;
-  };
-  auto open = [&](Held& h) {
-    Deadline(&h.ctx);
-    h.w = trainers_->UploadCheckpoint(&h.ctx, &h.resp);
-    v1::CheckpointChunk ch;
-    ch.mutable_ref()->set_job_id(id);
-    ch.mutable_ref()->set_generation(1);
-    ch.mutable_ref()->set_token(TokenOf(id, 1, 0));
-    ch.set_step(10);
-    ch.set_total_bytes(8);
-    ch.set_data("1234");
-    return h.w->Write(ch);
-  };
+  auto open = [&](Held& h) { return OpenUpload(id, h); };
   Held first, second, third;
   ASSERT_TRUE(open(first));
   ASSERT_TRUE(open(second));
@@ -569,19 +584,52 @@ TEST_F(ServiceTest, CheckpointUploadsInFlightAreBoundedPerJob) {
   for (int i = 0; i < 50 && code == grpc::RESOURCE_EXHAUSTED; ++i) {
     Held again;
     open(again);
-    v1::CheckpointChunk last;
-    last.set_data("5678");
-    last.set_checksum(absl::StrFormat(
-        "crc32:%08x", static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0),
-                                                   reinterpret_cast<const Bytef*>("12345678"), 8))));
-    again.w->Write(last);
-    again.w->WritesDone();
-    code = again.w->Finish().error_code();
+    code = FinishUpload(again);
     if (code == grpc::RESOURCE_EXHAUSTED) absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_EQ(code, grpc::OK);
   second.ctx.TryCancel();
   (void)second.w->Finish();
+}
+
+// An upload that sends a first chunk and then nothing holds its slot only
+// until it has been silent for the service's upload_idle (1 s here): then
+// its call is cancelled and another upload of the job goes in.
+class ShortUploadIdleTest : public ServiceTest {
+ protected:
+  ShortUploadIdleTest() { upload_idle_ = absl::Seconds(1); }
+};
+
+TEST_F(ShortUploadIdleTest, ASilentCheckpointUploadIsCancelledAndFreesItsSlot) {
+  grpc::ClientContext c0;
+  std::unique_ptr<Stream> s0;
+  Connect("w0", &c0, &s0);
+  const std::string id = Submit(Spec(1));
+  v1::CoordinatorMessage msg;
+  ASSERT_TRUE(s0->Read(&msg));
+  auto open = [&](Held& h) { return OpenUpload(id, h); };
+  Held first, second;
+  ASSERT_TRUE(open(first));
+  ASSERT_TRUE(open(second));
+  const absl::Time opened = absl::Now();
+  // Both slots of the job are taken (the third is refused) until the two
+  // silent streams are cancelled.
+  grpc::StatusCode code = grpc::RESOURCE_EXHAUSTED;
+  bool refused_once = false;
+  for (int i = 0; i < 100 && code != grpc::OK; ++i) {
+    Held again;
+    open(again);
+    code = FinishUpload(again);
+    refused_once |= code == grpc::RESOURCE_EXHAUSTED;
+    if (code != grpc::OK) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(refused_once) << "the silent streams held the job's two slots";
+  EXPECT_EQ(code, grpc::OK);
+  EXPECT_GE(absl::Now() - opened, absl::Seconds(1));
+  for (Held* h : {&first, &second}) {
+    const grpc::Status st = h->w->Finish();
+    EXPECT_EQ(st.error_code(), grpc::CANCELLED) << st.error_message();
+  }
 }
 
 TEST_F(ServiceTest, StaleGenerationIsAbortedAndMetricsAggregate) {
