@@ -282,6 +282,38 @@ TEST_F(ReplicationTest, ACopyOfAStepWithNoRecordIsDroppedWhenItsHolderSpeaks) {
   EXPECT_EQ(drops[0].step(), -1);
 }
 
+// A report repeated (its answer lost, or a trainer looping) is recorded
+// once: no second event, no second hold to rank 0's worker, its holders
+// and secret unchanged; a different file for the step still replaces it.
+TEST_F(ReplicationTest, ARepeatedCheckpointReportIsRecordedOnce) {
+  const std::string id = StartJob(Spec(2, 1));
+  HeldByBoth(id, 10);
+  auto events = coord_->ListEvents(id, 0, 1000);
+  ASSERT_TRUE(events.ok());
+  const size_t before = events->size();
+  for (int i = 0; i < 100; ++i) {
+    auto again = Checkpoint(id, 1, 10, CkptPath(id, 10));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_TRUE(again->empty());
+  }
+  events = coord_->ListEvents(id, 0, 1000);
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->size(), before);
+  EXPECT_TRUE(Holds(Take("w0")).empty());
+  EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w0", "w1"));
+  v1::CheckpointRecord other;
+  other.mutable_ref()->set_job_id(id);
+  other.mutable_ref()->set_generation(1);
+  other.mutable_ref()->set_token(TokenOf(id, 1, 0));
+  other.set_step(10);
+  other.set_path(CkptPath(id, 10));
+  other.set_bytes(4);
+  other.set_checksum("crc32:0000abce");  // rewritten: another file
+  ASSERT_TRUE(coord_->ReportCheckpoint(other).ok());
+  EXPECT_EQ(Holds(Take("w0")).size(), 1u);
+  EXPECT_TRUE(HoldersOf(id, 10).empty());
+}
+
 TEST(ReplicationRulesTest, NoHolderWithAnEndpointMeansNoPrefetch) {
   SimulatedClock clock;
   WorkerRegistry workers({}, clock);

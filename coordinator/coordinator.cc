@@ -882,7 +882,15 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
     rec.clear_secret();   // the coordinator's, never a trainer's
     rec.set_created_unix_ms(absl::ToUnixMillis(clock_.Now()));
     for (const auto& c : checkpoints_.List(rec.ref().job_id())) {
-      // The same file reported again (a retried report): its holders stay.
+      // The same file reported again (a retried report, its answer lost):
+      // recorded already, nothing expires anew. No row, event or hold is
+      // written again, so repeating a report costs the coordinator nothing.
+      if (c.path() == rec.path() && c.checksum() == rec.checksum() && c.bytes() == rec.bytes() &&
+          c.step() == rec.step() && c.memory() == rec.memory() &&
+          c.ref().generation() == rec.ref().generation()) {
+        return std::vector<std::string>{};
+      }
+      // The same file from another generation: its holders stay.
       if (c.path() == rec.path() && c.checksum() == rec.checksum() && c.bytes() == rec.bytes()) {
         *rec.mutable_holders() = c.holders();
         rec.set_secret(c.secret());
