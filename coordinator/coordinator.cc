@@ -104,6 +104,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
       forget_dead_workers_after_(options.forget_dead_workers_after),
       retain_finished_(options.retain_finished),
       min_free_state_bytes_(options.min_free_state_bytes),
+      max_queued_jobs_(options.max_queued_jobs),
       stall_after_(options.stall_after),
       metric_history_(static_cast<size_t>(std::max(0, options.metric_history))),
       heartbeat_interval_(absl::Seconds(options.heartbeat_interval_s)),
@@ -276,6 +277,11 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& in,
   absl::StatusOr<std::string> id;
   {
     absl::MutexLock l(&mu_);
+    if (const int queued = jobs_.Queued(); max_queued_jobs_ > 0 && queued >= max_queued_jobs_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          queued, " jobs wait to start (--max-queued-jobs ", max_queued_jobs_,
+          "): new jobs are refused until some start or are cancelled"));
+    }
     id = jobs_.Submit(*std::move(spec));
     if (id.status().code() == absl::StatusCode::kResourceExhausted)
       return absl::ResourceExhaustedError(

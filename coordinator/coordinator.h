@@ -115,6 +115,10 @@ struct CoordinatorOptions {
   // filesystem has less free than this, so the jobs that run keep room for
   // their records. 0: never.
   int64_t min_free_state_bytes = int64_t{64} << 20;
+  // SubmitJob is refused (RESOURCE_EXHAUSTED) while this many jobs wait
+  // to start (PENDING): each holds its spec in memory and is looked at on
+  // every scheduling pass. 0: unbounded.
+  int max_queued_jobs = 10000;
   // Tick() calls this far apart mean the coordinator itself was stalled
   // (stopped, starved, a paused VM): worker and rank timers move on by the
   // gap, so nobody is failed for the coordinator's silence. Tick is meant
@@ -387,6 +391,7 @@ class Coordinator {
   const absl::Duration forget_dead_workers_after_;
   const absl::Duration retain_finished_;
   const int64_t min_free_state_bytes_;
+  const int max_queued_jobs_;
   const absl::Duration stall_after_;
   int64_t debug_requests_ ABSL_GUARDED_BY(mu_) = 0;  // DebugJob markers
   const size_t metric_history_;

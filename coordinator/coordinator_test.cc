@@ -1306,3 +1306,31 @@ TEST_F(CoordinatorTest, StacksAreAskedForAtAnIntervalAndTheirQueueIsBounded) {
 
 }  // namespace
 }  // namespace frameworm::coordinator
+
+namespace frameworm::coordinator {
+namespace {
+
+// Submissions are refused while max_queued_jobs wait to start, and taken
+// again once one leaves the queue; nothing is stored for a refused one.
+TEST_F(CoordinatorTest, SubmissionsAreRefusedWhileTheQueueIsFull) {
+  CoordinatorOptions o = Options();
+  o.max_queued_jobs = 3;
+  SetOptions(o);
+  Open();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(Submit(Spec(1, 1)));  // no worker: all wait
+  auto refused = coord_->SubmitJob(Spec(1, 1), "alice");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("3 jobs wait to start (--max-queued-jobs 3)"),
+            std::string::npos)
+      << refused.status();
+  EXPECT_EQ(coord_->ListJobs().size(), 3u);
+  ASSERT_TRUE(coord_->CancelJob(ids[0]).ok());
+  EXPECT_TRUE(coord_->SubmitJob(Spec(1, 1), "alice").ok());
+  EXPECT_FALSE(coord_->SubmitJob(Spec(1, 1), "alice").ok());
+  AddWorker("w0", 1);  // one starts: room for one more
+  EXPECT_TRUE(coord_->SubmitJob(Spec(1, 1), "alice").ok());
+}
+
+}  // namespace
+}  // namespace frameworm::coordinator

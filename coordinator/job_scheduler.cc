@@ -925,6 +925,12 @@ const Job* JobScheduler::Find(const std::string& job_id) const {
   return it == jobs_.end() ? nullptr : it->second.get();
 }
 
+int JobScheduler::Queued() const {
+  int n = 0;
+  for (const auto& [id, job] : jobs_) n += job->state == v1::PENDING;
+  return n;
+}
+
 std::vector<const Job*> JobScheduler::Jobs() const {
   std::vector<const Job*> all;
   for (const auto& [id, job] : jobs_) all.push_back(job.get());

@@ -173,6 +173,7 @@ class JobScheduler {
   // ---- Views ----
   const Job* Find(const std::string& job_id) const;
   std::vector<const Job*> Jobs() const;  // submission order
+  int Queued() const;                    // jobs PENDING
   // Slots each worker's running ranks hold.
   std::map<std::string, int> SlotsInUse() const;
   // "<job_id>/<rank>" of every rank running on `worker`.

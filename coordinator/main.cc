@@ -77,6 +77,8 @@ ABSL_FLAG(int64_t, max_log_bytes, int64_t{64} << 20,
 ABSL_FLAG(int64_t, min_free_state, int64_t{64} << 20,
           "new jobs are refused while the state dir's filesystem has fewer free bytes than "
           "this (running jobs go on); 0: never");
+ABSL_FLAG(int, max_queued_jobs, 10000,
+          "new jobs are refused while this many wait to start (PENDING); 0: unbounded");
 ABSL_FLAG(int64_t, rpc_memory_quota, int64_t{256} << 20,
           "bytes gRPC may hold for the API's connections and calls; past it new calls are "
           "refused (RESOURCE_EXHAUSTED) and connections told to back off instead of a flood "
@@ -165,6 +167,9 @@ absl::StatusOr<DaemonConfig> FromFlags() {
                absl::StrCat(quota));
   c.rpc_memory_quota = static_cast<size_t>(quota);
   o.min_free_state_bytes = absl::GetFlag(FLAGS_min_free_state);
+  o.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
+  if (o.max_queued_jobs < 0)
+    return bad("max-queued-jobs", "a count >= 0", absl::StrCat(o.max_queued_jobs));
   if (o.min_free_state_bytes < 0)
     return bad("min-free-state", "a byte count >= 0", absl::StrCat(o.min_free_state_bytes));
   if (absl::Status s = frameworm::CheckMetricsListen(absl::GetFlag(FLAGS_metrics_listen),
