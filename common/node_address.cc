@@ -124,6 +124,18 @@ bool IsDialEndpoint(const std::string& endpoint) {
   return ParseHostPort(endpoint, &host, &port).ok() && port > 0;
 }
 
+bool IsNetworkEndpoint(const std::string& endpoint) {
+  if (!IsDialEndpoint(endpoint)) return false;
+  const std::string host = endpoint.substr(0, endpoint.rfind(':'));
+  constexpr char kName[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-";
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {  // IPv6 (%zone)
+    const std::string inner = host.substr(1, host.size() - 2);
+    return inner.find(':') != std::string::npos &&
+           inner.find_first_not_of(absl::StrCat(kName, ":%")) == std::string::npos;
+  }
+  return !host.empty() && host.size() <= 253 && host.find_first_not_of(kName) == std::string::npos;
+}
+
 absl::StatusOr<std::string> AddressTowardEndpoint(const std::string& endpoint) {
   std::string host;
   int port = 0;

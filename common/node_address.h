@@ -35,6 +35,14 @@ absl::Status ParseHostPort(const std::string& endpoint, std::string* host, int* 
 // port is 1..65535 (0 means "any" only where a server listens).
 bool IsDialEndpoint(const std::string& endpoint);
 
+// Whether `endpoint` names a TCP peer and nothing else: IsDialEndpoint, and
+// its host is a DNS name or IPv4 address (A-Z a-z 0-9 . _ -, at most 253
+// characters) or a bracketed IPv6 literal ("[fe80::1%eth0]:7071"). gRPC
+// reads "unix:/path:1" or "unix-abstract:name:1" as local sockets and
+// "ipv4:..." as address lists: an endpoint one peer gives others to dial
+// must be none of these.
+bool IsNetworkEndpoint(const std::string& endpoint);
+
 // The host part of "host:port" / "[v6]:port" (brackets removed); the whole
 // text when it has no ':'.
 std::string HostOfEndpoint(const std::string& endpoint);

@@ -69,3 +69,22 @@ TEST(NodeAddressTest, LoopbackHostsAndEndpointHosts) {
 
 }  // namespace
 }  // namespace frameworm
+
+namespace frameworm {
+namespace {
+
+TEST(NodeAddressTest, ANetworkEndpointIsATcpPeerAndNoOtherGrpcTarget) {
+  for (const char* ok : {"w0.host:7071", "10.0.0.2:1", "node_3-a.example.com:65535",
+                         "[::1]:7071", "[fe80::1%eth0]:7071"}) {
+    EXPECT_TRUE(IsNetworkEndpoint(ok)) << ok;
+  }
+  for (const char* bad : {"unix:/tmp/sock:1", "unix-abstract:evil:1", "ipv4:10.0.0.1:80,10.0.0.2:1",
+                          "dns:///w0:7071", "w0:0", "w0:65536", "w0", ":7071", "[]:7071",
+                          "[w0]:7071", "::1:7071", "w 0:7071", "w0/x:7071", "[::1]x:7071"}) {
+    EXPECT_FALSE(IsNetworkEndpoint(bad)) << bad;
+  }
+  EXPECT_FALSE(IsNetworkEndpoint(std::string(254, 'a') + ":1"));
+}
+
+}  // namespace
+}  // namespace frameworm

@@ -334,6 +334,13 @@ TEST(ReplicationRulesTest, NoHolderWithAnEndpointMeansNoPrefetch) {
   EXPECT_EQ(workers.Register(r).status().code(), absl::StatusCode::kInvalidArgument);
   r.set_peer_endpoint("b.host:0");
   EXPECT_EQ(workers.Register(r).status().code(), absl::StatusCode::kInvalidArgument);
+  // Other workers dial it with a hold's secret: no local socket target.
+  for (const char* local : {"unix-abstract:evil:1", "unix:sock:1"}) {
+    r.set_peer_endpoint(local);
+    EXPECT_EQ(workers.Register(r).status().code(), absl::StatusCode::kInvalidArgument) << local;
+  }
+  r.set_peer_endpoint("[fe80::1%eth0]:7071");
+  EXPECT_TRUE(workers.Register(r).ok());
 }
 
 }  // namespace

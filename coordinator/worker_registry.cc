@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/node_address.h"
 #include "common/printable.h"
 #include "common/received_file.h"
 #include "common/token.h"
@@ -34,14 +35,9 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
   }
   if (!req.peer_endpoint().empty()) {
     const std::string& e = req.peer_endpoint();
-    const size_t colon = e.rfind(':');
-    int port = 0;
-    const bool ok =
-        e.size() <= kMaxAddressBytes + 8 && colon != std::string::npos && colon > 0 &&
-        e.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
-                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-:[]_%") == std::string::npos &&
-        absl::SimpleAtoi(e.substr(colon + 1), &port) && port > 0 && port < 65536;
-    if (!ok) {
+    // Other workers dial it with a hold's secret: a TCP peer, never
+    // "unix:..." or another gRPC target scheme.
+    if (e.size() > kMaxAddressBytes + 8 || !IsNetworkEndpoint(e)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "worker peer endpoint '", e.substr(0, 80), "' is not HOST:PORT (at most ",
           kMaxAddressBytes + 8, " characters)"));

@@ -3,6 +3,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/node_address.h"
+#include "common/printable.h"
 #include "common/received_file.h"
 
 namespace frameworm {
@@ -41,6 +43,10 @@ absl::Status CheckHold(const HeldCheckpoint& h) {
   for (const std::string& src : h.sources) {
     if (src.empty() || src.size() > 256) {
       return absl::InvalidArgumentError("hold: a source is empty or longer than 256 bytes");
+    }
+    if (!IsNetworkEndpoint(src)) {  // it is dialled with the hold's secret
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hold: source '", PrintableLine(src, 80), "' is not HOST:PORT of a TCP peer"));
     }
   }
   return absl::OkStatus();

@@ -56,6 +56,14 @@ TEST(CheckpointHoldingsTest, AHoldNamesOnlyACheckpointFileOfItsStep) {
   h = Held("/ck/ckpt-7.pt");
   h.sources.assign(9, "127.0.0.1:1");
   EXPECT_NE(CheckHold(h).message().find("at most 8"), std::string::npos);
+  // A source is dialled with the hold's secret: a TCP peer only.
+  h.sources = {"w1.host:7071", "[::1]:7071"};
+  EXPECT_TRUE(CheckHold(h).ok()) << CheckHold(h);
+  for (const std::string local : {"unix:/tmp/peer.sock:1", "unix-abstract:evil:1", "w1.host"}) {
+    h.sources = {"w1.host:7071", local};
+    EXPECT_NE(CheckHold(h).message().find("is not HOST:PORT of a TCP peer"), std::string::npos)
+        << local;
+  }
   h = Held("/ck/ckpt-7.pt", -1);
   h.path = "/ck/ckpt--1.pt";
   EXPECT_EQ(CheckHold(h).code(), absl::StatusCode::kInvalidArgument);
