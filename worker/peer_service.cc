@@ -82,11 +82,24 @@ v1::FetchCheckpointRequest RequestFor(const HeldCheckpoint& h) {
   return req;
 }
 
+// Why a guarded read ended early: OK when the guard did not end it.
+absl::Status GuardedEnd(const StallGuard& guard, absl::Duration stall,
+                        const std::atomic<bool>& stop) {
+  if (guard.stalled()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("no chunk for ", absl::FormatDuration(stall), " (the source stalled)"));
+  }
+  if (stop.load()) return absl::CancelledError("the worker is shutting down");
+  return absl::OkStatus();
+}
+
 absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const TlsFiles* tls,
-                      absl::Duration timeout, const std::atomic<bool>& stop) {
+                      absl::Duration timeout, absl::Duration stall,
+                      const std::atomic<bool>& stop) {
   auto stub = v1::PeerService::NewStub(MakeChannel(source, tls, kWorkerTlsName));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  StallGuard guard(&ctx, stall, stop);
   std::unique_ptr<grpc::ClientReader<v1::CheckpointChunk>> reader =
       stub->FetchCheckpoint(&ctx, RequestFor(h));
   v1::CheckpointChunk chunk;
@@ -94,6 +107,7 @@ absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const 
   std::unique_ptr<QueuedFile> file;
   absl::Status failed;
   while (failed.ok() && reader->Read(&chunk)) {
+    guard.Progress();
     if (stop.load()) {
       failed = absl::CancelledError("the worker is shutting down");
       break;
@@ -116,6 +130,7 @@ absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const 
     data.swap(*chunk.mutable_data());
     failed = file->Append(std::move(data));
   }
+  if (failed.ok()) failed = GuardedEnd(guard, stall, stop);
   if (!failed.ok()) {
     ctx.TryCancel();
     reader->Finish();
@@ -146,11 +161,12 @@ struct Range {
 // One stream of a ranged fetch: `r` of the file, written into `file` where
 // it belongs. Stops when `abort` is set (another stream failed).
 absl::Status FetchRange(const std::string& source, const HeldCheckpoint& h, const TlsFiles* tls,
-                        absl::Time deadline, const std::atomic<bool>& stop,
+                        absl::Time deadline, absl::Duration stall, const std::atomic<bool>& stop,
                         const std::atomic<bool>& abort, ReceivedFile& file, Range& r) {
   auto stub = v1::PeerService::NewStub(MakeChannel(source, tls, kWorkerTlsName));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
+  StallGuard guard(&ctx, stall, stop, &abort);
   v1::FetchCheckpointRequest req = RequestFor(h);
   req.set_offset(r.offset);
   req.set_length(r.length);
@@ -160,6 +176,7 @@ absl::Status FetchRange(const std::string& source, const HeldCheckpoint& h, cons
   bool first = true;
   absl::Status failed;
   while (failed.ok() && reader->Read(&chunk)) {
+    guard.Progress();
     if (stop.load()) {
       failed = absl::CancelledError("the worker is shutting down");
     } else if (abort.load()) {
@@ -177,6 +194,8 @@ absl::Status FetchRange(const std::string& source, const HeldCheckpoint& h, cons
     }
     first = false;
   }
+  if (failed.ok()) failed = GuardedEnd(guard, stall, stop);
+  if (failed.ok() && abort.load()) failed = absl::AbortedError("another stream of this fetch failed");
   if (!failed.ok()) {
     ctx.TryCancel();
     reader->Finish();
@@ -194,7 +213,8 @@ absl::Status FetchRange(const std::string& source, const HeldCheckpoint& h, cons
 // as a whole: sizes, the CRC-32 of every byte (the ranges' joined), then
 // renamed into place. The first failing stream stops the others.
 absl::Status FetchRanges(const std::string& source, const HeldCheckpoint& h, const TlsFiles* tls,
-                         absl::Duration timeout, const std::atomic<bool>& stop, int streams) {
+                         absl::Duration timeout, absl::Duration stall,
+                         const std::atomic<bool>& stop, int streams) {
   absl::StatusOr<std::unique_ptr<ReceivedFile>> file = ReceivedFile::Create(h.path, h.bytes);
   if (!file.ok()) return file.status();
   // Whole chunks per range, so each stream's chunks are full ones.
@@ -210,7 +230,7 @@ absl::Status FetchRanges(const std::string& source, const HeldCheckpoint& h, con
   const absl::Time deadline = absl::Now() + timeout;
   std::atomic<bool> abort{false};
   auto run = [&](Range& r) {
-    r.status = FetchRange(source, h, tls, deadline, stop, abort, **file, r);
+    r.status = FetchRange(source, h, tls, deadline, stall, stop, abort, **file, r);
     if (!r.status.ok()) abort = true;
   };
   std::vector<std::thread> threads;
@@ -233,7 +253,7 @@ absl::Status FetchRanges(const std::string& source, const HeldCheckpoint& h, con
 
 absl::Status FetchCheckpointFrom(const HeldCheckpoint& h, const TlsFiles* tls,
                                  absl::Duration timeout, const std::atomic<bool>& stop,
-                                 bool* copied, int streams) {
+                                 bool* copied, int streams, absl::Duration stall) {
   if (copied != nullptr) *copied = false;
   if (absl::Status s = CheckHold(h); !s.ok()) return s;
   if (h.sources.empty()) return absl::FailedPreconditionError("no source to fetch from");
@@ -251,12 +271,14 @@ absl::Status FetchCheckpointFrom(const HeldCheckpoint& h, const TlsFiles* tls,
   absl::Status last;
   for (const std::string& source : h.sources) {
     if (n > 1 && h.bytes > kMaxChunkBytes) {
-      last = FetchRanges(source, h, tls, timeout, stop, n);
+      last = FetchRanges(source, h, tls, timeout, stall, stop, n);
       // A peer that cannot serve ranges (an older one sends the whole file
       // from byte 0): once more in one stream.
-      if (absl::IsOutOfRange(last) && !stop.load()) last = FetchOne(source, h, tls, timeout, stop);
+      if (absl::IsOutOfRange(last) && !stop.load()) {
+        last = FetchOne(source, h, tls, timeout, stall, stop);
+      }
     } else {
-      last = FetchOne(source, h, tls, timeout, stop);
+      last = FetchOne(source, h, tls, timeout, stall, stop);
     }
     if (last.ok() && copied != nullptr) *copied = true;
     if (last.ok() || stop.load()) return last;

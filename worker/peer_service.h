@@ -40,6 +40,7 @@
 #include "frameworm/v1/peer_service.grpc.pb.h"
 #include "rpc/tls.h"
 #include "worker/checkpoint_holdings.h"
+#include "worker/fetch_stall_guard.h"
 
 namespace frameworm {
 
@@ -54,12 +55,15 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   const CheckpointHoldings& holdings_;
 };
 
-// `stop`: checked between chunks; once set, the fetch ends with CANCELLED.
-// `*copied` (when given) says whether bytes were fetched (false: already
-// in place).
+// `stop`: once set, the fetch ends with CANCELLED within 0.1 s, even while
+// a source sends nothing. A source that sends no chunk for `stall` is
+// given up (DEADLINE_EXCEEDED, "the source stalled") and the next one
+// tried, long before `timeout`. `*copied` (when given) says whether bytes
+// were fetched (false: already in place).
 absl::Status FetchCheckpointFrom(const HeldCheckpoint& h, const TlsFiles* tls,
                                  absl::Duration timeout, const std::atomic<bool>& stop,
-                                 bool* copied = nullptr, int streams = 0);
+                                 bool* copied = nullptr, int streams = 0,
+                                 absl::Duration stall = kFetchStall);
 
 }  // namespace frameworm
 

@@ -403,5 +403,85 @@ TEST_F(PeerServiceTest, APeerThatIgnoresRangesIsFetchedInOneStream) {
   EXPECT_EQ(FilesIn(dir_ + "/b/ck"), 1);
 }
 
+// A source that takes the call and then sends nothing (its first chunk
+// or, below, after one chunk) is given up after `stall` and the next
+// source serves; in one stream and in ranges alike. A shutdown (`stop`)
+// ends a fetch stuck on such a source at once.
+class Silent final : public v1::PeerService::CallbackService {
+ public:
+  explicit Silent(std::string path = "") : path_(std::move(path)) {}
+  grpc::ServerWriteReactor<v1::CheckpointChunk>* FetchCheckpoint(
+      grpc::CallbackServerContext*, const v1::FetchCheckpointRequest* req) override {
+    // One chunk (when it has a file), then silence until cancelled.
+    class Stuck final : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
+     public:
+      explicit Stuck(const std::string& path, int64_t offset) {
+        if (path.empty()) return;
+        std::ifstream in(path, std::ios::binary);
+        in.seekg(offset);
+        std::string data(1 << 20, '\0');
+        in.read(data.data(), data.size());
+        chunk_.set_total_bytes(static_cast<int64_t>(std::filesystem::file_size(path)));
+        chunk_.set_data(data.substr(0, in.gcount()));
+        StartWrite(&chunk_);
+      }
+      void OnWriteDone(bool) override {}
+      void OnCancel() override { Finish(grpc::Status::CANCELLED); }
+      void OnDone() override { delete this; }
+
+     private:
+      v1::CheckpointChunk chunk_;
+    };
+    return new Stuck(path_, req->offset());
+  }
+
+ private:
+  const std::string path_;
+};
+
+TEST_F(PeerServiceTest, ASilentSourceIsGivenUpAndTheNextServes) {
+  CheckpointHoldings held;
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, (3 << 20) + 9);
+  HeldCheckpoint mine = src;
+  mine.sources.clear();
+  ASSERT_TRUE(held.Add(mine).ok());
+  const std::string good = Serve(held, "a");
+  Silent mute, one_chunk(src.path);
+  const std::string mute_at = ServeService(&mute, "a"), one_at = ServeService(&one_chunk, "a");
+  const TlsFiles tls = Tls("b");
+  for (const int streams : {1, 3}) {
+    HeldCheckpoint want = src;
+    want.path = absl::StrCat(dir_, "/b", streams, "/ck/ckpt-7.pt");
+    want.sources = {mute_at, one_at, good};
+    const absl::Time start = absl::Now();
+    absl::Status s = FetchCheckpointFrom(want, &tls, absl::Seconds(60), stop_, nullptr, streams,
+                                         absl::Seconds(1));
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(20)) << "each silent source cost its stall only";
+    EXPECT_EQ(Read(want.path), Read(src.path));
+    EXPECT_EQ(FilesIn(absl::StrCat(dir_, "/b", streams, "/ck")), 1) << "no partial file left";
+    want.sources = {one_at};
+    want.path = absl::StrCat(dir_, "/c", streams, "/ck/ckpt-7.pt");
+    s = FetchCheckpointFrom(want, &tls, absl::Seconds(60), stop_, nullptr, streams,
+                            absl::Seconds(1));
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_NE(s.message().find("no chunk for 1s (the source stalled)"), std::string::npos) << s;
+    EXPECT_EQ(FilesIn(absl::StrCat(dir_, "/c", streams, "/ck")), 0);
+  }
+  // The default stall is 30 s; a shutdown does not wait for it.
+  HeldCheckpoint want = src;
+  want.path = dir_ + "/d/ck/ckpt-7.pt";
+  want.sources = {mute_at};
+  std::thread stopper([this] {
+    absl::SleepFor(absl::Milliseconds(500));
+    stop_ = true;
+  });
+  const absl::Time start = absl::Now();
+  absl::Status s = FetchCheckpointFrom(want, &tls, absl::Seconds(60), stop_, nullptr, 1);
+  stopper.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
 }  // namespace
 }  // namespace frameworm
