@@ -261,8 +261,10 @@ absl::Status FetchCheckpointFrom(const HeldCheckpoint& h, const TlsFiles* tls,
   if (FileMatches(h.path, h.bytes, h.checksum)) return absl::OkStatus();
   // On the shared tmpfs (in-memory checkpoints), the directories must be
   // this user's alone: another local user must not have made them first.
-  if (h.path.rfind("/dev/shm/", 0) == 0) {
-    const std::filesystem::path dir = std::filesystem::path(h.path).parent_path();
+  // (Spelled as the kernel reads it: "/dev//shm/x" is on it too.)
+  if (const std::filesystem::path normal = std::filesystem::path(h.path).lexically_normal();
+      normal.string().rfind("/dev/shm/", 0) == 0) {
+    const std::filesystem::path dir = normal.parent_path();
     absl::Status mine = EnsurePrivateDirectory(dir.parent_path().string());
     if (mine.ok()) mine = EnsurePrivateDirectory(dir.string());
     if (!mine.ok()) return mine;

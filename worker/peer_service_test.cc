@@ -232,6 +232,10 @@ TEST_F(PeerServiceTest, OnTheSharedTmpfsTheDirectoriesMustBeThisUsersAlone) {
   absl::Status s = Fetch(want);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_FALSE(fs::exists(want.path));
+  want.path = "/dev//shm/" + root.substr(9) + "/job/ckpt-7.pt";  // the same, spelled otherwise
+  s = Fetch(want);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  want.path = root + "/job/ckpt-7.pt";
   ::chmod(root.c_str(), 0700);
   EXPECT_TRUE(Fetch(want).ok());
   fs::remove_all(root);
