@@ -280,6 +280,14 @@ TEST_F(ReplicationTest, ACopyOfAStepWithNoRecordIsDroppedWhenItsHolderSpeaks) {
   ASSERT_EQ(drops.size(), 1u);
   EXPECT_EQ(drops[0].job_id(), "job-999999");
   EXPECT_EQ(drops[0].step(), -1);
+  // A worker flooding such claims and reading nothing: repeats are queued
+  // once, distinct ones up to a bound, names that are no job id not at all.
+  for (int i = 0; i < 3000; ++i) Held("w2", absl::StrCat("job-x", i % 2000), 1);
+  Held("w2", std::string(100, 'j'), 1);
+  Held("w2", "../etc", 1);
+  drops = Drops(Take("w2"));
+  EXPECT_EQ(drops.size(), WorkerRegistry::kMaxQueuedUnrecordedDrops);
+  for (const auto& d : drops) EXPECT_EQ(d.job_id().rfind("job-x", 0), 0u) << d.job_id();
 }
 
 // A report repeated (its answer lost, or a trainer looping) is recorded

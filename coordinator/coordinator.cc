@@ -703,7 +703,7 @@ bool Coordinator::HolderClaimCountsLocked(const std::string& worker,
 
 bool Coordinator::DropUnrecordedLocked(const std::string& worker,
                                        const v1::CheckpointHeld& held) {
-  if (!held.ok() || held.job_id().empty() ||
+  if (!held.ok() || !IsPlainName(held.job_id()) ||
       checkpoints_.Find(held.job_id(), held.step()) != nullptr) {
     return false;
   }
@@ -711,7 +711,7 @@ bool Coordinator::DropUnrecordedLocked(const std::string& worker,
   // step's drop while the job is known (its records expire one by one), the
   // whole job's once it is gone (only copies go; a rank's own files stay).
   const int64_t step = jobs_.Find(held.job_id()) != nullptr ? held.step() : -1;
-  for (auto& [w, m] : DropCommands(held.job_id(), step, {worker})) workers_.Send(w, std::move(m));
+  workers_.SendUnrecordedDrop(worker, held.job_id(), step);
   return true;
 }
 

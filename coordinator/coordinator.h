@@ -363,8 +363,10 @@ class Coordinator {
   // A worker that says it holds a copy of a step with no record (a fetch
   // that ended after the record expired or was released, a copy kept across
   // a restart) is told to drop it, as the record's holders were: the step
-  // while the job is known, the job's copies once the job is gone. Returns
-  // whether it was told.
+  // while the job is known, the job's copies once the job is gone (a claim
+  // whose job id is no plain name is ignored; repeats are queued once, at
+  // most WorkerRegistry::kMaxQueuedUnrecordedDrops). Returns whether it
+  // was told.
   bool DropUnrecordedLocked(const std::string& worker, const v1::CheckpointHeld& held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker's answer to a HoldCheckpoint: a verified copy becomes one of

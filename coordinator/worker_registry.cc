@@ -219,6 +219,23 @@ void WorkerRegistry::SendKill(const std::string& worker, const v1::JobRef& ref,
   Send(worker, std::move(msg));
 }
 
+void WorkerRegistry::SendUnrecordedDrop(const std::string& worker, const std::string& job_id,
+                                        int64_t step) {
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return;
+  size_t queued = 0;
+  for (const v1::CoordinatorMessage& q : it->second.outbox) {
+    if (!q.has_drop()) continue;
+    ++queued;
+    if (q.drop().job_id() == job_id && (q.drop().step() == step || q.drop().step() < 0)) return;
+  }
+  if (queued >= kMaxQueuedUnrecordedDrops) return;
+  v1::CoordinatorMessage msg;
+  msg.mutable_drop()->set_job_id(job_id);
+  msg.mutable_drop()->set_step(step);
+  Send(worker, std::move(msg));
+}
+
 void WorkerRegistry::SendDumpStacks(const std::string& worker, const v1::JobRef& ref, int rank,
                                     const std::string& why) {
   auto it = workers_.find(worker);

@@ -139,6 +139,14 @@ class WorkerRegistry {
   // killed, again).
   static constexpr size_t kMaxQueuedKills = 1024;
   void SendKill(const std::string& worker, const v1::JobRef& ref, int rank);
+  // Queues DropCheckpoint of the job's `step` (-1: every step) for a copy
+  // the worker claims without a record, unless the same drop is queued
+  // already; at most kMaxQueuedUnrecordedDrops such drops stay queued (a
+  // worker that floods claims and never reads its stream cannot grow the
+  // outbox; it claims again at its next registration). Drops of records'
+  // holders go through Send and are never dropped.
+  static constexpr size_t kMaxQueuedUnrecordedDrops = 1024;
+  void SendUnrecordedDrop(const std::string& worker, const std::string& job_id, int64_t step);
   // DumpStacks for `rank` of `ref` (-1: every rank there); `why` is cut to
   // 256 bytes. At most kMaxQueuedDumps stay queued for a worker (more are
   // dropped: a worker that does not read its stream cannot grow the
