@@ -111,6 +111,22 @@ TEST_F(RetentionTest, EndedJobsExpireWithTheirRowsAndFilesRunningOnesNever) {
   EXPECT_EQ(coord_->ListJobs().size(), 2u);
 }
 
+// The newest job expires, then the coordinator restarts: the next job gets
+// a new id, not the expired one's (whose checkpoint directory, named by the
+// id, may still hold its files).
+TEST_F(RetentionTest, AnExpiredJobsIdIsNeverGivenAgain) {
+  AddWorker("w0", 1);
+  const std::string done = Submit(Spec(1, 1));
+  TaskState("w0", done, 1, 0, v1::TASK_EXITED, 0);
+  ASSERT_EQ(Job(done).state(), v1::SUCCEEDED);
+  Heartbeat("w0");
+  TickLater(absl::Minutes(61));
+  ASSERT_EQ(coord_->GetJob(done).status().code(), absl::StatusCode::kNotFound);
+  coord_.reset();
+  Open();
+  EXPECT_NE(Submit(Spec(1, 1)), done);
+}
+
 TEST_F(RetentionTest, AFailedDeleteKeepsTheFilesAndIsRetriedAfterARestart) {
   AddWorker("w0", 1);
   const std::string id = Submit(Spec(1, 1));

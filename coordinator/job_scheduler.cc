@@ -63,6 +63,10 @@ absl::Status JobScheduler::Reload() {
   const absl::Time now = clock_.Now();
   absl::StatusOr<std::vector<JobRow>> rows = store_.LoadJobs();
   if (!rows.ok()) return rows.status();
+  // Ids of deleted (expired) jobs are not given again.
+  absl::StatusOr<int64_t> max_seq = store_.MaxJobSeq();
+  if (!max_seq.ok()) return max_seq.status();
+  next_seq_ = std::max(next_seq_, *max_seq + 1);
   for (const JobRow& row : *rows) {
     std::unique_ptr<Job> job = NewJob();
     job->id = row.job_id;

@@ -102,6 +102,9 @@ absl::Status MemoryStore::DeleteMetrics(const std::string& job_id,
 absl::Status MemoryStore::DeleteJob(const std::string& job_id) {
   absl::MutexLock l(&mu_);
   if (absl::Status s = WriteLocked("DeleteJob"); !s.ok()) return s;
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) {
+    max_deleted_job_seq_ = std::max(max_deleted_job_seq_, it->second.seq);
+  }
   jobs_.erase(job_id);
   auto in_job = [&](const auto& key) { return std::get<0>(key) == job_id; };
   std::erase_if(generations_, [&](const auto& e) { return in_job(e.first); });
@@ -160,6 +163,13 @@ absl::StatusOr<std::vector<EventRow>> MemoryStore::LoadNewestEvents(
 absl::StatusOr<int64_t> MemoryStore::MaxEventSeq() {
   absl::MutexLock l(&mu_);
   return max_event_seq_;
+}
+
+absl::StatusOr<int64_t> MemoryStore::MaxJobSeq() {
+  absl::MutexLock l(&mu_);
+  int64_t max = max_deleted_job_seq_;
+  for (const auto& [id, row] : jobs_) max = std::max(max, row.seq);
+  return max;
 }
 
 absl::StatusOr<std::vector<JobRow>> MemoryStore::LoadJobs() {

@@ -74,6 +74,7 @@ class MemoryStore final : public Store {
   absl::StatusOr<std::vector<EventRow>> LoadNewestEvents(const std::optional<std::string>& job_id,
                                                          int limit) override;
   absl::StatusOr<int64_t> MaxEventSeq() override;
+  absl::StatusOr<int64_t> MaxJobSeq() override;
   // every table
   absl::Status DeleteJob(const std::string& job_id) override;
   // Nothing to maintain.
@@ -97,6 +98,7 @@ class MemoryStore final : public Store {
   std::map<Key, MetricRow> metrics_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, EventRow> events_ ABSL_GUARDED_BY(mu_);  // by seq
   int64_t max_event_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t max_deleted_job_seq_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace frameworm::coordinator

@@ -114,6 +114,7 @@ CREATE TABLE IF NOT EXISTS events(
   seq INTEGER PRIMARY KEY, job_id TEXT, unix_ms INTEGER, event BLOB);
 CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, seq);
 CREATE TABLE IF NOT EXISTS event_seq(id INTEGER PRIMARY KEY, max_seq INTEGER);
+CREATE TABLE IF NOT EXISTS job_seq(id INTEGER PRIMARY KEY, max_seq INTEGER);
 )sql";
 
 }  // namespace
@@ -370,7 +371,9 @@ absl::Status SqliteStore::DeleteMetrics(const std::string& job_id,
 absl::Status SqliteStore::DeleteJob(const std::string& job_id) {
   absl::MutexLock l(&mu_);
   return TransactionLocked([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (const char* sql : {"DELETE FROM metrics WHERE job_id=?",
+    for (const char* sql : {"INSERT INTO job_seq SELECT 1, seq FROM jobs WHERE job_id=? "
+                            "ON CONFLICT(id) DO UPDATE SET max_seq = MAX(max_seq, excluded.max_seq)",
+                            "DELETE FROM metrics WHERE job_id=?",
                             "DELETE FROM events WHERE job_id=?",
                             "DELETE FROM checkpoints WHERE job_id=?",
                             "DELETE FROM assignments WHERE job_id=?",
@@ -459,6 +462,18 @@ absl::StatusOr<std::vector<EventRow>> SqliteStore::LoadNewestEvents(
 absl::StatusOr<int64_t> SqliteStore::MaxEventSeq() {
   absl::MutexLock l(&mu_);
   Stmt st(db_, "SELECT COALESCE(MAX(max_seq), 0) FROM event_seq");
+  if (!st.Next()) {
+    if (absl::Status s = st.status(); !s.ok()) return s;
+    return 0;
+  }
+  return st.Int(0);
+}
+
+absl::StatusOr<int64_t> SqliteStore::MaxJobSeq() {
+  absl::MutexLock l(&mu_);
+  Stmt st(db_,
+          "SELECT MAX((SELECT COALESCE(MAX(max_seq), 0) FROM job_seq), "
+          "(SELECT COALESCE(MAX(seq), 0) FROM jobs))");
   if (!st.Next()) {
     if (absl::Status s = st.status(); !s.ok()) return s;
     return 0;

@@ -81,6 +81,7 @@ class SqliteStore final : public Store {
   absl::StatusOr<std::vector<EventRow>> LoadNewestEvents(const std::optional<std::string>& job_id,
                                                          int limit) override;
   absl::StatusOr<int64_t> MaxEventSeq() override;
+  absl::StatusOr<int64_t> MaxJobSeq() override;
   absl::StatusOr<std::vector<JobRow>> LoadJobs() override;
   absl::StatusOr<GenerationRow> LoadGeneration(const std::string& job_id,
                                                int64_t generation) override;

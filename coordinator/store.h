@@ -163,6 +163,11 @@ class Store {
       const std::optional<std::string>& job_id, int limit) = 0;
   // The highest event seq ever stored (0: none).
   virtual absl::StatusOr<int64_t> MaxEventSeq() = 0;
+  // The highest job seq ever stored, jobs deleted since included (0:
+  // none): a job id is never given twice, even after its job expired and
+  // the coordinator restarted (its checkpoint directory, named by the id,
+  // may still hold the old job's files).
+  virtual absl::StatusOr<int64_t> MaxJobSeq() = 0;
 };
 
 // For a best-effort write whose failure the caller does not return (the

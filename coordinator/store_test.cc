@@ -181,6 +181,10 @@ TEST(StoreTest, DeleteMetricsAndDeleteJobRemoveOnlyThatJobsRows) {
   EXPECT_TRUE((*store)->LoadAssignments("b", 1)->empty());
   EXPECT_EQ((*store)->LoadGeneration("b", 1).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*store)->LoadCheckpoints("a")->size(), 1u);
+  // The deleted job's seq (2) stays the highest ever stored.
+  EXPECT_EQ(*(*store)->MaxJobSeq(), 2);
+  ASSERT_TRUE((*store)->DeleteJob("a").ok());
+  EXPECT_EQ(*(*store)->MaxJobSeq(), 2);
   std::filesystem::remove_all(dir);
 }
 
