@@ -15,13 +15,17 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/node_address.h"
+#include "common/printable.h"
 
 namespace frameworm {
 
@@ -275,6 +279,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
                                    : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   std::unique_ptr<HttpServer> server(new HttpServer(fd, bound_port, options, std::move(handler)));
   server->ssl_ctx_ = ctx;
+  server->loopback_guard_ = ctx == nullptr && IsLoopbackHost(host);
   if (::pipe2(server->wake_, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
@@ -357,6 +362,23 @@ void HttpServer::Serve(int fd) {
   Serve(conn, PeerCaller(ssl));
 }
 
+namespace {
+
+// The Host header's value in a request head (the first, trimmed); none
+// when the head has no such line.
+std::optional<std::string> HostHeader(const std::string& head) {
+  for (absl::string_view line : absl::StrSplit(head, "\r\n")) {
+    const size_t colon = line.find(':');
+    if (colon == absl::string_view::npos || !absl::EqualsIgnoreCase(line.substr(0, colon), "host")) {
+      continue;
+    }
+    return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 void HttpServer::Serve(Conn& conn, const Caller& caller) {
   std::string head;
   char buf[2048];
@@ -378,6 +400,16 @@ void HttpServer::Serve(Conn& conn, const Caller& caller) {
   }
   const bool head_only = parts[0] == "HEAD";
   if (parts[0] != "GET" && !head_only) return respond(Plain(405, "only GET and HEAD"), false);
+  if (loopback_guard_) {
+    if (std::optional<std::string> host = HostHeader(head);
+        host && !IsLoopbackHost(absl::AsciiStrToLower(HostOfEndpoint(*host)))) {
+      return respond(Plain(403, absl::StrCat("Host '", PrintableLine(*host, 80),
+                                             "' is not a loopback name: this plaintext server "
+                                             "answers only requests for localhost or 127.0.0.1 "
+                                             "(another name may be a web page's DNS rebinding)")),
+                     false);
+    }
+  }
   HttpRequest request;
   const size_t q = parts[1].find('?');
   request.path = parts[1].substr(0, q);

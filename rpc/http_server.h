@@ -13,7 +13,10 @@
 // cluster CA, and the handler gets its role and name as the request's
 // Caller, the way gRPC calls get theirs (CallerOf); on plaintext the Caller
 // is kLocal. The owner decides where plaintext is acceptable (loopback, or
-// an address the operator opted in to by name).
+// an address the operator opted in to by name). Plaintext on a loopback
+// address answers only requests whose Host header (when sent) is a
+// loopback host: localhost, 127.0.0.0/8 or [::1], with any port; others
+// get 403 (DNS rebinding: a browser would send the attacker's name).
 //
 // Thread safety: Start/port/the destructor from one thread; the handler
 // from many.
@@ -87,6 +90,10 @@ class HttpServer {
   int wake_[2] = {-1, -1};  // a pipe: the destructor wakes the accept loop
   std::thread acceptor_;
   void* ssl_ctx_ = nullptr;  // SSL_CTX* with options.tls
+  // Plaintext on a loopback address: a request whose Host header names
+  // anything but a loopback host is refused (403), so a web page that
+  // rebinds its own name to 127.0.0.1 cannot read what is served.
+  bool loopback_guard_ = false;
   absl::Mutex mu_;
   int active_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -51,7 +51,7 @@ TEST_F(HttpServerTest, ServesAGetAndItsHead) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, "up 1\n");
-  const std::string head = Raw("HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string head = Raw("HEAD /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
   EXPECT_THAT(head, StartsWith("HTTP/1.1 200 OK\r\n"));
   EXPECT_THAT(head, HasSubstr("Content-Length: 5\r\n"));
   EXPECT_THAT(head, HasSubstr("Content-Type: text/plain; version=0.0.4\r\n"));
@@ -59,6 +59,27 @@ TEST_F(HttpServerTest, ServesAGetAndItsHead) {
   auto missing = HttpGet(address_, "/nothing");
   ASSERT_TRUE(missing.ok());
   EXPECT_EQ(missing->status, 404);
+}
+
+// Plaintext on loopback: a request for another host name is what a web
+// page that rebinds its name to 127.0.0.1 would send; it is refused, and
+// loopback names, with or without a port, and requests without a Host
+// header (HTTP/1.0 tools) are served.
+TEST_F(HttpServerTest, APlaintextLoopbackServerAnswersOnlyLoopbackHostNames) {
+  for (const std::string& host : std::vector<std::string>{
+           "localhost", "LOCALHOST:7080", "127.0.0.1", address_, "127.1.2.3:80", "[::1]:7080"}) {
+    EXPECT_THAT(Raw("GET /metrics HTTP/1.1\r\nhost: " + host + "\r\n\r\n"),
+                StartsWith("HTTP/1.1 200 OK\r\n"))
+        << host;
+  }
+  EXPECT_THAT(Raw("GET /metrics HTTP/1.0\r\n\r\n"), StartsWith("HTTP/1.1 200 OK\r\n"));
+  for (const std::string host : {"attacker.example", "attacker.example:7080",
+                                 "127.0.0.1.attacker.example", "10.0.0.1", ""}) {
+    const std::string r = Raw("GET /metrics HTTP/1.1\r\nHost: " + host + "\r\n\r\n");
+    EXPECT_THAT(r, StartsWith("HTTP/1.1 403 ")) << host;
+    EXPECT_THAT(r, HasSubstr("is not a loopback name")) << host;
+    EXPECT_THAT(r, ::testing::Not(HasSubstr("up 1"))) << host;
+  }
 }
 
 TEST_F(HttpServerTest, APlaintextCallerIsLocal) {
@@ -176,7 +197,7 @@ TEST_F(HttpServerTest, ClientsThatTrickleBytesAreCutOffAtTheDeadline) {
   o.max_connections = 4;
   Start(o);
   int fd = Connect(server_->port());
-  EXPECT_LT(TrickleUntilClosed(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " +
+  EXPECT_LT(TrickleUntilClosed(fd, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nX-Slow: " +
                                        std::string(100, 'a')),
             absl::Seconds(3));
   ::close(fd);
