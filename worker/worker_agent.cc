@@ -507,7 +507,8 @@ class WorkerAgentImpl final : public WorkerAgent {
     }
   }
 
-  // Drops tasks whose final status is delivered and whose logs are sent.
+  // Drops tasks whose final status is delivered and whose logs are sent
+  // (receipted, when the coordinator receipts), with their log files.
   void ForgetDelivered() {
     for (auto it = finals_.begin(); it != finals_.end();) {
       if (!it->delivered) {
@@ -532,7 +533,17 @@ class WorkerAgentImpl final : public WorkerAgent {
         ++it;
         continue;
       }
-      if (lit != logs_.end()) logs_.erase(lit);
+      if (lit != logs_.end()) {
+        logs_.erase(lit);
+        // Uploaded whole: the node's copies go, then their generation's and
+        // job's directories once empty (a node runs tasks for months).
+        std::error_code ec;
+        const std::filesystem::path out = supervisor_.StdoutPath(key);
+        std::filesystem::remove(out, ec);
+        std::filesystem::remove(supervisor_.StderrPath(key), ec);
+        std::filesystem::remove(out.parent_path(), ec);                // fails unless empty
+        std::filesystem::remove(out.parent_path().parent_path(), ec);  // likewise
+      }
       supervisor_.Forget(key);
       it = finals_.erase(it);
     }

@@ -740,3 +740,28 @@ TEST_F(WorkerAgentTest, HeartbeatsGoOutBetweenTheStacksOfRanks) {
 
 }  // namespace
 }  // namespace frameworm
+
+namespace frameworm {
+namespace {
+
+// Once a task's final status is delivered and its logs uploaded whole, the
+// node deletes its log files and their now empty directories: a worker
+// that runs tasks for months does not keep every one's output.
+TEST_F(WorkerAgentTest, AnEndedTasksLogFilesGoOnceUploaded) {
+  StartAgent();
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("echo out-$RANK; echo err >&2", 0)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) {
+    return FindStatus(ms, 0, v1::TASK_EXITED) && LogText(ms, 0, "stdout") == "out-0\n" &&
+           LogText(ms, 0, "stderr") == "err\n";
+  }));
+  const std::string gen_dir = dir_ + "/work/job-1/g1";
+  for (int i = 0; i < 200 && std::filesystem::exists(gen_dir); ++i) {
+    absl::SleepFor(absl::Milliseconds(25));
+  }
+  EXPECT_FALSE(std::filesystem::exists(gen_dir));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/work/job-1"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/work"));
+}
+
+}  // namespace
+}  // namespace frameworm
