@@ -13,6 +13,7 @@
 #include <limits>
 #include <sstream>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/received_file.h"
 #include "rpc/file_stream.h"
@@ -20,6 +21,7 @@
 #include "rpc/cluster_ca.h"
 #include "rpc/rpc.h"
 #include "worker/checkpoint_holdings.h"
+#include "worker/holdings_file.h"
 
 namespace frameworm {
 namespace {
@@ -67,6 +69,41 @@ TEST(CheckpointHoldingsTest, AHoldNamesOnlyACheckpointFileOfItsStep) {
   h = Held("/ck/ckpt-7.pt", -1);
   h.path = "/ck/ckpt--1.pt";
   EXPECT_EQ(CheckHold(h).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The list a worker keeps for its next start: written and read back; a
+// line that does not parse, names no checkpoint file CheckHold accepts, or
+// whose file changed size is left out; no file is an empty list.
+TEST(CheckpointHoldingsTest, TheHoldingsFileKeepsOnlyWhatIsStillThere) {
+  const std::string dir = ::testing::TempDir() + "/holdings_file_" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/ck");
+  std::ofstream(dir + "/ck/ckpt-7.pt") << "1234";
+  std::ofstream(dir + "/ck/ckpt-8.pt") << "12345678";
+  HeldCheckpoint a = Held(dir + "/ck/ckpt-7.pt", 7);
+  a.bytes = 4;
+  a.copied = true;
+  a.secret = std::string("s\t\n\0x", 6);  // any bytes
+  HeldCheckpoint b = Held(dir + "/ck/ckpt-8.pt", 8);
+  b.bytes = 5;  // the file has 8 now
+  EXPECT_TRUE(ReadHoldingsFile(dir + "/none")->empty());
+  ASSERT_TRUE(WriteHoldingsFile(dir + "/holdings", {a, b}).ok());
+  {
+    std::ofstream more(dir + "/holdings", std::ios::app);
+    more << "garbage\n"
+         << "v1\tjob-000001\t9\t4\tcrc32:00000000\t0\t00\t"
+         << absl::BytesToHexString("/ck/../ckpt-9.pt") << "\n"
+         << "v1\tjob-000001\t7\t4\tcrc32:00000000\t2\t00\t00\n";
+  }
+  auto read = ReadHoldingsFile(dir + "/holdings");
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 1u);
+  EXPECT_EQ((*read)[0].path, a.path);
+  EXPECT_EQ((*read)[0].secret, a.secret);
+  EXPECT_TRUE((*read)[0].copied);
+  EXPECT_EQ((*read)[0].step, 7);
+  EXPECT_FALSE(fs::exists(dir + "/holdings.tmp." + std::to_string(::getpid())));
+  fs::remove_all(dir);
 }
 
 TEST(CheckpointHoldingsTest, HoldingsAreBoundedAndDroppedPerStepOrJob) {

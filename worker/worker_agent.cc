@@ -23,6 +23,7 @@
 #include "worker/checkpoint_fetcher.h"
 #include "worker/coordinator_values.h"
 #include "worker/checkpoint_holdings.h"
+#include "worker/holdings_file.h"
 #include "worker/peer_service.h"
 #include "worker/stack_dump.h"
 
@@ -94,7 +95,14 @@ class WorkerAgentImpl final : public WorkerAgent {
               return FetchCheckpointFrom(h, options_.tls ? &*options_.tls : nullptr,
                                          options_.fetch_timeout, stop, &h.copied);
             },
-            [this] { Wake(); }) {}
+            [this] { Wake(); }) {
+    // What this worker held before a restart (worker/holdings_file.h).
+    absl::StatusOr<std::vector<HeldCheckpoint>> kept = ReadHoldingsFile(HoldingsPath());
+    if (!kept.ok()) Event(absl::StrCat("frameworm-worker ", o.name, ": ", kept.status().message()));
+    for (const HeldCheckpoint& h : kept.ok() ? *kept : std::vector<HeldCheckpoint>{}) {
+      (void)holdings_.Add(h);
+    }
+  }
 
   ~WorkerAgentImpl() override {
     CloseSession();
@@ -246,6 +254,7 @@ class WorkerAgentImpl final : public WorkerAgent {
         std::error_code ec;
         std::filesystem::remove(h.path, ec);
       }
+      PersistHoldings();
     }
   }
 
@@ -312,7 +321,9 @@ class WorkerAgentImpl final : public WorkerAgent {
         return AnswerHold(h, absl::NotFoundError(absl::StrCat(
                                  "no file of ", h.bytes, " bytes at ", h.path, " on this node")));
       }
-      return AnswerHold(h, holdings_.Add(h));
+      absl::Status added = holdings_.Add(h);
+      if (added.ok()) PersistHoldings();
+      return AnswerHold(h, added);
     }
     if (std::optional<HeldCheckpoint> have = holdings_.Find(h.job_id, h.step);
         have && have->path == h.path && have->checksum == h.checksum) {
@@ -331,6 +342,7 @@ class WorkerAgentImpl final : public WorkerAgent {
         h.copied = true;
       }
       if (s.ok()) s = holdings_.Add(h);
+      if (s.ok()) PersistHoldings();
       Event(s.ok() ? absl::StrCat("frameworm-worker ", options_.name, ": holds ", h.job_id,
                                   "'s checkpoint of step ", h.step, " (", h.bytes, " bytes, ",
                                   h.copied ? "fetched from " + h.sources.front()
@@ -338,6 +350,17 @@ class WorkerAgentImpl final : public WorkerAgent {
                                   ")")
                    : absl::StrCat("frameworm-worker ", options_.name, ": ", s.message()));
       AnswerHold(h, s);
+    }
+  }
+
+  std::string HoldingsPath() const { return options_.work_dir + "/holdings"; }
+  // The holdings as they are now, for the next start; a failure is an
+  // event (the copies are still held, only a restart would forget them).
+  void PersistHoldings() {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.work_dir, ec);
+    if (absl::Status s = WriteHoldingsFile(HoldingsPath(), holdings_.All()); !s.ok()) {
+      Event(absl::StrCat("frameworm-worker ", options_.name, ": ", s.message()));
     }
   }
 

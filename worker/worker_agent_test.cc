@@ -765,3 +765,53 @@ TEST_F(WorkerAgentTest, AnEndedTasksLogFilesGoOnceUploaded) {
 
 }  // namespace
 }  // namespace frameworm
+
+namespace frameworm {
+namespace {
+
+// A restarted worker still knows the copies it held (worker/holdings_file.h)
+// and reports them, with their secrets, at registration; a copy whose file
+// went while it was down is not reported, and a drop is remembered too.
+TEST_F(WorkerAgentTest, ARestartedWorkerReportsTheCopiesItStillHolds) {
+  StartAgent();
+  const std::string data = Pattern(1000);
+  std::filesystem::create_directories(dir_ + "/ck");
+  for (const int step : {10, 11}) {
+    std::ofstream(absl::StrCat(dir_, "/ck/ckpt-", step, ".pt"), std::ios::binary) << data;
+    ASSERT_TRUE(coord_->SendWhenConnected(
+        HoldCmd(absl::StrCat(dir_, "/ck/ckpt-", step, ".pt"), step, data)));
+  }
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) {
+    return FindHeld(ms, 10) && FindHeld(ms, 10)->ok() && FindHeld(ms, 11) && FindHeld(ms, 11)->ok();
+  }));
+  auto restart = [&](size_t registrations) {
+    agent_->Shutdown();
+    run_.join();
+    agent_.reset();
+    StartAgent();
+    EXPECT_TRUE(coord_->Await(
+        [registrations](auto&, auto& regs) { return regs.size() >= registrations; }));
+    return coord_->registrations().back();
+  };
+  std::filesystem::remove(dir_ + "/ck/ckpt-11.pt");  // gone while the worker is down
+  v1::RegisterWorkerRequest reg = restart(2);
+  ASSERT_EQ(reg.held_size(), 1);
+  EXPECT_EQ(reg.held(0).job_id(), "job-1");
+  EXPECT_EQ(reg.held(0).step(), 10);
+  EXPECT_EQ(reg.held(0).secret(), "s3cret");
+  // The coordinator's drop after the restart deletes the file, and the
+  // next start holds nothing.
+  v1::CoordinatorMessage drop;
+  drop.mutable_drop()->set_job_id("job-1");
+  drop.mutable_drop()->set_step(10);
+  ASSERT_TRUE(coord_->SendWhenConnected(drop));
+  for (int i = 0; i < 200 && std::filesystem::exists(dir_ + "/ck/ckpt-10.pt"); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/ck/ckpt-10.pt"));
+  reg = restart(3);
+  EXPECT_EQ(reg.held_size(), 0);
+}
+
+}  // namespace
+}  // namespace frameworm
