@@ -63,6 +63,22 @@ void CheckpointCopies::RemoveAllBut(const std::string& job_id,
   }
 }
 
+void CheckpointCopies::RemovePartials() const {
+  std::error_code ec;
+  for (fs::directory_iterator job(root_, ec), end; !ec && job != end; job.increment(ec)) {
+    std::error_code in;
+    if (!job->is_directory(in)) continue;
+    for (fs::directory_iterator it(job->path(), in); !in && it != end; it.increment(in)) {
+      const std::string name = it->path().filename().string();
+      if (!absl::StartsWith(name, "ckpt-") || name.find(".pt.partial-") == std::string::npos) {
+        continue;
+      }
+      std::error_code rm;
+      fs::remove(it->path(), rm);
+    }
+  }
+}
+
 void CheckpointCopies::RemoveJob(const std::string& job_id) const {
   if (!CheckJobIdComponent(job_id).ok()) return;
   std::error_code ec;

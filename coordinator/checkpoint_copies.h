@@ -48,6 +48,10 @@ class CheckpointCopies {
   // uploads in flight are left alone.
   void RemoveAllBut(const std::string& job_id, const std::set<int64_t>& keep) const;
   void RemoveJob(const std::string& job_id) const;             // best effort
+  // Removes every partial file under the root (uploads a previous process
+  // was receiving when it died); best effort. For start-up only: it does
+  // not spare uploads in flight.
+  void RemovePartials() const;
   int64_t max_bytes() const { return max_bytes_; }
 
  private:

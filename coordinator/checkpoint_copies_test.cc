@@ -52,6 +52,26 @@ TEST_F(CheckpointCopiesTest, ChunksCommitIntoPlaceAndAreFoundByStep) {
   EXPECT_FALSE(fs::exists(*p));
 }
 
+// What a process that died mid-upload left (its partial file) is removed
+// at the next start; complete copies and other files stay.
+TEST_F(CheckpointCopiesTest, PartialFilesOfADeadProcessAreRemovedAtStart) {
+  CheckpointCopies copies(dir_ + "/root", 100);
+  auto in = copies.Begin("job-000001", 20, 8);
+  ASSERT_TRUE(in.ok()) << in.status();
+  ASSERT_TRUE((*in)->Append("data").ok());
+  auto done = copies.Begin("job-000002", 5, 4);
+  ASSERT_TRUE(done.ok());
+  ASSERT_TRUE((*done)->Append("data").ok());
+  ASSERT_TRUE((*done)->Commit("crc32:adf3f363").ok());  // crc32("data")
+  std::ofstream(dir_ + "/root/job-000002/notes.txt") << "x";
+  EXPECT_EQ(FilesUnderRoot(), 3);
+  copies.RemovePartials();  // as the next process starts
+  EXPECT_EQ(FilesUnderRoot(), 2);
+  EXPECT_TRUE(copies.PathOf("job-000002", 5).ok());
+  EXPECT_TRUE(fs::exists(dir_ + "/root/job-000002/notes.txt"));
+  in->reset();
+}
+
 TEST_F(CheckpointCopiesTest, BadUploadsLeaveNothingAndNameTheProblem) {
   CheckpointCopies copies(dir_ + "/root", 100);
   {  // more than declared

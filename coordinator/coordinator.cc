@@ -93,6 +93,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   std::unique_ptr<Coordinator> c(
       new Coordinator(options, clock, std::move(owned), *store));
   if (absl::Status s = c->Reload(); !s.ok()) return s;
+  // Uploads the previous process was receiving when it stopped: no call
+  // goes on with them, and nothing else would ever delete them.
+  c->copies_.RemovePartials();
   return c;
 }
 
