@@ -42,6 +42,13 @@ absl::Status MemoryStore::StartGeneration(
   generations_[{gen.job_id, gen.generation}] = gen;
   for (const AssignmentRow& a : assignments)
     assignments_[{a.job_id, a.generation, a.rank}] = a;
+  const int64_t gone = gen.generation - kKeptGenerations;
+  std::erase_if(generations_, [&](const auto& e) {
+    return std::get<0>(e.first) == gen.job_id && std::get<1>(e.first) <= gone;
+  });
+  std::erase_if(assignments_, [&](const auto& e) {
+    return std::get<0>(e.first) == gen.job_id && std::get<1>(e.first) <= gone;
+  });
   return absl::OkStatus();
 }
 

@@ -273,6 +273,10 @@ absl::Status SqliteStore::StartGeneration(
               .Bind(int64_t{a.local_rank}).Bind(a.task).Bind(int64_t{a.state})
               .Run();
     }
+    for (const char* sql : {"DELETE FROM generations WHERE job_id=? AND generation<=?",
+                            "DELETE FROM assignments WHERE job_id=? AND generation<=?"}) {
+      if (s.ok()) s = Stmt(db_, sql).Bind(g.job_id).Bind(g.generation - kKeptGenerations).Run();
+    }
     return s;
   });
 }

@@ -106,7 +106,11 @@ class Store {
 
   // Inserts or replaces the job row.
   virtual absl::Status PutJob(const JobRow& job) = 0;
-  // One transaction: the job row, a new generation and its assignments.
+  // One transaction: the job row, a new generation and its assignments;
+  // the rows of the job's generations kKeptGenerations or more before it
+  // are deleted (only the current one is read back; a job that restarts
+  // without end must not grow the store a generation at a time).
+  static constexpr int64_t kKeptGenerations = 4;
   virtual absl::Status StartGeneration(
       const JobRow& job, const GenerationRow& gen,
       const std::vector<AssignmentRow>& assignments) = 0;

@@ -1,3 +1,4 @@
+#include "coordinator/memory_store.h"
 #include "coordinator/sqlite_store.h"
 
 #include <sqlite3.h>
@@ -185,6 +186,29 @@ TEST(StoreTest, DeleteMetricsAndDeleteJobRemoveOnlyThatJobsRows) {
   EXPECT_EQ(*(*store)->MaxJobSeq(), 2);
   ASSERT_TRUE((*store)->DeleteJob("a").ok());
   EXPECT_EQ(*(*store)->MaxJobSeq(), 2);
+  std::filesystem::remove_all(dir);
+}
+
+// A job that restarts again and again keeps the rows of its newest
+// generations only (the current one is what a restart reads back).
+TEST(StoreTest, OnlyTheNewestGenerationsRowsAreKept) {
+  const std::string dir = TempDir("generations");
+  auto store = SqliteStore::Open(dir);
+  ASSERT_TRUE(store.ok());
+  MemoryStore memory;
+  for (Store* s : std::vector<Store*>{store->get(), &memory}) {
+    for (int64_t g = 1; g <= 10; ++g) {
+      JobRow job{"a", 1, "spec", 2, g, g - 1, "", 1, 2, 0};
+      ASSERT_TRUE(s->StartGeneration(job, {"a", g, 2, 0, "", "h", 1, ""},
+                                     {{"a", g, 0, "w", 0, 0, "t", 0}, {"a", g, 1, "w", 0, 1, "t", 0}})
+                      .ok());
+    }
+    for (int64_t g = 1; g <= 10; ++g) {
+      const bool kept = g > 10 - Store::kKeptGenerations;
+      EXPECT_EQ(s->LoadGeneration("a", g).ok(), kept) << g;
+      EXPECT_EQ(s->LoadAssignments("a", g)->size(), kept ? 2u : 0u) << g;
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 
