@@ -88,7 +88,7 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:7071",
           "unless --metrics-insecure); none: no metrics endpoint");
 ABSL_FLAG(bool, metrics_insecure, false,
           "allow --metrics-listen off loopback (plaintext, no authentication: whoever reaches "
-          "it reads job names, steps and worker names)");
+          "it reads job names, steps, metric means and worker names)");
 ABSL_FLAG(std::string, dashboard_listen, "127.0.0.1:7080",
           "serve the web dashboard at HOST:PORT: HTTPS with client certificates when --tls-dir "
           "is given (the API's authentication), else plaintext HTTP (off loopback only with "

@@ -612,6 +612,9 @@ TEST_F(ShortUploadIdleTest, ASilentCheckpointUploadIsCancelledAndFreesItsSlot) {
   ASSERT_TRUE(open(first));
   ASSERT_TRUE(open(second));
   const absl::Time opened = absl::Now();
+  // As in CheckpointUploadsInFlightAreBoundedPerJob: let the server read
+  // these two first chunks (and take the slots) before the next upload's.
+  absl::SleepFor(absl::Milliseconds(300));
   // Both slots of the job are taken (the third is refused) until the two
   // silent streams are cancelled.
   grpc::StatusCode code = grpc::RESOURCE_EXHAUSTED;
