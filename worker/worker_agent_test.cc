@@ -755,7 +755,7 @@ TEST_F(WorkerAgentTest, AnEndedTasksLogFilesGoOnceUploaded) {
            LogText(ms, 0, "stderr") == "err\n";
   }));
   const std::string gen_dir = dir_ + "/work/job-1/g1";
-  for (int i = 0; i < 200 && std::filesystem::exists(gen_dir); ++i) {
+  for (int i = 0; i < 800 && std::filesystem::exists(gen_dir); ++i) {  // up to 20 s
     absl::SleepFor(absl::Milliseconds(25));
   }
   EXPECT_FALSE(std::filesystem::exists(gen_dir));
