@@ -309,15 +309,8 @@ TEST_F(ReplicationTest, ARepeatedCheckpointReportIsRecordedOnce) {
   EXPECT_EQ(events->size(), before);
   EXPECT_TRUE(Holds(Take("w0")).empty());
   EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w0", "w1"));
-  v1::CheckpointRecord other;
-  other.mutable_ref()->set_job_id(id);
-  other.mutable_ref()->set_generation(1);
-  other.mutable_ref()->set_token(TokenOf(id, 1, 0));
-  other.set_step(10);
-  other.set_path(CkptPath(id, 10));
-  other.set_bytes(4);
-  other.set_checksum("crc32:0000abce");  // rewritten: another file
-  ASSERT_TRUE(coord_->ReportCheckpoint(other).ok());
+  // Rewritten: another file.
+  ASSERT_TRUE(Checkpoint(id, 1, 10, CkptPath(id, 10), "crc32:0000abce").ok());
   EXPECT_EQ(Holds(Take("w0")).size(), 1u);
   EXPECT_TRUE(HoldersOf(id, 10).empty());
 }

@@ -156,7 +156,8 @@ class CoordinatorTest : public ::testing::Test {
   absl::StatusOr<std::vector<std::string>> Checkpoint(const std::string& job,
                                                       int64_t gen,
                                                       int64_t step,
-                                                      const std::string& path) {
+                                                      const std::string& path,
+                                                      const std::string& checksum = "crc32:0000abcd") {
     v1::CheckpointRecord r;
     r.mutable_ref()->set_job_id(job);
     r.mutable_ref()->set_generation(gen);
@@ -164,7 +165,7 @@ class CoordinatorTest : public ::testing::Test {
     r.set_step(step);
     r.set_path(path);
     r.set_bytes(4);  // the size of the copies tests upload ("data")
-    r.set_checksum("crc32:0000abcd");
+    r.set_checksum(checksum);
     return coord_->ReportCheckpoint(r);
   }
   static v1::JobSpec Spec(int nodes, int nproc, int priority = 0) {

@@ -158,6 +158,15 @@ class ServiceTest : public ::testing::Test {
     return trainers_->ReportStep(&ctx, Report(id, gen, rank, step, loss, samples), resp);
   }
 
+  // A 1-rank job started on worker w0 (whose session stays open in *ctx,
+  // *stream); its id.
+  std::string StartOnW0(grpc::ClientContext* ctx, std::unique_ptr<Stream>* stream) {
+    Connect("w0", ctx, stream);
+    const std::string id = Submit(Spec(1));
+    v1::CoordinatorMessage start;
+    EXPECT_TRUE((*stream)->Read(&start));
+    return id;
+  }
   // An upload of job `id`'s step 10 (8 bytes) as its rank 0, opened with
   // its first 4 bytes; FinishUpload sends the rest and the checksum.
   struct Held {
@@ -559,10 +568,7 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
 TEST_F(ServiceTest, CheckpointUploadsInFlightAreBoundedPerJob) {
   grpc::ClientContext c0;
   std::unique_ptr<Stream> s0;
-  Connect("w0", &c0, &s0);
-  const std::string id = Submit(Spec(1));
-  v1::CoordinatorMessage msg;
-  ASSERT_TRUE(s0->Read(&msg));
+  const std::string id = StartOnW0(&c0, &s0);
   auto open = [&](Held& h) { return OpenUpload(id, h); };
   Held first, second, third;
   ASSERT_TRUE(open(first));
@@ -603,10 +609,7 @@ class ShortUploadIdleTest : public ServiceTest {
 TEST_F(ShortUploadIdleTest, ASilentCheckpointUploadIsCancelledAndFreesItsSlot) {
   grpc::ClientContext c0;
   std::unique_ptr<Stream> s0;
-  Connect("w0", &c0, &s0);
-  const std::string id = Submit(Spec(1));
-  v1::CoordinatorMessage msg;
-  ASSERT_TRUE(s0->Read(&msg));
+  const std::string id = StartOnW0(&c0, &s0);
   auto open = [&](Held& h) { return OpenUpload(id, h); };
   Held first, second;
   ASSERT_TRUE(open(first));

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace frameworm {
 
 StallGuard::StallGuard(grpc::ClientContext* ctx, absl::Duration stall,
@@ -23,9 +25,19 @@ void StallGuard::Progress() {
   last_ = absl::Now();
 }
 
-bool StallGuard::stalled() const {
-  absl::MutexLock l(&mu_);
-  return stalled_;
+absl::Status StallGuard::Ended() const {
+  {
+    absl::MutexLock l(&mu_);
+    if (stalled_) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no chunk for ", absl::FormatDuration(stall_), " (the source stalled)"));
+    }
+  }
+  if (stop_.load()) return absl::CancelledError("the worker is shutting down");
+  if (abort_ != nullptr && abort_->load()) {
+    return absl::AbortedError("another stream of this fetch failed");
+  }
+  return absl::OkStatus();
 }
 
 void StallGuard::Watch() {

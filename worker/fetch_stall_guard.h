@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/client_context.h"
@@ -34,8 +35,12 @@ class StallGuard {
   StallGuard(const StallGuard&) = delete;
   StallGuard& operator=(const StallGuard&) = delete;
 
-  void Progress();        // a chunk came
-  bool stalled() const;   // it cancelled the call for want of a chunk
+  void Progress();  // a chunk came
+  // Why the call was ended early, checked once the reader stops: OK when
+  // nothing asked for it; DEADLINE_EXCEEDED (no chunk for `stall`: the
+  // source stalled), CANCELLED (`stop`: the worker is shutting down) or
+  // ABORTED (`abort`: another stream of this fetch failed).
+  absl::Status Ended() const;
 
  private:
   void Watch();

@@ -82,17 +82,6 @@ v1::FetchCheckpointRequest RequestFor(const HeldCheckpoint& h) {
   return req;
 }
 
-// Why a guarded read ended early: OK when the guard did not end it.
-absl::Status GuardedEnd(const StallGuard& guard, absl::Duration stall,
-                        const std::atomic<bool>& stop) {
-  if (guard.stalled()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("no chunk for ", absl::FormatDuration(stall), " (the source stalled)"));
-  }
-  if (stop.load()) return absl::CancelledError("the worker is shutting down");
-  return absl::OkStatus();
-}
-
 absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const TlsFiles* tls,
                       absl::Duration timeout, absl::Duration stall,
                       const std::atomic<bool>& stop) {
@@ -130,7 +119,7 @@ absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const 
     data.swap(*chunk.mutable_data());
     failed = file->Append(std::move(data));
   }
-  if (failed.ok()) failed = GuardedEnd(guard, stall, stop);
+  if (failed.ok()) failed = guard.Ended();
   if (!failed.ok()) {
     ctx.TryCancel();
     reader->Finish();
@@ -194,8 +183,7 @@ absl::Status FetchRange(const std::string& source, const HeldCheckpoint& h, cons
     }
     first = false;
   }
-  if (failed.ok()) failed = GuardedEnd(guard, stall, stop);
-  if (failed.ok() && abort.load()) failed = absl::AbortedError("another stream of this fetch failed");
+  if (failed.ok()) failed = guard.Ended();
   if (!failed.ok()) {
     ctx.TryCancel();
     reader->Finish();

@@ -249,12 +249,13 @@ class WorkerAgentImpl final : public WorkerAgent {
       Hold(FromProto(c.hold()));
     } else if (c.has_drop()) {
       const bool whole_job = c.drop().step() < 0;
-      for (const HeldCheckpoint& h : holdings_.Remove(c.drop().job_id(), c.drop().step())) {
+      const std::vector<HeldCheckpoint> gone = holdings_.Remove(c.drop().job_id(), c.drop().step());
+      for (const HeldCheckpoint& h : gone) {
         if (whole_job && !h.copied) continue;  // a rank's own file stays
         std::error_code ec;
         std::filesystem::remove(h.path, ec);
       }
-      PersistHoldings();
+      if (!gone.empty()) PersistHoldings();  // a drop of nothing held writes nothing
     }
   }
 

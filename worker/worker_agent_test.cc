@@ -262,6 +262,14 @@ class WorkerAgentTest : public ::testing::Test {
     agent_ = *std::move(agent);
     run_ = std::thread([this] { agent_->Run(); });
   }
+  // Ranks 0 and 1 of job-1, sleeping a minute, reported running.
+  void StartTwoSleepers() {
+    ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("exec sleep 60", 0)));
+    ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("exec sleep 60", 1)));
+    ASSERT_TRUE(coord_->Await([](auto& ms, auto&) {
+      return FindStatus(ms, 0, v1::TASK_RUNNING) && FindStatus(ms, 1, v1::TASK_RUNNING);
+    }));
+  }
   std::vector<std::string> events() {
     absl::MutexLock l(&events_mu_);
     return events_;
@@ -415,11 +423,7 @@ TEST_F(WorkerAgentTest, TaskSpecFieldsBecomeTheTrainersEnvironment) {
 
 TEST_F(WorkerAgentTest, KillTaskFromCoordinator) {
   StartAgent();
-  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("exec sleep 60", 0)));
-  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("exec sleep 60", 1)));
-  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) {
-    return FindStatus(ms, 0, v1::TASK_RUNNING) && FindStatus(ms, 1, v1::TASK_RUNNING);
-  }));
+  StartTwoSleepers();
   v1::CoordinatorMessage kill;
   kill.mutable_kill()->mutable_ref()->set_job_id("job-1");
   kill.mutable_kill()->mutable_ref()->set_generation(1);
@@ -710,11 +714,7 @@ TEST_F(WorkerAgentTest, HeartbeatsGoOutBetweenTheStacksOfRanks) {
   const std::string saved = old == nullptr ? "/usr/bin:/bin" : old;
   ::setenv("PATH", (bin + ":" + saved).c_str(), 1);
   StartAgent();
-  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("exec sleep 60", 0)));
-  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("exec sleep 60", 1)));
-  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) {
-    return FindStatus(ms, 0, v1::TASK_RUNNING) && FindStatus(ms, 1, v1::TASK_RUNNING);
-  }));
+  StartTwoSleepers();
   v1::CoordinatorMessage dump;
   dump.mutable_dump()->mutable_ref()->set_job_id("job-1");
   dump.mutable_dump()->mutable_ref()->set_generation(1);
