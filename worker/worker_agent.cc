@@ -23,6 +23,7 @@
 #include "worker/checkpoint_fetcher.h"
 #include "worker/coordinator_values.h"
 #include "worker/checkpoint_holdings.h"
+#include "worker/fetch_journal.h"
 #include "worker/holdings_file.h"
 #include "worker/peer_service.h"
 #include "worker/stack_dump.h"
@@ -92,10 +93,23 @@ class WorkerAgentImpl final : public WorkerAgent {
         backoff_(o.initial_backoff),
         fetcher_(
             [this](HeldCheckpoint& h, const std::atomic<bool>& stop) {
-              return FetchCheckpointFrom(h, options_.tls ? &*options_.tls : nullptr,
-                                         options_.fetch_timeout, stop, &h.copied);
+              // Noted first, so that a worker killed mid-fetch removes the
+              // partial file at its next start (worker/fetch_journal.h); a
+              // note that cannot be written costs only that.
+              std::error_code ec;
+              std::filesystem::create_directories(options_.work_dir, ec);
+              (void)NoteFetchStarted(JournalPath(), h.path);
+              absl::Status s = FetchCheckpointFrom(h, options_.tls ? &*options_.tls : nullptr,
+                                                   options_.fetch_timeout, stop, &h.copied);
+              NoteFetchEnded(JournalPath());
+              return s;
             },
             [this] { Wake(); }) {
+    // What a fetch this worker was killed in left (worker/fetch_journal.h).
+    for (const std::string& gone : RemoveStalePartials(JournalPath())) {
+      Event(absl::StrCat("frameworm-worker ", o.name, ": removed ", gone,
+                         ", the partial copy of a fetch cut short when it last ran"));
+    }
     // What this worker held before a restart (worker/holdings_file.h).
     absl::StatusOr<std::vector<HeldCheckpoint>> kept = ReadHoldingsFile(HoldingsPath());
     if (!kept.ok()) Event(absl::StrCat("frameworm-worker ", o.name, ": ", kept.status().message()));
@@ -355,6 +369,7 @@ class WorkerAgentImpl final : public WorkerAgent {
   }
 
   std::string HoldingsPath() const { return options_.work_dir + "/holdings"; }
+  std::string JournalPath() const { return options_.work_dir + "/fetching"; }
   // The holdings as they are now, for the next start; a failure is an
   // event (the copies are still held, only a restart would forget them).
   void PersistHoldings() {

@@ -15,8 +15,10 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/log_cap.h"
 #include "common/received_file.h"
 #include "absl/synchronization/mutex.h"
@@ -26,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "proto/rank_env_proto.h"
 #include "rpc/rpc.h"
+#include "worker/fetch_journal.h"
 
 namespace frameworm {
 namespace {
@@ -534,6 +537,23 @@ TEST_F(WorkerAgentTest, WhatIsNotReceiptedIsSentAgainOnTheNextSession) {
 namespace frameworm {
 namespace {
 
+// A loopback TCP socket that listens and never speaks (a source that
+// never answers): its fd (-1 on failure) and "127.0.0.1:<port>".
+int ListenSilently(std::string* endpoint) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::listen(fd, 4) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  *endpoint = absl::StrCat("127.0.0.1:", ntohs(a.sin_port));
+  return fd;
+}
+
 v1::CoordinatorMessage HoldCmd(const std::string& path, int64_t step, const std::string& data,
                                std::vector<std::string> sources = {}) {
   v1::CoordinatorMessage m;
@@ -662,15 +682,9 @@ TEST_F(WorkerAgentTest, HoldsServeFetchAndDropCheckpointCopies) {
 TEST_F(WorkerAgentTest, ARankWaitingForAFetchCanBeKilledAndAFailedFetchIsAnswered) {
   fetch_timeout_ = absl::Seconds(3);
   StartAgent();
-  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);  // listens, never speaks
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::listen(silent, 4), 0);
-  ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const std::string source = absl::StrCat("127.0.0.1:", ntohs(a.sin_port));
+  std::string source;
+  const int silent = ListenSilently(&source);
+  ASSERT_GE(silent, 0);
   const std::string copy = dir_ + "/ck/ckpt-5.pt";
   ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy, 5, "abc", {source})));
   RankEnv env = TaskEnv(0);
@@ -811,6 +825,56 @@ TEST_F(WorkerAgentTest, ARestartedWorkerReportsTheCopiesItStillHolds) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/ck/ckpt-10.pt"));
   reg = restart(3);
   EXPECT_EQ(reg.held_size(), 0);
+}
+
+}  // namespace
+}  // namespace frameworm
+
+namespace frameworm {
+namespace {
+
+// A worker killed in the middle of a fetch left a partial file beside the
+// copy's path; its next start removes it (worker/fetch_journal.h), and
+// nothing else: not another process's partial, not another step's, not a
+// complete copy. A fetch in progress is noted, and the note goes with it.
+TEST_F(WorkerAgentTest, AWorkerKilledMidFetchRemovesItsPartialAtTheNextStart) {
+  const std::string ck = dir_ + "/ck";
+  std::filesystem::create_directories(ck);
+  std::filesystem::create_directories(dir_ + "/work");
+  const std::string copy = ck + "/ckpt-7.pt";
+  ASSERT_TRUE(NoteFetchStarted(dir_ + "/work/fetching", copy).ok());
+  const std::string pid = std::to_string(::getpid());
+  const std::vector<std::string> stale = {copy + ".partial-" + pid + "-0",
+                                          copy + ".partial-" + pid + "-12"};
+  const std::vector<std::string> kept = {copy, copy + ".partial-1-0",
+                                         ck + "/ckpt-8.pt.partial-" + pid + "-0",
+                                         copy + ".partial-" + pid + "-x"};
+  for (const auto& f : stale) std::ofstream(f) << "half";
+  for (const auto& f : kept) std::ofstream(f) << "keep";
+  fetch_timeout_ = absl::Seconds(3);
+  StartAgent();
+  for (const auto& f : stale) EXPECT_FALSE(std::filesystem::exists(f)) << f;
+  for (const auto& f : kept) EXPECT_TRUE(std::filesystem::exists(f)) << f;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/work/fetching"));
+  EXPECT_THAT(absl::StrJoin(events(), "\n"), HasSubstr(stale[0] + ", the partial copy"));
+
+  // A fetch from a source that never answers: noted while it runs, the
+  // note gone once it failed.
+  std::string source;
+  const int silent = ListenSilently(&source);
+  ASSERT_GE(silent, 0);
+  const std::string other = ck + "/ckpt-9.pt";
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(other, 9, "abc", {source})));
+  std::string note;
+  for (int i = 0; i < 100 && note.empty(); ++i) {
+    std::ifstream in(dir_ + "/work/fetching");
+    std::getline(in, note);
+    if (note.empty()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(note, absl::StrCat("v1\t", pid, "\t", absl::BytesToHexString(other)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindHeld(ms, 9); }, absl::Seconds(20)));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/work/fetching"));
+  ::close(silent);
 }
 
 }  // namespace
