@@ -846,7 +846,7 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
   std::map<int64_t, std::vector<std::string>> steps_before;
   {
     absl::MutexLock l(&mu_);
-    absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(in.ref());
+    absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(in.ref(), /*writes=*/true);
     if (!job.ok()) return job.status();
     if (in.step() < 0 || in.bytes() < 0 || in.checksum().size() > 128) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -990,7 +990,7 @@ Coordinator::BeginCheckpointUpload(const v1::JobRef& ref, int64_t step,
   std::set<int64_t> recorded;
   {
     absl::MutexLock l(&mu_);
-    absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(ref);
+    absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(ref, /*writes=*/true);
     if (!job.ok()) return job.status();
     for (const v1::CheckpointRecord& r : checkpoints_.List(ref.job_id())) {
       recorded.insert(r.step());

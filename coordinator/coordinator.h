@@ -282,7 +282,8 @@ class Coordinator {
   void ReportStepsAsync(const v1::StepReports& batch, ReportDone done);
   // ReportStepAsync, waiting for `done`. Blocks until the commit.
   absl::StatusOr<v1::ReportStepResponse> ReportStep(const v1::StepMetrics& m);
-  // Records a complete checkpoint (rank 0) and applies retention; returns
+  // Records a complete checkpoint (rank 0's token only: another rank's is
+  // PERMISSION_DENIED) and applies retention; returns
   // the expired paths (the coordinator deletes only its own copies of
   // them; rank 0 deletes its files). A step with an uploaded copy must
   // report that copy's size (0: the copy's is taken). Errors as
@@ -301,7 +302,8 @@ class Coordinator {
   // see checkpoint_copies.h). The job's copies of steps it has no record
   // of (uploaded, never reported) are removed first, so uploads that are
   // never reported cannot fill the disk. Errors as ReportStep (the ref must
-  // name the job's current generation), and CheckpointCopies::Begin's.
+  // name the job's current generation and carry rank 0's token), and
+  // CheckpointCopies::Begin's.
   absl::StatusOr<std::unique_ptr<ReceivedFile>> BeginCheckpointUpload(
       const v1::JobRef& ref, int64_t step, int64_t total_bytes);
   // The coordinator's copy of the checkpoint the job reported at `path`,

@@ -293,6 +293,43 @@ TEST_F(CoordinatorTest, CheckpointRetentionDeletesOnlyTheCoordinatorsCopies) {
   EXPECT_EQ(coord_->ListCheckpoints(id)->size(), 2u);
 }
 
+// Rank 0 saves the job's checkpoints; every rank loads them. Another
+// rank's token may fetch a copy or report a bad one, never upload a copy or
+// record a checkpoint (it would replace what rank 0 saved).
+TEST_F(CoordinatorTest, OnlyRankZeroUploadsOrRecordsCheckpoints) {
+  AddWorker("w0", 2);
+  const std::string id = Submit(Spec(1, 2));
+  std::filesystem::create_directories(dir_ + "/checkpoints/" + id);
+  const std::string p = CkptPath(id, 10);
+  std::ofstream(p) << "data";
+  v1::JobRef ref;
+  ref.set_job_id(id);
+  ref.set_generation(1);
+  ref.set_token(TokenOf(id, 1, 1));
+  auto refused = coord_->BeginCheckpointUpload(ref, 10, 4);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.status().message().find("rank 1 of job " + id), std::string::npos);
+  EXPECT_NE(refused.status().message().find("only rank 0"), std::string::npos);
+  v1::CheckpointRecord r;
+  *r.mutable_ref() = ref;
+  r.set_step(10);
+  r.set_path(p);
+  r.set_bytes(4);
+  r.set_checksum(Crc32Text(0xadf3f363u));  // crc32("data")
+  EXPECT_EQ(coord_->ReportCheckpoint(r).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(coord_->ListCheckpoints(id)->empty());
+  // Rank 0's upload and record go through; rank 1 reads the copy.
+  v1::JobRef zero = ref;
+  zero.set_token(TokenOf(id, 1, 0));
+  auto up = coord_->BeginCheckpointUpload(zero, 10, 4);
+  ASSERT_TRUE(up.ok()) << up.status();
+  ASSERT_TRUE((*up)->Append("data").ok());
+  ASSERT_TRUE((*up)->Commit(Crc32Text(0xadf3f363u)).ok());
+  ASSERT_TRUE(Checkpoint(id, 1, 10, p).ok());
+  EXPECT_TRUE(coord_->CheckpointCopyOf(ref, p).ok());
+  EXPECT_EQ(coord_->ListCheckpoints(id)->size(), 1u);
+}
+
 // Copies uploaded and never reported do not pile up: each new upload
 // removes the job's copies of steps it has no record of; recorded steps'
 // copies stay.

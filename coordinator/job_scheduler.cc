@@ -889,7 +889,7 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
 }
 
 absl::StatusOr<const Job*> JobScheduler::CheckpointTarget(
-    const v1::JobRef& ref) const {
+    const v1::JobRef& ref, bool writes) const {
   const Job* job = Find(ref.job_id());
   if (!job)
     return absl::NotFoundError(absl::StrCat("no job '", PrintableLine(ref.job_id(), 64), "'"));
@@ -898,13 +898,21 @@ absl::StatusOr<const Job*> JobScheduler::CheckpointTarget(
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job->id, " has not started: no checkpoint can belong to it yet"));
   }
-  // Any rank of the current generation may fetch; rank 0 writes.
-  bool known = false;
-  for (const RankState& r : job->ranks) known = TokensEqual(ref.token(), r.task.token()) || known;
-  if (!known) {
+  // Any rank of the current generation may fetch; rank 0 writes. Every
+  // token is compared (no early exit on a match).
+  int caller = -1;
+  for (const RankState& r : job->ranks) {
+    if (TokensEqual(ref.token(), r.task.token())) caller = r.task.rank();
+  }
+  if (caller < 0) {
     return absl::PermissionDeniedError(absl::StrCat(
         "checkpoint call for job ", job->id, " generation ", job->generation,
         " without a FRAMEWORM_TOKEN of that generation"));
+  }
+  if (writes && caller != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "rank ", caller, " of job ", job->id, " cannot upload or record a checkpoint: only rank 0 "
+        "saves the job's checkpoints (every rank loads them)"));
   }
   return job;
 }

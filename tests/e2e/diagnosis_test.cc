@@ -328,6 +328,10 @@ TEST(DiagnosisE2E, AStoppedRankOfAPythonEntrypointIsNamedFromItsReports) {
     }
     EXPECT_NE(paced.find("report pacing checks passed"), std::string::npos) << "rank " << r << ":\n" << paced;
   }
+  // Rank 1, told of the same checkpoint, tried to register one of its own
+  // and was refused: only rank 0 saves (PERMISSION_DENIED).
+  const std::string rank1_log = c->Cli({"logs", *id, "--rank", "1"}).output;
+  EXPECT_NE(rank1_log.find("rank 1's checkpoint refused"), std::string::npos) << rank1_log;
   // Five steps later rank 0 saves one in memory: the newest, so the one the
   // restart resumes from.
   const std::string memory_step = std::to_string(std::stoll(after_step) + 5);
