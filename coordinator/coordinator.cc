@@ -116,7 +116,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
       clock_(clock),
       owned_store_(std::move(owned)),
       store_(store),
-      tensorboard_((fs::path(options.state_dir) / "tensorboard").string()),
+      tensorboard_((fs::path(options.state_dir) / "tensorboard").string(), &store_),
       writer_(MetricWriter::Create(
           &store_, [this](const std::vector<MetricRow>& rows) { tensorboard_.Append(rows); })),
       logs_({.root = (fs::path(options.state_dir) / "logs").string(),

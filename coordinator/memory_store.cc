@@ -225,9 +225,15 @@ absl::StatusOr<std::vector<CheckpointRow>> MemoryStore::LoadCheckpoints(
   return out;
 }
 
+void MemoryStore::FailMetricReads(absl::Status status) {
+  absl::MutexLock l(&mu_);
+  fail_metric_reads_ = std::move(status);
+}
+
 absl::StatusOr<std::vector<MetricRow>> MemoryStore::LoadMetrics(
     const std::string& job_id) {
   absl::MutexLock l(&mu_);
+  if (!fail_metric_reads_.ok()) return fail_metric_reads_;
   std::vector<MetricRow> out;  // the key orders them by step
   for (auto it = metrics_.lower_bound({job_id, INT64_MIN});
        it != metrics_.end() && it->first.first == job_id; ++it)

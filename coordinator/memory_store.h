@@ -6,7 +6,8 @@
 // Fault injection: while FailWrites(s) is set to an error, every write
 // returns `s` and changes nothing (readers still work), like a database
 // whose writes fail; FailWrites(s, "DeleteCheckpoint") fails only that
-// method's writes; FailWrites(OkStatus()) ends it.
+// method's writes; FailWrites(OkStatus()) ends it. FailMetricReads(s):
+// LoadMetrics returns `s` until FailMetricReads(OkStatus()).
 //
 // Thread safety: thread-safe; one absl::Mutex guards every table.
 // Errors: only injected ones, and LoadGeneration's NOT_FOUND.
@@ -32,6 +33,7 @@ class MemoryStore final : public Store {
   MemoryStore& operator=(const MemoryStore&) = delete;
 
   void FailWrites(absl::Status status, std::string only = "") ABSL_LOCKS_EXCLUDED(mu_);
+  void FailMetricReads(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
   // Number of successful writes so far (every Put/Add/Delete/Set/Start/End).
   int64_t writes() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -88,6 +90,7 @@ class MemoryStore final : public Store {
   mutable absl::Mutex mu_;
   absl::Status fail_ ABSL_GUARDED_BY(mu_);
   std::string fail_only_ ABSL_GUARDED_BY(mu_);  // empty: every write
+  absl::Status fail_metric_reads_ ABSL_GUARDED_BY(mu_);
   int64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, JobRow> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<Key, GenerationRow> generations_ ABSL_GUARDED_BY(mu_);

@@ -1,10 +1,13 @@
 #include "coordinator/tensorboard_log.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -103,24 +106,38 @@ std::string TensorBoardLog::Dir(const std::string& job_id) const {
   return (fs::path(root_) / job_id).string();
 }
 
+namespace {
+
+// The record of a completed step (every rank reported); nullopt for a
+// partial step or a row that does not parse.
+std::optional<std::string> StepRecord(const MetricRow& row) {
+  v1::AggregatedStep s;
+  if (!s.ParseFromString(row.aggregate)) return std::nullopt;
+  if (s.rank_step_seconds_size() == 0 || s.ranks_reported() < s.rank_step_seconds_size()) {
+    return std::nullopt;  // its last rank has not reported yet
+  }
+  std::vector<std::pair<std::string, float>> scalars;
+  std::map<std::string, double> mean(s.mean().begin(), s.mean().end());
+  for (const auto& [name, v] : mean) scalars.emplace_back(name, static_cast<float>(v));
+  double slowest = 0;
+  for (double t : s.rank_step_seconds()) slowest = std::max(slowest, t);
+  scalars.emplace_back("step_seconds", static_cast<float>(slowest));
+  if (slowest > 0) {
+    scalars.emplace_back("samples_per_second", static_cast<float>(s.samples() / slowest));
+  }
+  return TfRecord(ScalarEvent(s.unix_ms() / 1000.0, s.step(), scalars));
+}
+
+std::string EventFileName(int64_t stamp) {
+  return absl::StrCat("events.out.tfevents.", stamp, ".frameworm");
+}
+
+}  // namespace
+
 void TensorBoardLog::Append(const std::vector<MetricRow>& rows) {
   std::map<std::string, std::string> records;  // job -> bytes to append
   for (const MetricRow& row : rows) {
-    v1::AggregatedStep s;
-    if (!s.ParseFromString(row.aggregate)) continue;
-    if (s.rank_step_seconds_size() == 0 || s.ranks_reported() < s.rank_step_seconds_size()) {
-      continue;  // its last rank has not reported yet
-    }
-    std::vector<std::pair<std::string, float>> scalars;
-    std::map<std::string, double> mean(s.mean().begin(), s.mean().end());
-    for (const auto& [name, v] : mean) scalars.emplace_back(name, static_cast<float>(v));
-    double slowest = 0;
-    for (double t : s.rank_step_seconds()) slowest = std::max(slowest, t);
-    scalars.emplace_back("step_seconds", static_cast<float>(slowest));
-    if (slowest > 0) {
-      scalars.emplace_back("samples_per_second", static_cast<float>(s.samples() / slowest));
-    }
-    records[row.job_id] += TfRecord(ScalarEvent(s.unix_ms() / 1000.0, s.step(), scalars));
+    if (std::optional<std::string> r = StepRecord(row)) records[row.job_id] += *r;
   }
   if (records.empty()) return;
   absl::MutexLock l(&mu_);
@@ -131,21 +148,79 @@ void TensorBoardLog::Append(const std::vector<MetricRow>& rows) {
       std::error_code ec;
       fs::create_directories(Dir(job), ec);
       const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-      const std::string path = (fs::path(Dir(job)) /
-                                absl::StrCat("events.out.tfevents.",
-                                             static_cast<int64_t>(now), ".frameworm"))
-                                   .string();
-      it = files_.emplace(job, path).first;
+      File file;
+      file.stamp = static_cast<int64_t>(now);
+      file.path = (fs::path(Dir(job)) / EventFileName(file.stamp)).string();
+      it = files_.emplace(job, file).first;
       header = TfRecord(FileVersionEvent(now));
+    } else if (store_ != nullptr &&
+               it->second.bytes - it->second.compacted + static_cast<int64_t>(bytes.size()) >
+                   max_job_bytes_ &&
+               Compact(job, it->second)) {
+      continue;  // the rows were committed: the new file has them
     }
-    std::ofstream f(it->second, std::ios::binary | std::ios::app);
+    std::ofstream f(it->second.path, std::ios::binary | std::ios::app);
     f << header << bytes;
     f.flush();
-    if (!f && failed_.insert(job).second) {
+    if (f) {
+      it->second.bytes += static_cast<int64_t>(header.size() + bytes.size());
+    } else if (failed_.insert(job).second) {
       std::fprintf(stderr, "coordinator: job %s: cannot write TensorBoard events to %s\n",
-                   job.c_str(), it->second.c_str());
+                   job.c_str(), it->second.path.c_str());
     }
   }
+}
+
+bool TensorBoardLog::Compact(const std::string& job, File& file) {
+  absl::StatusOr<std::vector<MetricRow>> rows = store_->LoadMetrics(job);
+  if (!rows.ok()) {
+    if (failed_.insert(job).second) {
+      std::fprintf(stderr, "coordinator: job %s: cannot read its metrics to compact %s: %s\n",
+                   job.c_str(), file.path.c_str(), std::string(rows.status().message()).c_str());
+    }
+    return false;
+  }
+  const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  const int64_t stamp = std::max(static_cast<int64_t>(now), file.stamp + 1);
+  std::string data = TfRecord(FileVersionEvent(now));
+  for (const MetricRow& row : *rows) {
+    if (std::optional<std::string> r = StepRecord(row)) data += *r;
+  }
+  const fs::path dir = Dir(job);
+  const fs::path tmp = dir / ".compacting";
+  const fs::path path = dir / EventFileName(stamp);
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << data;
+    f.flush();
+    if (!f) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      if (failed_.insert(job).second) {
+        std::fprintf(stderr, "coordinator: job %s: cannot write TensorBoard events to %s\n",
+                     job.c_str(), tmp.c_str());
+      }
+      return false;
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return false;
+  }
+  // Every other event file of the job: the one replaced, and those of
+  // earlier coordinator runs.
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (it->path() != path && name.rfind("events.out.tfevents.", 0) == 0) {
+      std::error_code rm;
+      fs::remove(it->path(), rm);
+    }
+  }
+  file = {path.string(), stamp, static_cast<int64_t>(data.size()),
+          static_cast<int64_t>(data.size())};
+  return true;
 }
 
 void TensorBoardLog::RemoveJob(const std::string& job_id) {

@@ -3,11 +3,13 @@
 // package reads a real job's files in tests/e2e/cluster_test.cc.)
 #include "coordinator/tensorboard_log.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "coordinator/memory_store.h"
 #include "coordinator/test_dir.h"
 #include "gtest/gtest.h"
 
@@ -87,6 +89,96 @@ TEST(TensorBoardLog, AnUnwritableDirectoryLosesOnlyTheFiles) {
   tb.Append({Row("job-1", 1, 1, 1, 1.0)});  // logged, not thrown
   tb.Append({Row("job-1", 2, 1, 1, 1.0)});
   EXPECT_TRUE(fs::is_regular_file(root + "/job-1"));
+  fs::remove_all(root);
+}
+
+// The step of a scalar event: field 2 (varint), right after wall_time
+// (field 1, a fixed64: tag 0x09 and 8 bytes).
+int64_t StepOf(const std::string& event) {
+  if (event.size() < 11 || event[0] != 0x09 || event[9] != 0x10) return -1;
+  int64_t v = 0;
+  for (size_t i = 10, shift = 0; i < event.size(); ++i, shift += 7) {
+    v |= static_cast<int64_t>(event[i] & 0x7f) << shift;
+    if (!(event[i] & 0x80)) break;
+  }
+  return v;
+}
+
+std::vector<fs::path> EventFiles(const std::string& dir) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
+  return files;
+}
+
+// A long job's directory stays bounded: past max_job_bytes of appended
+// records the file is rewritten from the store's (thinned) history, and the
+// event files of earlier coordinator runs go with the replaced one.
+TEST(TensorBoardLog, ALongJobsFileIsCompactedFromTheThinnedStore) {
+  const std::string root = FreshTestDir("tb-compact");
+  MemoryStore store;
+  constexpr int64_t kCap = 4000;  // about 60 records
+  TensorBoardLog tb(root, &store, kCap);
+  fs::create_directories(tb.Dir("job-1"));
+  const std::string earlier = tb.Dir("job-1") + "/events.out.tfevents.1.frameworm";
+  std::ofstream(earlier) << "an earlier run's file";
+  int64_t largest = 0;
+  for (int64_t step = 1; step <= 1000; ++step) {
+    const MetricRow row = Row("job-1", step, 1, 1, 1.0 / step);
+    ASSERT_TRUE(store.PutMetrics({row}).ok());
+    tb.Append({row});
+    // The coordinator's thinning (MetricAggregator::Thin): past 100 stored
+    // steps, every other one goes, the newest kept.
+    if (std::vector<MetricRow> kept = *store.LoadMetrics("job-1"); kept.size() > 100) {
+      std::vector<int64_t> thin;
+      for (size_t i = kept.size() % 2; i + 1 < kept.size(); i += 2) thin.push_back(kept[i].step);
+      ASSERT_TRUE(store.DeleteMetrics("job-1", thin).ok());
+    }
+    for (const fs::path& f : EventFiles(tb.Dir("job-1"))) {
+      largest = std::max<int64_t>(largest, static_cast<int64_t>(fs::file_size(f)));
+    }
+  }
+  const std::vector<fs::path> files = EventFiles(tb.Dir("job-1"));
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_FALSE(fs::exists(earlier));
+  const std::vector<std::string> records = ReadRecords(files[0].string());
+  ASSERT_GT(records.size(), 2u);
+  size_t record = 0;  // the largest record, framing included
+  for (const std::string& r : records) record = std::max(record, r.size() + 16);
+  // At most the cap plus one compacted history of at most 101 steps.
+  EXPECT_LE(largest, kCap + static_cast<int64_t>(record * 102));
+  EXPECT_NE(records[0].find("brain.Event:2"), std::string::npos);
+  std::vector<int64_t> steps;
+  for (size_t i = 1; i < records.size(); ++i) steps.push_back(StepOf(records[i]));
+  EXPECT_TRUE(std::is_sorted(steps.begin(), steps.end()));
+  EXPECT_EQ(steps.back(), 1000);
+  EXPECT_EQ(std::count(steps.begin(), steps.end(), 2), 0) << "step 2 was thinned";
+  EXPECT_LT(steps.size(), 101u + kCap / 40);
+  EXPECT_GT(steps.back() - steps.front(), 500) << "the history spans the run";
+  fs::remove_all(root);
+}
+
+// A store that cannot be read leaves the file as it is, growing: nothing
+// appended is lost, and the next compaction works again.
+TEST(TensorBoardLog, AStoreThatCannotBeReadLeavesTheFileGrowing) {
+  const std::string root = FreshTestDir("tb-noread");
+  MemoryStore store;
+  TensorBoardLog tb(root, &store, 1000);
+  store.FailMetricReads(absl::UnavailableError("disk gone"));
+  for (int64_t step = 1; step <= 60; ++step) {
+    const MetricRow row = Row("job-1", step, 1, 1, 1.0);
+    ASSERT_TRUE(store.PutMetrics({row}).ok());
+    tb.Append({row});
+  }
+  std::vector<fs::path> files = EventFiles(tb.Dir("job-1"));
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(ReadRecords(files[0].string()).size(), 61u);  // every step, after the version
+  store.FailMetricReads(absl::OkStatus());
+  const MetricRow row = Row("job-1", 61, 1, 1, 1.0);
+  ASSERT_TRUE(store.PutMetrics({row}).ok());
+  tb.Append({row});
+  files = EventFiles(tb.Dir("job-1"));
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(ReadRecords(files[0].string()).size(), 62u);  // rewritten from the store's 61
   fs::remove_all(root);
 }
 
