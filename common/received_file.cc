@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/printable.h"
 #include "common/crc32.h"
+#include "common/token.h"
 
 namespace frameworm {
 namespace fs = std::filesystem;
@@ -64,6 +65,11 @@ absl::Status CheckJobIdComponent(const std::string& id) {
   return absl::OkStatus();
 }
 
+const std::string& PartialTag() {
+  static const std::string tag = absl::StrCat(::getpid(), ".", NewToken().substr(0, 8));
+  return tag;
+}
+
 absl::StatusOr<std::unique_ptr<ReceivedFile>> ReceivedFile::Create(const std::string& path,
                                                                    int64_t expected_bytes) {
   if (expected_bytes < 0) {
@@ -73,7 +79,7 @@ absl::StatusOr<std::unique_ptr<ReceivedFile>> ReceivedFile::Create(const std::st
   static std::atomic<uint64_t> counter{0};
   auto in = std::unique_ptr<ReceivedFile>(new ReceivedFile());
   in->final_ = path;
-  in->partial_ = absl::StrCat(path, ".partial-", ::getpid(), "-", counter.fetch_add(1));
+  in->partial_ = absl::StrCat(path, ".partial-", PartialTag(), "-", counter.fetch_add(1));
   in->expected_ = expected_bytes;
   in->crc_ = 0;
   std::error_code ec;

@@ -1,6 +1,7 @@
 // A file that arrives in chunks over the network (a checkpoint copy) and
 // becomes visible only once it is whole and its checksum matched: bytes go
-// to "<path>.partial-<n>" (created new, never through an existing file),
+// to "<path>.partial-<PartialTag()>-<n>" (created new, never through an
+// existing file),
 // Commit checks the size and the CRC-32, fsyncs, renames it over `path` and
 // fsyncs the directory. Destroying it before Commit removes the partial file.
 //
@@ -49,6 +50,11 @@ bool FileMatches(const std::string& path, int64_t bytes, const std::string& chec
 // The size and CRC-32 text of the file at `path` (reads all of it).
 // Errors: NOT_FOUND (cannot open), INTERNAL (a read failed).
 absl::StatusOr<std::pair<int64_t, std::string>> FileChecksum(const std::string& path);
+
+// "<pid>.<8 random hex digits>", the same for the whole process: names
+// this process's partial files, telling them from those of another process
+// even one with the same pid (another container sharing the directory).
+const std::string& PartialTag();
 
 // OK when `job_id` is safe as one path component: 1-64 characters of
 // [A-Za-z0-9_.-], not "." or "..".

@@ -116,7 +116,10 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
       clock_(clock),
       owned_store_(std::move(owned)),
       store_(store),
-      tensorboard_((fs::path(options.state_dir) / "tensorboard").string(), &store_),
+      // Compacted from the store's thinned history; never when it keeps
+      // every step (its rewrite would grow with the run).
+      tensorboard_((fs::path(options.state_dir) / "tensorboard").string(),
+                   options.metric_history > 0 ? &store_ : nullptr),
       writer_(MetricWriter::Create(
           &store_, [this](const std::vector<MetricRow>& rows) { tensorboard_.Append(rows); })),
       logs_({.root = (fs::path(options.state_dir) / "logs").string(),
@@ -953,7 +956,7 @@ absl::Status Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& bad) {
   int64_t step = -1;
   {
     absl::MutexLock l(&mu_);
-    absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(bad.ref());
+    absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(bad.ref(), /*writes=*/false);
     if (!job.ok()) return job.status();
     if (bad.path().empty() || bad.path() != (*job)->resume_from) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -1008,7 +1011,7 @@ absl::StatusOr<std::string> Coordinator::CheckpointCopyOf(
   int64_t step = -1;
   {
     absl::MutexLock l(&mu_);
-    absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(ref);
+    absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(ref, /*writes=*/false);
     if (!job.ok()) return job.status();
     for (const auto& c : checkpoints_.List(ref.job_id()))
       if (c.path() == path) step = c.step();

@@ -901,8 +901,10 @@ absl::StatusOr<const Job*> JobScheduler::CheckpointTarget(
   // Any rank of the current generation may fetch; rank 0 writes. Every
   // token is compared (no early exit on a match).
   int caller = -1;
-  for (const RankState& r : job->ranks) {
-    if (TokensEqual(ref.token(), r.task.token())) caller = r.task.rank();
+  for (size_t i = 0; i < job->ranks.size(); ++i) {
+    if (!ref.token().empty() && TokensEqual(ref.token(), job->ranks[i].task.token())) {
+      caller = static_cast<int>(i);
+    }
   }
   if (caller < 0) {
     return absl::PermissionDeniedError(absl::StrCat(

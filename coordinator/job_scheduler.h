@@ -156,7 +156,7 @@ class JobScheduler {
   // of the current generation. Any rank may read (fetch a copy, report a
   // bad one); only rank 0 writes (uploads a copy, records a checkpoint):
   // `writes` with another rank's token is PERMISSION_DENIED naming it.
-  absl::StatusOr<const Job*> CheckpointTarget(const v1::JobRef& ref, bool writes = false) const;
+  absl::StatusOr<const Job*> CheckpointTarget(const v1::JobRef& ref, bool writes) const;
   // A checkpoint of `step` was recorded: the pending request it satisfies
   // is done, the every_n_minutes timer restarts.
   void CheckpointRecorded(const std::string& job_id, int64_t step);

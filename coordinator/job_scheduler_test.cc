@@ -464,14 +464,14 @@ TEST_F(JobSchedulerTest, StepReportsFeedMetricsAndProgress) {
   m.mutable_ref()->set_generation(2);
   EXPECT_EQ(jobs_->ReportStep(m).status().code(), absl::StatusCode::kAborted);
   v1::JobRef ref = m.ref();
-  EXPECT_EQ(jobs_->CheckpointTarget(ref).status().code(),
+  EXPECT_EQ(jobs_->CheckpointTarget(ref, /*writes=*/false).status().code(),
             absl::StatusCode::kAborted);
   ref.set_generation(1);
-  ASSERT_TRUE(jobs_->CheckpointTarget(ref).ok());
+  ASSERT_TRUE(jobs_->CheckpointTarget(ref, /*writes=*/false).ok());
   jobs_->CheckpointRecorded(id, 6);
   EXPECT_EQ(Get(id).progress.checkpoint_at(), 0);
   ref.set_job_id("job-none");
-  EXPECT_EQ(jobs_->CheckpointTarget(ref).status().code(),
+  EXPECT_EQ(jobs_->CheckpointTarget(ref, /*writes=*/false).status().code(),
             absl::StatusCode::kNotFound);
 }
 

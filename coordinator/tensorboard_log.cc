@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -75,13 +76,24 @@ std::string TfRecord(const std::string& payload) {
   return out;
 }
 
+namespace {
+
+// An Event's wall_time (a double) and step (an int64): how every event
+// with a step starts.
+std::string EventAt(double wall_time, int64_t step) {
+  std::string e;
+  Varint(e, (1 << 3) | 1);
+  LittleEndian<double>(e, wall_time);
+  Varint(e, 2 << 3);
+  Varint(e, static_cast<uint64_t>(step));
+  return e;
+}
+
+}  // namespace
+
 std::string ScalarEvent(double wall_time, int64_t step,
                         const std::vector<std::pair<std::string, float>>& scalars) {
-  std::string e;
-  Varint(e, (1 << 3) | 1);  // wall_time: double
-  LittleEndian<double>(e, wall_time);
-  Varint(e, 2 << 3);  // step: int64
-  Varint(e, static_cast<uint64_t>(step));
+  std::string e = EventAt(wall_time, step);
   std::string summary;
   for (const auto& [tag, value] : scalars) {
     std::string v;
@@ -102,15 +114,30 @@ std::string FileVersionEvent(double wall_time) {
   return e;
 }
 
+std::string SessionStartEvent(double wall_time, int64_t step) {
+  std::string e = EventAt(wall_time, step);
+  std::string log;
+  Varint(log, 1 << 3);  // SessionLog.status
+  Varint(log, 1);       // START
+  LengthDelimited(e, 7, log);  // Event.session_log
+  return e;
+}
+
 std::string TensorBoardLog::Dir(const std::string& job_id) const {
   return (fs::path(root_) / job_id).string();
 }
 
 namespace {
 
+struct StepRecordOf {
+  int64_t step = 0;
+  double wall_time = 0;
+  std::string record;
+};
+
 // The record of a completed step (every rank reported); nullopt for a
 // partial step or a row that does not parse.
-std::optional<std::string> StepRecord(const MetricRow& row) {
+std::optional<StepRecordOf> StepRecord(const MetricRow& row) {
   v1::AggregatedStep s;
   if (!s.ParseFromString(row.aggregate)) return std::nullopt;
   if (s.rank_step_seconds_size() == 0 || s.ranks_reported() < s.rank_step_seconds_size()) {
@@ -125,83 +152,128 @@ std::optional<std::string> StepRecord(const MetricRow& row) {
   if (slowest > 0) {
     scalars.emplace_back("samples_per_second", static_cast<float>(s.samples() / slowest));
   }
-  return TfRecord(ScalarEvent(s.unix_ms() / 1000.0, s.step(), scalars));
+  const double wall = s.unix_ms() / 1000.0;
+  return StepRecordOf{s.step(), wall, TfRecord(ScalarEvent(wall, s.step(), scalars))};
 }
 
+constexpr char kEventPrefix[] = "events.out.tfevents.";
+
 std::string EventFileName(int64_t stamp) {
-  return absl::StrCat("events.out.tfevents.", stamp, ".frameworm");
+  return absl::StrCat(kEventPrefix, stamp, ".frameworm");
 }
+
+// The event files in `dir` and the largest Unix-seconds stamp in their
+// names (0 when none has one).
+std::vector<fs::path> EventFilesIn(const fs::path& dir, int64_t* newest) {
+  std::vector<fs::path> out;
+  *newest = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(kEventPrefix, 0) != 0) continue;
+    out.push_back(it->path());
+    const std::string rest = name.substr(sizeof(kEventPrefix) - 1);
+    int64_t stamp = 0;
+    if (absl::SimpleAtoi(rest.substr(0, rest.find('.')), &stamp)) *newest = std::max(*newest, stamp);
+  }
+  return out;
+}
+
+double Now() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
 }  // namespace
 
 void TensorBoardLog::Append(const std::vector<MetricRow>& rows) {
-  std::map<std::string, std::string> records;  // job -> bytes to append
+  std::map<std::string, std::vector<StepRecordOf>> records;  // by job, in step order
   for (const MetricRow& row : rows) {
-    if (std::optional<std::string> r = StepRecord(row)) records[row.job_id] += *r;
+    if (std::optional<StepRecordOf> r = StepRecord(row)) records[row.job_id].push_back(*r);
   }
   if (records.empty()) return;
   absl::MutexLock l(&mu_);
-  for (const auto& [job, bytes] : records) {
+  for (const auto& [job, steps] : records) {
     auto it = files_.find(job);
-    std::string header;
     if (it == files_.end()) {
       std::error_code ec;
       fs::create_directories(Dir(job), ec);
-      const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
       File file;
-      file.stamp = static_cast<int64_t>(now);
+      const std::vector<fs::path> earlier = EventFilesIn(Dir(job), &file.stamp);
+      // Files of an earlier coordinator run: one compacted file replaces
+      // them (it holds these rows: they were committed).
+      if (!earlier.empty() && store_ != nullptr && Compact(job, file)) {
+        files_.emplace(job, file);
+        continue;
+      }
+      const double now = Now();
+      file.stamp = std::max(static_cast<int64_t>(now), file.stamp + (earlier.empty() ? 0 : 1));
       file.path = (fs::path(Dir(job)) / EventFileName(file.stamp)).string();
+      if (!Write(job, file.path, TfRecord(FileVersionEvent(now)), std::ios::trunc)) continue;
+      file.bytes = static_cast<int64_t>(TfRecord(FileVersionEvent(now)).size());
       it = files_.emplace(job, file).first;
-      header = TfRecord(FileVersionEvent(now));
-    } else if (store_ != nullptr &&
-               it->second.bytes - it->second.compacted + static_cast<int64_t>(bytes.size()) >
-                   max_job_bytes_ &&
-               Compact(job, it->second)) {
-      continue;  // the rows were committed: the new file has them
     }
-    std::ofstream f(it->second.path, std::ios::binary | std::ios::app);
-    f << header << bytes;
-    f.flush();
-    if (f) {
-      it->second.bytes += static_cast<int64_t>(header.size() + bytes.size());
-    } else if (failed_.insert(job).second) {
-      std::fprintf(stderr, "coordinator: job %s: cannot write TensorBoard events to %s\n",
-                   job.c_str(), it->second.path.c_str());
+    File& file = it->second;
+    std::string bytes;
+    int64_t last = file.last_step;
+    for (const StepRecordOf& r : steps) {
+      // A step again (a generation re-running steps after a restart):
+      // TensorBoard drops what it showed from that step on.
+      if (r.step <= last) bytes += TfRecord(SessionStartEvent(r.wall_time, r.step));
+      bytes += r.record;
+      last = r.step;
+    }
+    if (store_ != nullptr &&
+        file.bytes - file.compacted + static_cast<int64_t>(bytes.size()) > max_job_bytes_) {
+      if (Compact(job, file)) continue;  // the rows were committed: the new file has them
+      file.compacted = file.bytes;  // tried again after another max_job_bytes
+    }
+    if (Write(job, file.path, bytes, std::ios::app)) {
+      file.bytes += static_cast<int64_t>(bytes.size());
+      file.last_step = last;
     }
   }
+}
+
+bool TensorBoardLog::Write(const std::string& job, const std::string& path,
+                           const std::string& bytes, std::ios::openmode mode) {
+  std::ofstream f(path, std::ios::binary | mode);
+  f << bytes;
+  f.flush();
+  if (f) return true;
+  if (failed_.insert(job).second) {
+    std::fprintf(stderr, "coordinator: job %s: cannot write TensorBoard events to %s\n",
+                 job.c_str(), path.c_str());
+  }
+  return false;
 }
 
 bool TensorBoardLog::Compact(const std::string& job, File& file) {
   absl::StatusOr<std::vector<MetricRow>> rows = store_->LoadMetrics(job);
   if (!rows.ok()) {
     if (failed_.insert(job).second) {
-      std::fprintf(stderr, "coordinator: job %s: cannot read its metrics to compact %s: %s\n",
-                   job.c_str(), file.path.c_str(), std::string(rows.status().message()).c_str());
+      std::fprintf(stderr, "coordinator: job %s: cannot read its metrics to compact its "
+                   "TensorBoard events: %s\n",
+                   job.c_str(), std::string(rows.status().message()).c_str());
     }
     return false;
   }
-  const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  const double now = Now();
   const int64_t stamp = std::max(static_cast<int64_t>(now), file.stamp + 1);
-  std::string data = TfRecord(FileVersionEvent(now));
+  // The version, then START at step 0: a TensorBoard that showed the old
+  // file drops all of it and shows this history instead.
+  std::string data = TfRecord(FileVersionEvent(now)) + TfRecord(SessionStartEvent(now, 0));
+  int64_t last = 0;
   for (const MetricRow& row : *rows) {
-    if (std::optional<std::string> r = StepRecord(row)) data += *r;
+    if (std::optional<StepRecordOf> r = StepRecord(row)) {
+      data += r->record;
+      last = r->step;
+    }
   }
   const fs::path dir = Dir(job);
   const fs::path tmp = dir / ".compacting";
   const fs::path path = dir / EventFileName(stamp);
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << data;
-    f.flush();
-    if (!f) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      if (failed_.insert(job).second) {
-        std::fprintf(stderr, "coordinator: job %s: cannot write TensorBoard events to %s\n",
-                     job.c_str(), tmp.c_str());
-      }
-      return false;
-    }
+  if (!Write(job, tmp.string(), data, std::ios::trunc)) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    return false;
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
@@ -211,15 +283,12 @@ bool TensorBoardLog::Compact(const std::string& job, File& file) {
   }
   // Every other event file of the job: the one replaced, and those of
   // earlier coordinator runs.
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (it->path() != path && name.rfind("events.out.tfevents.", 0) == 0) {
-      std::error_code rm;
-      fs::remove(it->path(), rm);
-    }
+  int64_t newest = 0;
+  for (const fs::path& old : EventFilesIn(dir, &newest)) {
+    if (old != path) fs::remove(old, ec);
   }
-  file = {path.string(), stamp, static_cast<int64_t>(data.size()),
-          static_cast<int64_t>(data.size())};
+  const int64_t size = static_cast<int64_t>(data.size());
+  file = {path.string(), stamp, size, size, last};
   return true;
 }
 

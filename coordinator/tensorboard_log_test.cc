@@ -9,6 +9,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "coordinator/memory_store.h"
 #include "coordinator/test_dir.h"
 #include "gtest/gtest.h"
@@ -104,6 +107,13 @@ int64_t StepOf(const std::string& event) {
   return v;
 }
 
+// The wall_time of an event (field 1, a fixed64 right at the start).
+double StartWallTime(const std::string& event) {
+  double t = 0;
+  if (event.size() >= 9) std::memcpy(&t, event.data() + 1, 8);
+  return t;
+}
+
 std::vector<fs::path> EventFiles(const std::string& dir) {
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
@@ -147,8 +157,10 @@ TEST(TensorBoardLog, ALongJobsFileIsCompactedFromTheThinnedStore) {
   // At most the cap plus one compacted history of at most 101 steps.
   EXPECT_LE(largest, kCap + static_cast<int64_t>(record * 102));
   EXPECT_NE(records[0].find("brain.Event:2"), std::string::npos);
+  EXPECT_EQ(records[1], SessionStartEvent(StartWallTime(records[1]), 0))
+      << "a compacted file tells TensorBoard to drop what it showed";
   std::vector<int64_t> steps;
-  for (size_t i = 1; i < records.size(); ++i) steps.push_back(StepOf(records[i]));
+  for (size_t i = 2; i < records.size(); ++i) steps.push_back(StepOf(records[i]));
   EXPECT_TRUE(std::is_sorted(steps.begin(), steps.end()));
   EXPECT_EQ(steps.back(), 1000);
   EXPECT_EQ(std::count(steps.begin(), steps.end(), 2), 0) << "step 2 was thinned";
@@ -158,7 +170,8 @@ TEST(TensorBoardLog, ALongJobsFileIsCompactedFromTheThinnedStore) {
 }
 
 // A store that cannot be read leaves the file as it is, growing: nothing
-// appended is lost, and the next compaction works again.
+// appended is lost; the compaction is tried again after another
+// max_job_bytes, and works once the store reads again.
 TEST(TensorBoardLog, AStoreThatCannotBeReadLeavesTheFileGrowing) {
   const std::string root = FreshTestDir("tb-noread");
   MemoryStore store;
@@ -173,12 +186,72 @@ TEST(TensorBoardLog, AStoreThatCannotBeReadLeavesTheFileGrowing) {
   ASSERT_EQ(files.size(), 1u);
   EXPECT_EQ(ReadRecords(files[0].string()).size(), 61u);  // every step, after the version
   store.FailMetricReads(absl::OkStatus());
-  const MetricRow row = Row("job-1", 61, 1, 1, 1.0);
-  ASSERT_TRUE(store.PutMetrics({row}).ok());
-  tb.Append({row});
+  for (int64_t step = 61; step <= 90; ++step) {
+    const MetricRow row = Row("job-1", step, 1, 1, 1.0);
+    ASSERT_TRUE(store.PutMetrics({row}).ok());
+    tb.Append({row});
+  }
   files = EventFiles(tb.Dir("job-1"));
   ASSERT_EQ(files.size(), 1u);
-  EXPECT_EQ(ReadRecords(files[0].string()).size(), 62u);  // rewritten from the store's 61
+  const std::vector<std::string> records = ReadRecords(files[0].string());
+  ASSERT_EQ(records.size(), 92u);  // version, START (compacted), steps 1-90
+  EXPECT_EQ(records[1], SessionStartEvent(StartWallTime(records[1]), 0));
+  for (size_t i = 2; i < records.size(); ++i) EXPECT_EQ(StepOf(records[i]), int64_t(i) - 1);
+  fs::remove_all(root);
+}
+
+// A generation that re-runs steps after a restart: before the first step
+// written again, a SessionLog START at that step, so TensorBoard drops the
+// old points from it on and shows the re-run (the tensorboard package's
+// EventAccumulator, given such a file, keeps steps 1, 2 and the new 3, 4).
+TEST(TensorBoardLog, AStepWrittenAgainIsPrecededByASessionStart) {
+  const std::string root = FreshTestDir("tb-rerun");
+  TensorBoardLog tb(root);
+  tb.Append({Row("job-1", 1, 1, 1, 3.0), Row("job-1", 2, 1, 1, 2.0), Row("job-1", 3, 1, 1, 1.0)});
+  tb.Append({Row("job-1", 3, 1, 1, 1.5), Row("job-1", 4, 1, 1, 1.2)});  // resumed from step 2
+  const std::vector<fs::path> files = EventFiles(tb.Dir("job-1"));
+  ASSERT_EQ(files.size(), 1u);
+  const std::vector<std::string> records = ReadRecords(files[0].string());
+  ASSERT_EQ(records.size(), 7u);
+  EXPECT_EQ(StepOf(records[3]), 3);
+  EXPECT_EQ(records[4], SessionStartEvent(3.0, 3));
+  EXPECT_EQ(StepOf(records[5]), 3);
+  EXPECT_EQ(StepOf(records[6]), 4);
+  fs::remove_all(root);
+}
+
+// A restarted coordinator (a new TensorBoardLog on the same directories)
+// replaces the event files of its earlier runs with one compacted file at
+// its first append, named later than them, so restarts do not pile up
+// files.
+TEST(TensorBoardLog, ARestartedCoordinatorCompactsTheEarlierRunsFiles) {
+  const std::string root = FreshTestDir("tb-restart");
+  MemoryStore store;
+  const std::string dir = root + "/job-1";
+  fs::create_directories(dir);
+  const int64_t future = absl::ToUnixSeconds(absl::Now()) + 1000;  // a clock that went back
+  std::ofstream(absl::StrCat(dir, "/events.out.tfevents.", future, ".frameworm")) << "x";
+  std::ofstream(dir + "/events.out.tfevents.100.frameworm") << "y";
+  for (int64_t step = 1; step <= 3; ++step) {
+    ASSERT_TRUE(store.PutMetrics({Row("job-1", step, 1, 1, 1.0)}).ok());
+  }
+  TensorBoardLog tb(root, &store, 1 << 20);
+  tb.Append({Row("job-1", 3, 1, 1, 1.0)});
+  std::vector<fs::path> files = EventFiles(dir);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].filename().string(),
+            absl::StrCat("events.out.tfevents.", future + 1, ".frameworm"));
+  std::vector<std::string> records = ReadRecords(files[0].string());
+  ASSERT_EQ(records.size(), 5u);  // version, START, steps 1-3
+  EXPECT_EQ(StepOf(records[4]), 3);
+  // The next append goes to that file.
+  ASSERT_TRUE(store.PutMetrics({Row("job-1", 4, 1, 1, 1.0)}).ok());
+  tb.Append({Row("job-1", 4, 1, 1, 1.0)});
+  files = EventFiles(dir);
+  ASSERT_EQ(files.size(), 1u);
+  records = ReadRecords(files[0].string());
+  ASSERT_EQ(records.size(), 6u);
+  EXPECT_EQ(StepOf(records[5]), 4);
   fs::remove_all(root);
 }
 

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/received_file.h"
 #include "worker/checkpoint_holdings.h"
 
 namespace frameworm {
@@ -22,7 +23,7 @@ absl::Status NoteFetchStarted(const std::string& journal, const std::string& tar
   const std::string tmp = absl::StrCat(journal, ".tmp.", ::getpid());
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << "v1\t" << ::getpid() << '\t' << absl::BytesToHexString(target) << '\n';
+    out << "v1\t" << PartialTag() << '\t' << absl::BytesToHexString(target) << '\n';
     out.flush();
     if (!out) {
       std::error_code ec;
@@ -56,8 +57,9 @@ std::vector<std::string> RemoveStalePartials(const std::string& journal) {
   }
   NoteFetchEnded(journal);
   std::vector<absl::string_view> f = absl::StrSplit(line, '\t');
-  int64_t pid = 0;
-  if (f.size() != 3 || f[0] != "v1" || !absl::SimpleAtoi(f[1], &pid) || pid <= 0 ||
+  // The tag: "<pid>.<hex>", nothing a path could be made of.
+  if (f.size() != 3 || f[0] != "v1" || f[1].empty() || f[1].size() > 40 ||
+      f[1].find_first_not_of("0123456789abcdef.") != absl::string_view::npos ||
       f[2].size() % 2 != 0 ||
       f[2].find_first_not_of("0123456789abcdefABCDEF") != absl::string_view::npos) {
     return removed;
@@ -74,7 +76,7 @@ std::vector<std::string> RemoveStalePartials(const std::string& journal) {
   }
   h.path = target;
   if (!CheckHold(h).ok()) return removed;
-  const std::string prefix = absl::StrCat(name, ".partial-", pid, "-");
+  const std::string prefix = absl::StrCat(name, ".partial-", f[1], "-");
   std::error_code ec;
   for (fs::directory_iterator it(fs::path(target).parent_path(), ec), end; !ec && it != end;
        it.increment(ec)) {

@@ -843,10 +843,11 @@ TEST_F(WorkerAgentTest, AWorkerKilledMidFetchRemovesItsPartialAtTheNextStart) {
   std::filesystem::create_directories(dir_ + "/work");
   const std::string copy = ck + "/ckpt-7.pt";
   ASSERT_TRUE(NoteFetchStarted(dir_ + "/work/fetching", copy).ok());
-  const std::string pid = std::to_string(::getpid());
+  const std::string pid = PartialTag();  // this process's: "<pid>.<hex>"
   const std::vector<std::string> stale = {copy + ".partial-" + pid + "-0",
                                           copy + ".partial-" + pid + "-12"};
   const std::vector<std::string> kept = {copy, copy + ".partial-1-0",
+                                         copy + ".partial-" + std::to_string(::getpid()) + ".0-0",
                                          ck + "/ckpt-8.pt.partial-" + pid + "-0",
                                          copy + ".partial-" + pid + "-x"};
   for (const auto& f : stale) std::ofstream(f) << "half";

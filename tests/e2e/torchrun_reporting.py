@@ -174,18 +174,20 @@ def main():
                 elif state is None:
                     # Only rank 0 saves: another rank's upload is refused by
                     # the coordinator (a file of a step nobody else writes).
+                    mine = reporter.checkpoint_path(step + 2000000)
                     try:
-                        mine = reporter.checkpoint_path(step + 2000000)
                         os.makedirs(os.path.dirname(mine), exist_ok=True)
                         with open(mine, "wb") as f:
                             f.write(b"rank %d" % dist.get_rank())
                         expect_error("PERMISSION_DENIED", reporter.register_checkpoint,
                                      step + 2000000, mine)
-                        os.remove(mine)
                         print(f"rank {dist.get_rank()}'s checkpoint refused", flush=True)
                     except Exception as e:  # the test reads the log
                         print(f"rank {dist.get_rank()}'s checkpoint check FAILED: {e!r}",
                               flush=True)
+                    finally:
+                        if os.path.exists(mine):
+                            os.remove(mine)
             if state is not None and flags[3] and dist.get_rank() == 0:
                 # The restarted generation follows the automatic cadence.
                 reporter.save(step, {"model": net.state_dict(), "optimizer": opt.state_dict(),
