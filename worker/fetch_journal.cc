@@ -19,66 +19,29 @@ namespace frameworm {
 
 namespace fs = std::filesystem;
 
-absl::Status NoteFetchStarted(const std::string& journal, const std::string& target) {
-  const std::string tmp = absl::StrCat(journal, ".tmp.", ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << "v1\t" << PartialTag() << '\t' << absl::BytesToHexString(target) << '\n';
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, journal, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", journal));
-  }
-  return absl::OkStatus();
+namespace {
+
+bool IsHex(absl::string_view s) {
+  return s.size() % 2 == 0 && s.find_first_not_of("0123456789abcdefABCDEF") == absl::string_view::npos;
 }
 
-void NoteFetchEnded(const std::string& journal) {
-  std::error_code ec;
-  fs::remove(journal, ec);
-}
-
-std::vector<std::string> RemoveStalePartials(const std::string& journal) {
-  std::vector<std::string> removed;
-  std::string line;
-  {
-    std::ifstream in(journal);
-    if (!in || !std::getline(in, line)) {
-      NoteFetchEnded(journal);
-      return removed;
-    }
-  }
-  NoteFetchEnded(journal);
-  std::vector<absl::string_view> f = absl::StrSplit(line, '\t');
-  // The tag: "<pid>.<hex>", nothing a path could be made of.
-  if (f.size() != 3 || f[0] != "v1" || f[1].empty() || f[1].size() > 40 ||
-      f[1].find_first_not_of("0123456789abcdef.") != absl::string_view::npos ||
-      f[2].size() % 2 != 0 ||
-      f[2].find_first_not_of("0123456789abcdefABCDEF") != absl::string_view::npos) {
-    return removed;
-  }
-  const std::string target = absl::HexStringToBytes(f[2]);
-  // The hold rules, with any step: the name is ckpt-<step>.pt.
-  const std::string name = fs::path(target).filename().string();
+// OK when `path` is one a hold could name (any step).
+bool HoldablePath(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
   HeldCheckpoint h;
   h.job_id = "journal";
   h.checksum = "crc32:00000000";
-  if (!absl::StartsWith(name, "ckpt-") || !absl::EndsWith(name, ".pt") ||
-      !absl::SimpleAtoi(name.substr(5, name.size() - 8), &h.step)) {
-    return removed;
-  }
-  h.path = target;
-  if (!CheckHold(h).ok()) return removed;
-  const std::string prefix = absl::StrCat(name, ".partial-", f[1], "-");
+  h.path = path;
+  return absl::StartsWith(name, "ckpt-") && absl::EndsWith(name, ".pt") &&
+         absl::SimpleAtoi(name.substr(5, name.size() - 8), &h.step) && CheckHold(h).ok();
+}
+
+// The partial files of `tag` beside `path`: "<name>.partial-<tag>-<n>".
+void RemovePartialsOf(const std::string& path, const std::string& tag,
+                      std::vector<std::string>& removed) {
+  const std::string prefix = absl::StrCat(fs::path(path).filename().string(), ".partial-", tag, "-");
   std::error_code ec;
-  for (fs::directory_iterator it(fs::path(target).parent_path(), ec), end; !ec && it != end;
+  for (fs::directory_iterator it(fs::path(path).parent_path(), ec), end; !ec && it != end;
        it.increment(ec)) {
     const std::string entry = it->path().filename().string();
     uint64_t n = 0;
@@ -89,7 +52,93 @@ std::vector<std::string> RemoveStalePartials(const std::string& journal) {
     if (!fs::is_regular_file(fs::symlink_status(it->path(), in)) || in) continue;
     if (fs::remove(it->path(), in)) removed.push_back(it->path().string());
   }
+}
+
+}  // namespace
+
+std::vector<std::string> FetchJournal::Recover(
+    const std::function<bool(const std::string&)>& held) {
+  std::vector<std::string> removed;
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(path_);
+    std::string line;
+    while (in && std::getline(in, line) && lines.size() < kMaxHeldCheckpoints) {
+      lines.push_back(line);
+    }
+  }
+  for (const std::string& line : lines) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, '\t');
+    int64_t bytes = 0;
+    // The tag: "<pid>.<hex>", nothing a path could be made of.
+    if (f.size() != 6 || f[0] != "v1" || f[1].empty() || f[1].size() > 40 ||
+        f[1].find_first_not_of("0123456789abcdef.") != absl::string_view::npos ||
+        (f[2] != "0" && f[2] != "1") || !absl::SimpleAtoi(f[3], &bytes) ||
+        !IsCrc32Text(std::string(f[4])) || !IsHex(f[5])) {
+      continue;
+    }
+    const std::string target = absl::HexStringToBytes(f[5]);
+    if (!HoldablePath(target)) continue;
+    RemovePartialsOf(target, std::string(f[1]), removed);
+    std::error_code ec;
+    if (f[2] == "1" && !held(target) && fs::is_regular_file(fs::symlink_status(target, ec)) &&
+        FileMatches(target, bytes, std::string(f[4])) && fs::remove(target, ec)) {
+      removed.push_back(target);
+    }
+  }
+  absl::MutexLock l(&mu_);
+  entries_.clear();
+  std::error_code ec;
+  fs::remove(path_, ec);
   return removed;
+}
+
+absl::Status FetchJournal::Started(const std::string& path, int64_t bytes,
+                                   const std::string& checksum) {
+  absl::MutexLock l(&mu_);
+  entries_[path] = Entry{false, bytes, checksum};
+  return WriteLocked();
+}
+
+absl::Status FetchJournal::Copied(const std::string& path) {
+  absl::MutexLock l(&mu_);
+  auto it = entries_.find(path);
+  if (it == entries_.end()) return absl::OkStatus();
+  it->second.copied = true;
+  return WriteLocked();
+}
+
+void FetchJournal::Ended(const std::string& path) {
+  absl::MutexLock l(&mu_);
+  if (entries_.erase(path) == 0) return;
+  (void)WriteLocked();
+}
+
+absl::Status FetchJournal::WriteLocked() {
+  std::error_code ec;
+  if (entries_.empty()) {
+    fs::remove(path_, ec);
+    return absl::OkStatus();
+  }
+  const std::string tmp = absl::StrCat(path_, ".tmp.", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const auto& [path, e] : entries_) {
+      out << "v1\t" << PartialTag() << '\t' << (e.copied ? 1 : 0) << '\t' << e.bytes << '\t'
+          << e.checksum << '\t' << absl::BytesToHexString(path) << '\n';
+    }
+    out.flush();
+    if (!out) {
+      fs::remove(tmp, ec);
+      return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+    }
+  }
+  fs::rename(tmp, path_, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path_));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace frameworm

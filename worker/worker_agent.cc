@@ -8,6 +8,7 @@
 #include <deque>
 #include <optional>
 #include <random>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -91,30 +92,41 @@ class WorkerAgentImpl final : public WorkerAgent {
         stub_(v1::WorkerService::NewStub(MakeChannel(o.coordinator, o.tls ? &*o.tls : nullptr))),
         heartbeat_interval_(o.heartbeat_interval),
         backoff_(o.initial_backoff),
+        journal_(o.work_dir + "/fetching"),
         fetcher_(
             [this](HeldCheckpoint& h, const std::atomic<bool>& stop) {
-              // Noted first, so that a worker killed mid-fetch removes the
-              // partial file at its next start (worker/fetch_journal.h); a
-              // note that cannot be written costs only that.
+              // Noted first, so that a worker killed mid-fetch cleans up at
+              // its next start (worker/fetch_journal.h); a note that cannot
+              // be written costs only that. A copy written stays noted
+              // until FetchesDone put it in the holdings file.
               std::error_code ec;
               std::filesystem::create_directories(options_.work_dir, ec);
-              (void)NoteFetchStarted(JournalPath(), h.path);
+              (void)journal_.Started(h.path, h.bytes, h.checksum);
               absl::Status s = FetchCheckpointFrom(h, options_.tls ? &*options_.tls : nullptr,
                                                    options_.fetch_timeout, stop, &h.copied);
-              NoteFetchEnded(JournalPath());
+              if (s.ok() && h.copied) {
+                (void)journal_.Copied(h.path);
+              } else {
+                journal_.Ended(h.path);
+              }
               return s;
             },
             [this] { Wake(); }) {
-    // What a fetch this worker was killed in left (worker/fetch_journal.h).
-    for (const std::string& gone : RemoveStalePartials(JournalPath())) {
-      Event(absl::StrCat("frameworm-worker ", o.name, ": removed ", gone,
-                         ", the partial copy of a fetch cut short when it last ran"));
-    }
     // What this worker held before a restart (worker/holdings_file.h).
     absl::StatusOr<std::vector<HeldCheckpoint>> kept = ReadHoldingsFile(HoldingsPath());
     if (!kept.ok()) Event(absl::StrCat("frameworm-worker ", o.name, ": ", kept.status().message()));
+    std::set<std::string> held_paths;
     for (const HeldCheckpoint& h : kept.ok() ? *kept : std::vector<HeldCheckpoint>{}) {
-      (void)holdings_.Add(h);
+      if (holdings_.Add(h).ok()) held_paths.insert(h.path);
+    }
+    // What the fetches it was killed in left (worker/fetch_journal.h):
+    // partial files, and copies written but never held. (A holdings file
+    // that could not be read holds nothing: its copies are kept then.)
+    for (const std::string& gone : journal_.Recover([&](const std::string& path) {
+           return !kept.ok() || held_paths.count(path) > 0;
+         })) {
+      Event(absl::StrCat("frameworm-worker ", o.name, ": removed ", gone,
+                         ", left by a fetch cut short when it last ran"));
     }
   }
 
@@ -350,6 +362,7 @@ class WorkerAgentImpl final : public WorkerAgent {
 
   void FetchesDone() {
     for (auto& [h, s] : fetcher_.TakeDone()) {
+      const bool wrote = s.ok() && h.copied;  // this fetch wrote the file
       // A copy this worker fetched stays its own to delete, even when a
       // later hold found it already in place.
       if (std::optional<HeldCheckpoint> have = holdings_.Find(h.job_id, h.step);
@@ -358,6 +371,11 @@ class WorkerAgentImpl final : public WorkerAgent {
       }
       if (s.ok()) s = holdings_.Add(h);
       if (s.ok()) PersistHoldings();
+      if (wrote && !s.ok()) {  // fetched, then not held (full): nothing would delete it
+        std::error_code ec;
+        std::filesystem::remove(h.path, ec);
+      }
+      journal_.Ended(h.path);
       Event(s.ok() ? absl::StrCat("frameworm-worker ", options_.name, ": holds ", h.job_id,
                                   "'s checkpoint of step ", h.step, " (", h.bytes, " bytes, ",
                                   h.copied ? "fetched from " + h.sources.front()
@@ -369,7 +387,6 @@ class WorkerAgentImpl final : public WorkerAgent {
   }
 
   std::string HoldingsPath() const { return options_.work_dir + "/holdings"; }
-  std::string JournalPath() const { return options_.work_dir + "/fetching"; }
   // The holdings as they are now, for the next start; a failure is an
   // event (the copies are still held, only a restart would forget them).
   void PersistHoldings() {
@@ -756,6 +773,7 @@ class WorkerAgentImpl final : public WorkerAgent {
   bool session_broken_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<v1::CoordinatorMessage> commands_ ABSL_GUARDED_BY(mu_);
   // Last: its thread calls Wake() (mu_) and reads options_, so it goes first.
+  FetchJournal journal_;  // thread-safe: the fetcher's thread and the loop
   CheckpointFetcher fetcher_;
 };
 

@@ -29,6 +29,7 @@
 #include "proto/rank_env_proto.h"
 #include "rpc/rpc.h"
 #include "worker/fetch_journal.h"
+#include "worker/holdings_file.h"
 
 namespace frameworm {
 namespace {
@@ -623,6 +624,8 @@ TEST_F(WorkerAgentTest, HoldsServeFetchAndDropCheckpointCopies) {
   EXPECT_EQ(FindStatus(ms, 0, v1::TASK_EXITED)->exit_code(), 0)
       << "the rank started before its checkpoint was fetched";
   EXPECT_THAT(events(), ::testing::Contains(HasSubstr("holds job-1's checkpoint of step 10")));
+  // Held, so no longer noted as a fetch to clean up (worker/fetch_journal.h).
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/work/fetching"));
   std::ifstream in(copy, std::ios::binary);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), data);
   {
@@ -834,30 +837,51 @@ namespace frameworm {
 namespace {
 
 // A worker killed in the middle of a fetch left a partial file beside the
-// copy's path; its next start removes it (worker/fetch_journal.h), and
-// nothing else: not another process's partial, not another step's, not a
-// complete copy. A fetch in progress is noted, and the note goes with it.
-TEST_F(WorkerAgentTest, AWorkerKilledMidFetchRemovesItsPartialAtTheNextStart) {
+// copy's path, or a complete copy it had not yet written to its holdings
+// file; its next start removes them (worker/fetch_journal.h), and nothing
+// else: not another process's partial (another pid, or the same pid with
+// another tag), not another step's, not a copy it holds, not a file that
+// is no longer the copy it wrote. A fetch in progress is noted, and the
+// note goes with it.
+TEST_F(WorkerAgentTest, AWorkerKilledMidFetchCleansUpAtTheNextStart) {
   const std::string ck = dir_ + "/ck";
   std::filesystem::create_directories(ck);
   std::filesystem::create_directories(dir_ + "/work");
-  const std::string copy = ck + "/ckpt-7.pt";
-  ASSERT_TRUE(NoteFetchStarted(dir_ + "/work/fetching", copy).ok());
+  auto crc = [](const std::string& data) {
+    return Crc32Text(UpdateCrc32(crc32(0L, Z_NULL, 0), data));
+  };
+  const std::string copy = ck + "/ckpt-7.pt";        // cut short
+  const std::string unheld = ck + "/ckpt-12.pt";     // written, not yet held
+  const std::string held = ck + "/ckpt-13.pt";       // written and held
+  const std::string replaced = ck + "/ckpt-14.pt";   // written, then replaced
+  {
+    FetchJournal previous(dir_ + "/work/fetching");  // what the killed worker noted
+    ASSERT_TRUE(previous.Started(copy, 4, crc("keep")).ok());
+    for (const auto& [path, data] : {std::pair{unheld, "done"}, {held, "held"}, {replaced, "old!"}}) {
+      std::ofstream(path) << data;
+      ASSERT_TRUE(previous.Started(path, 4, crc(data)).ok());
+      ASSERT_TRUE(previous.Copied(path).ok());
+    }
+    std::ofstream(replaced) << "new!";
+    HeldCheckpoint h{"job-1", 13, held, 4, crc("held"), {}, true, "s3cret"};
+    ASSERT_TRUE(WriteHoldingsFile(dir_ + "/work/holdings", {h}).ok());
+  }
   const std::string pid = PartialTag();  // this process's: "<pid>.<hex>"
   const std::vector<std::string> stale = {copy + ".partial-" + pid + "-0",
-                                          copy + ".partial-" + pid + "-12"};
+                                          copy + ".partial-" + pid + "-12", unheld};
   const std::vector<std::string> kept = {copy, copy + ".partial-1-0",
                                          copy + ".partial-" + std::to_string(::getpid()) + ".0-0",
                                          ck + "/ckpt-8.pt.partial-" + pid + "-0",
-                                         copy + ".partial-" + pid + "-x"};
-  for (const auto& f : stale) std::ofstream(f) << "half";
-  for (const auto& f : kept) std::ofstream(f) << "keep";
+                                         copy + ".partial-" + pid + "-x", held, replaced};
+  for (size_t i = 0; i < 2; ++i) std::ofstream(stale[i]) << "half";
+  for (size_t i = 0; i < 5; ++i) std::ofstream(kept[i]) << "keep";
   fetch_timeout_ = absl::Seconds(3);
   StartAgent();
   for (const auto& f : stale) EXPECT_FALSE(std::filesystem::exists(f)) << f;
   for (const auto& f : kept) EXPECT_TRUE(std::filesystem::exists(f)) << f;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/work/fetching"));
-  EXPECT_THAT(absl::StrJoin(events(), "\n"), HasSubstr(stale[0] + ", the partial copy"));
+  EXPECT_THAT(absl::StrJoin(events(), "\n"), HasSubstr(stale[0] + ", left by a fetch"));
+  EXPECT_THAT(absl::StrJoin(events(), "\n"), HasSubstr(unheld + ", left by a fetch"));
 
   // A fetch from a source that never answers: noted while it runs, the
   // note gone once it failed.
@@ -872,7 +896,8 @@ TEST_F(WorkerAgentTest, AWorkerKilledMidFetchRemovesItsPartialAtTheNextStart) {
     std::getline(in, note);
     if (note.empty()) absl::SleepFor(absl::Milliseconds(20));
   }
-  EXPECT_EQ(note, absl::StrCat("v1\t", pid, "\t", absl::BytesToHexString(other)));
+  EXPECT_EQ(note, absl::StrCat("v1\t", pid, "\t0\t3\t", crc("abc"), "\t",
+                               absl::BytesToHexString(other)));
   ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindHeld(ms, 9); }, absl::Seconds(20)));
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/work/fetching"));
   ::close(silent);
