@@ -40,6 +40,7 @@ struct HeldCheckpoint {
   // such copies, never what a rank wrote or a shared filesystem holds.
   bool copied = false;
   std::string secret;  // required from a peer that fetches it
+  uint64_t fetch_id = 0;  // the agent's note of a fetch (FetchJournal); 0: none
 };
 
 // OK when `h` may be held (the rules above).

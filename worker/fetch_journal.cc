@@ -93,52 +93,60 @@ std::vector<std::string> FetchJournal::Recover(
   return removed;
 }
 
-absl::Status FetchJournal::Started(const std::string& path, int64_t bytes,
-                                   const std::string& checksum) {
+uint64_t FetchJournal::Started(const std::string& path, int64_t bytes,
+                               const std::string& checksum) {
   absl::MutexLock l(&mu_);
-  entries_[path] = Entry{false, bytes, checksum};
-  return WriteLocked();
+  while (entries_.size() >= kMaxHeldCheckpoints) entries_.erase(entries_.begin());
+  const uint64_t id = next_id_++;
+  entries_[id] = Entry{path, false, bytes, checksum};
+  WriteLocked();
+  return id;
 }
 
-absl::Status FetchJournal::Copied(const std::string& path) {
+void FetchJournal::Copied(uint64_t id) {
   absl::MutexLock l(&mu_);
-  auto it = entries_.find(path);
-  if (it == entries_.end()) return absl::OkStatus();
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
   it->second.copied = true;
-  return WriteLocked();
+  WriteLocked();
 }
 
-void FetchJournal::Ended(const std::string& path) {
+void FetchJournal::Ended(uint64_t id) {
   absl::MutexLock l(&mu_);
-  if (entries_.erase(path) == 0) return;
-  (void)WriteLocked();
+  if (entries_.erase(id) == 0) return;
+  WriteLocked();
 }
 
-absl::Status FetchJournal::WriteLocked() {
+absl::Status FetchJournal::error() const {
+  absl::MutexLock l(&mu_);
+  return error_;
+}
+
+void FetchJournal::WriteLocked() {
   std::error_code ec;
   if (entries_.empty()) {
     fs::remove(path_, ec);
-    return absl::OkStatus();
+    return;
   }
   const std::string tmp = absl::StrCat(path_, ".tmp.", ::getpid());
+  absl::Status s;
   {
     std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& [path, e] : entries_) {
+    for (const auto& [id, e] : entries_) {
       out << "v1\t" << PartialTag() << '\t' << (e.copied ? 1 : 0) << '\t' << e.bytes << '\t'
-          << e.checksum << '\t' << absl::BytesToHexString(path) << '\n';
+          << e.checksum << '\t' << absl::BytesToHexString(e.path) << '\n';
     }
     out.flush();
-    if (!out) {
-      fs::remove(tmp, ec);
-      return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
-    }
+    if (!out) s = absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
   }
-  fs::rename(tmp, path_, ec);
-  if (ec) {
+  if (s.ok()) {
+    fs::rename(tmp, path_, ec);
+    if (ec) s = absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path_));
+  }
+  if (!s.ok()) {
     fs::remove(tmp, ec);
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path_));
+    if (error_.ok()) error_ = s;
   }
-  return absl::OkStatus();
 }
 
 }  // namespace frameworm

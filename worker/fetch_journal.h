@@ -7,9 +7,11 @@
 // file is not fsynced: after a power cut it may be gone, and so may what
 // it would have cleaned up on a tmpfs.)
 //
-// A fetch is noted when it starts (Started), marked once its copy is in
-// place (Copied: size and checksum), and un-noted once the agent wrote the
-// copy to the holdings file or gave it up (Ended).
+// A fetch is noted when it starts (Started, which gives it an id: two
+// fetches of one path are two notes), marked once its copy is in place
+// (Copied), and un-noted once the agent wrote the copy to the holdings
+// file or gave it up (Ended). At most kMaxHeldCheckpoints notes: past that
+// the oldest goes.
 //
 // Format: one line per fetch, "v1", the writer's PartialTag() (its pid and
 // a random tag), copied (0/1), bytes, checksum and the copy's path
@@ -49,22 +51,28 @@ class FetchJournal {
   // nothing (for that line).
   std::vector<std::string> Recover(const std::function<bool(const std::string&)>& held);
 
-  // Errors (of writing the file): INTERNAL naming it; the fetch goes on.
-  absl::Status Started(const std::string& path, int64_t bytes, const std::string& checksum);
-  absl::Status Copied(const std::string& path);
-  void Ended(const std::string& path);
+  // The note's id (never 0). A file that cannot be written costs only the
+  // clean-up after a kill: the fetch goes on (the first failure is kept in
+  // error()).
+  uint64_t Started(const std::string& path, int64_t bytes, const std::string& checksum);
+  void Copied(uint64_t id);
+  void Ended(uint64_t id);
+  absl::Status error() const;
 
  private:
   struct Entry {
+    std::string path;
     bool copied = false;
     int64_t bytes = 0;
     std::string checksum;
   };
-  absl::Status WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
-  absl::Mutex mu_;
-  std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);  // by copy path
+  mutable absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);  // by id, oldest first
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace frameworm

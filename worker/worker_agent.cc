@@ -8,7 +8,6 @@
 #include <deque>
 #include <optional>
 #include <random>
-#include <set>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -101,13 +100,13 @@ class WorkerAgentImpl final : public WorkerAgent {
               // until FetchesDone put it in the holdings file.
               std::error_code ec;
               std::filesystem::create_directories(options_.work_dir, ec);
-              (void)journal_.Started(h.path, h.bytes, h.checksum);
+              h.fetch_id = journal_.Started(h.path, h.bytes, h.checksum);
               absl::Status s = FetchCheckpointFrom(h, options_.tls ? &*options_.tls : nullptr,
                                                    options_.fetch_timeout, stop, &h.copied);
               if (s.ok() && h.copied) {
-                (void)journal_.Copied(h.path);
+                journal_.Copied(h.fetch_id);
               } else {
-                journal_.Ended(h.path);
+                journal_.Ended(h.fetch_id);
               }
               return s;
             },
@@ -115,15 +114,14 @@ class WorkerAgentImpl final : public WorkerAgent {
     // What this worker held before a restart (worker/holdings_file.h).
     absl::StatusOr<std::vector<HeldCheckpoint>> kept = ReadHoldingsFile(HoldingsPath());
     if (!kept.ok()) Event(absl::StrCat("frameworm-worker ", o.name, ": ", kept.status().message()));
-    std::set<std::string> held_paths;
     for (const HeldCheckpoint& h : kept.ok() ? *kept : std::vector<HeldCheckpoint>{}) {
-      if (holdings_.Add(h).ok()) held_paths.insert(h.path);
+      (void)holdings_.Add(h);
     }
     // What the fetches it was killed in left (worker/fetch_journal.h):
     // partial files, and copies written but never held. (A holdings file
     // that could not be read holds nothing: its copies are kept then.)
     for (const std::string& gone : journal_.Recover([&](const std::string& path) {
-           return !kept.ok() || held_paths.count(path) > 0;
+           return !kept.ok() || HeldAt(path);
          })) {
       Event(absl::StrCat("frameworm-worker ", o.name, ": removed ", gone,
                          ", left by a fetch cut short when it last ran"));
@@ -370,12 +368,15 @@ class WorkerAgentImpl final : public WorkerAgent {
         h.copied = true;
       }
       if (s.ok()) s = holdings_.Add(h);
-      if (s.ok()) PersistHoldings();
-      if (wrote && !s.ok()) {  // fetched, then not held (full): nothing would delete it
+      // Un-noted once the holdings file lists the copy (or it is given
+      // up); a file that could not be written keeps the note, so a kill
+      // before a later write succeeds still deletes the unlisted copy.
+      const bool listed = s.ok() && PersistHoldings();
+      if (wrote && !s.ok() && !HeldAt(h.path)) {  // fetched, then not held (full)
         std::error_code ec;
         std::filesystem::remove(h.path, ec);
       }
-      journal_.Ended(h.path);
+      if (!s.ok() || listed) journal_.Ended(h.fetch_id);
       Event(s.ok() ? absl::StrCat("frameworm-worker ", options_.name, ": holds ", h.job_id,
                                   "'s checkpoint of step ", h.step, " (", h.bytes, " bytes, ",
                                   h.copied ? "fetched from " + h.sources.front()
@@ -389,12 +390,22 @@ class WorkerAgentImpl final : public WorkerAgent {
   std::string HoldingsPath() const { return options_.work_dir + "/holdings"; }
   // The holdings as they are now, for the next start; a failure is an
   // event (the copies are still held, only a restart would forget them).
-  void PersistHoldings() {
+  bool PersistHoldings() {
     std::error_code ec;
     std::filesystem::create_directories(options_.work_dir, ec);
     if (absl::Status s = WriteHoldingsFile(HoldingsPath(), holdings_.All()); !s.ok()) {
       Event(absl::StrCat("frameworm-worker ", options_.name, ": ", s.message()));
+      return false;
     }
+    return true;
+  }
+  // Whether a held copy (of any job and step) lies at `path`.
+  bool HeldAt(const std::string& path) const {
+    const std::filesystem::path want = std::filesystem::path(path).lexically_normal();
+    for (const HeldCheckpoint& h : holdings_.All()) {
+      if (std::filesystem::path(h.path).lexically_normal() == want) return true;
+    }
+    return false;
   }
 
   void AnswerHold(const HeldCheckpoint& h, const absl::Status& s) {
@@ -772,8 +783,11 @@ class WorkerAgentImpl final : public WorkerAgent {
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
   bool session_broken_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<v1::CoordinatorMessage> commands_ ABSL_GUARDED_BY(mu_);
-  // Last: its thread calls Wake() (mu_) and reads options_, so it goes first.
-  FetchJournal journal_;  // thread-safe: the fetcher's thread and the loop
+  // Thread-safe: the fetcher's thread notes, the loop un-notes; built
+  // before fetcher_, whose thread uses it.
+  FetchJournal journal_;
+  // Last: its thread calls Wake() (mu_) and reads options_ and journal_, so
+  // it goes first.
   CheckpointFetcher fetcher_;
 };
 
