@@ -162,10 +162,12 @@ std::string EventFileName(int64_t stamp) {
   return absl::StrCat(kEventPrefix, stamp, ".frameworm");
 }
 
-// The event files in `dir` and the largest Unix-seconds stamp in their
-// names (0 when none has one).
-std::vector<fs::path> EventFilesIn(const fs::path& dir, int64_t* newest) {
+// The event files in `dir`, and (when `newest` is given) the largest
+// Unix-seconds stamp in their names (0 when none has one).
+std::vector<fs::path> EventFilesIn(const fs::path& dir, int64_t* newest = nullptr) {
   std::vector<fs::path> out;
+  int64_t unused = 0;
+  if (newest == nullptr) newest = &unused;
   *newest = 0;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -206,8 +208,9 @@ void TensorBoardLog::Append(const std::vector<MetricRow>& rows) {
       const double now = Now();
       file.stamp = std::max(static_cast<int64_t>(now), file.stamp + (earlier.empty() ? 0 : 1));
       file.path = (fs::path(Dir(job)) / EventFileName(file.stamp)).string();
-      if (!Write(job, file.path, TfRecord(FileVersionEvent(now)), std::ios::trunc)) continue;
-      file.bytes = static_cast<int64_t>(TfRecord(FileVersionEvent(now)).size());
+      const std::string version = TfRecord(FileVersionEvent(now));
+      if (!Write(job, file.path, version, std::ios::trunc)) continue;
+      file.bytes = static_cast<int64_t>(version.size());
       it = files_.emplace(job, file).first;
     }
     File& file = it->second;
@@ -283,8 +286,7 @@ bool TensorBoardLog::Compact(const std::string& job, File& file) {
   }
   // Every other event file of the job: the one replaced, and those of
   // earlier coordinator runs.
-  int64_t newest = 0;
-  for (const fs::path& old : EventFilesIn(dir, &newest)) {
+  for (const fs::path& old : EventFilesIn(dir)) {
     if (old != path) fs::remove(old, ec);
   }
   const int64_t size = static_cast<int64_t>(data.size());

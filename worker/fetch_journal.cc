@@ -1,9 +1,5 @@
 #include "worker/fetch_journal.h"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -13,17 +9,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/received_file.h"
+#include "common/replace_file.h"
 #include "worker/checkpoint_holdings.h"
+#include "worker/holdings_file.h"
 
 namespace frameworm {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-bool IsHex(absl::string_view s) {
-  return s.size() % 2 == 0 && s.find_first_not_of("0123456789abcdefABCDEF") == absl::string_view::npos;
-}
 
 // OK when `path` is one a hold could name (any step).
 bool HoldablePath(const std::string& path) {
@@ -74,11 +68,11 @@ std::vector<std::string> FetchJournal::Recover(
     if (f.size() != 6 || f[0] != "v1" || f[1].empty() || f[1].size() > 40 ||
         f[1].find_first_not_of("0123456789abcdef.") != absl::string_view::npos ||
         (f[2] != "0" && f[2] != "1") || !absl::SimpleAtoi(f[3], &bytes) ||
-        !IsCrc32Text(std::string(f[4])) || !IsHex(f[5])) {
+        !IsCrc32Text(std::string(f[4]))) {
       continue;
     }
-    const std::string target = absl::HexStringToBytes(f[5]);
-    if (!HoldablePath(target)) continue;
+    std::string target;
+    if (!DecodeHexField(f[5], &target) || !HoldablePath(target)) continue;
     RemovePartialsOf(target, std::string(f[1]), removed);
     std::error_code ec;
     if (f[2] == "1" && !held(target) && fs::is_regular_file(fs::symlink_status(target, ec)) &&
@@ -128,25 +122,12 @@ void FetchJournal::WriteLocked() {
     fs::remove(path_, ec);
     return;
   }
-  const std::string tmp = absl::StrCat(path_, ".tmp.", ::getpid());
-  absl::Status s;
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& [id, e] : entries_) {
-      out << "v1\t" << PartialTag() << '\t' << (e.copied ? 1 : 0) << '\t' << e.bytes << '\t'
-          << e.checksum << '\t' << absl::BytesToHexString(e.path) << '\n';
-    }
-    out.flush();
-    if (!out) s = absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  std::string text;
+  for (const auto& [id, e] : entries_) {
+    absl::StrAppend(&text, "v1\t", PartialTag(), "\t", e.copied ? 1 : 0, "\t", e.bytes, "\t",
+                    e.checksum, "\t", absl::BytesToHexString(e.path), "\n");
   }
-  if (s.ok()) {
-    fs::rename(tmp, path_, ec);
-    if (ec) s = absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path_));
-  }
-  if (!s.ok()) {
-    fs::remove(tmp, ec);
-    if (error_.ok()) error_ = s;
-  }
+  if (absl::Status s = ReplaceFile(path_, text); !s.ok() && error_.ok()) error_ = s;
 }
 
 }  // namespace frameworm

@@ -15,8 +15,8 @@
 //
 // Format: one line per fetch, "v1", the writer's PartialTag() (its pid and
 // a random tag), copied (0/1), bytes, checksum and the copy's path
-// hex-encoded, tab-separated; rewritten to a temporary file and renamed on
-// every change. A partial file is "<path>.partial-<tag>-<n>"
+// hex-encoded, tab-separated; replaced whole on every change
+// (common/replace_file.h). A partial file is "<path>.partial-<tag>-<n>"
 // (common/received_file.h): Recover deletes only those of the tag a line
 // names, so a fetch of the same path by another live process (even one
 // with the same pid, in another container) is left alone; and a copied

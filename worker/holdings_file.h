@@ -8,7 +8,8 @@
 //
 // Format: one line per copy, "v1", job id, step, bytes, checksum, copied
 // (0/1), the secret and the path hex-encoded, tab-separated. Written to a
-// temporary file and renamed, so a crash leaves the old list or the new.
+// temporary file and renamed (common/replace_file.h), so a crash leaves the
+// old list or the new.
 #ifndef FRAMEWORM_WORKER_HOLDINGS_FILE_H_
 #define FRAMEWORM_WORKER_HOLDINGS_FILE_H_
 
@@ -17,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "worker/checkpoint_holdings.h"
 
 namespace frameworm {
@@ -28,6 +30,11 @@ absl::Status WriteHoldingsFile(const std::string& path, const std::vector<HeldCh
 // kMaxHeldCheckpoints); no file is an empty list. Errors: the file exists
 // but cannot be read.
 absl::StatusOr<std::vector<HeldCheckpoint>> ReadHoldingsFile(const std::string& path);
+
+// A hex-encoded field of the worker's state files (this one and
+// worker/fetch_journal.h): false, and `bytes` untouched, unless `hex` is
+// an even number of hex digits.
+bool DecodeHexField(absl::string_view hex, std::string* bytes);
 
 }  // namespace frameworm
 

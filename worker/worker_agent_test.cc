@@ -830,12 +830,6 @@ TEST_F(WorkerAgentTest, ARestartedWorkerReportsTheCopiesItStillHolds) {
   EXPECT_EQ(reg.held_size(), 0);
 }
 
-}  // namespace
-}  // namespace frameworm
-
-namespace frameworm {
-namespace {
-
 // A worker killed in the middle of a fetch left a partial file beside the
 // copy's path, or a complete copy it had not yet written to its holdings
 // file; its next start removes them (worker/fetch_journal.h), and nothing
@@ -902,12 +896,6 @@ TEST_F(WorkerAgentTest, AWorkerKilledMidFetchCleansUpAtTheNextStart) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/work/fetching"));
   ::close(silent);
 }
-
-}  // namespace
-}  // namespace frameworm
-
-namespace frameworm {
-namespace {
 
 // Two fetches of one path are two notes: the second one ending (it found
 // the file in place) leaves the first one's note of a copy written and not
