@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/received_file.h"
 #include "absl/synchronization/notification.h"
+#include "common/byte_size.h"
 #include "common/line_budget.h"
 #include "common/printable.h"
 #include "common/token.h"
@@ -40,6 +41,9 @@ absl::Status CheckOptions(const CoordinatorOptions& o) {
         absl::StrCat("straggler factor must be > 1, got ", o.straggler_factor));
   if (o.default_heartbeat_timeout <= absl::ZeroDuration())
     return absl::InvalidArgumentError("heartbeat timeout must be > 0");
+  if (o.max_metric_backlog_bytes < 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_metric_backlog_bytes must be >= 1, got ", o.max_metric_backlog_bytes));
   return absl::OkStatus();
 }
 
@@ -121,7 +125,8 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
       tensorboard_((fs::path(options.state_dir) / "tensorboard").string(),
                    options.metric_history > 0 ? &store_ : nullptr),
       writer_(MetricWriter::Create(
-          &store_, [this](const std::vector<MetricRow>& rows) { tensorboard_.Append(rows); })),
+          &store_, [this](const std::vector<MetricRow>& rows) { tensorboard_.Append(rows); },
+          options.max_metric_backlog_bytes)),
       logs_({.root = (fs::path(options.state_dir) / "logs").string(),
              .max_bytes_per_rank = options.max_log_bytes}),
       copies_((fs::path(options.state_dir) / "checkpoint-copies").string(),
@@ -761,6 +766,20 @@ void Coordinator::HeldLocked(const std::string& worker, const v1::CheckpointHeld
 
 // --------------------------------------------------------------- trainers
 
+absl::Status Coordinator::BacklogFull() {
+  const absl::Status cause = writer_->last_error();
+  const std::string what = absl::StrCat(
+      ByteSize(writer_->backlog_bytes()), " of aggregated metrics wait for the coordinator's store",
+      cause.ok() ? std::string(", which lags")
+                 : absl::StrCat(", whose last write failed: ", cause.message()));
+  if (int64_t more = 0; backlog_log_budget_.Take(clock_.Now(), &more)) {
+    std::fprintf(stderr, "coordinator: step reports are deferred: %s%s\n", what.c_str(),
+                 Suppressed(more).c_str());
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "step report not recorded, send it again: ", what));
+}
+
 absl::StatusOr<v1::ReportStepResponse> Coordinator::ReportStep(
     const v1::StepMetrics& m) {
   struct Wait {
@@ -780,19 +799,24 @@ void Coordinator::ReportStepAsync(const v1::StepMetrics& m, ReportDone done) {
   absl::Status refused;
   {
     absl::MutexLock l(&mu_);
-    absl::StatusOr<JobScheduler::StepOutcome> out = jobs_.ReportStep(m);
+    absl::StatusOr<JobScheduler::StepOutcome> out = jobs_.ReportStep(m, !writer_->Full());
     if (!out.ok()) {
       refused = out.status();
     } else {
       v1::ReportStepResponse resp;
       resp.set_checkpoint_at_step(out->checkpoint_at);
+      const absl::Status deferred = out->deferred ? BacklogFull() : absl::OkStatus();
       // The reply goes out once the batch holding the row (or the next
       // batch, when there is none: a progress report, a duplicate) is
       // committed. Staged under mu_, so stage order is aggregation order: a
       // staged row is never older than one staged before it for its step.
+      // A deferred report stages nothing but still waits for a commit: its
+      // call is what makes the writer try the failing store again.
       writer_->Stage(std::move(out->row),
-                     [resp, done = std::move(done)](absl::Status s) {
-                       if (s.ok())
+                     [resp, deferred, done = std::move(done)](absl::Status s) {
+                       if (!deferred.ok())
+                         done(deferred);
+                       else if (s.ok())
                          done(resp);
                        else
                          done(s);
@@ -817,8 +841,11 @@ void Coordinator::ReportStepsAsync(const v1::StepReports& batch, ReportDone done
     absl::MutexLock l(&mu_);
     absl::Status refused;
     v1::ReportStepResponse resp;
+    // Asked once: a batch is recorded whole or deferred whole (sent again
+    // whole, its recorded reports then count once as duplicates).
+    const bool record = !writer_->Full();
     for (int i = 0; i < n; ++i) {
-      absl::StatusOr<JobScheduler::StepOutcome> out = jobs_.ReportStep(batch.reports(i));
+      absl::StatusOr<JobScheduler::StepOutcome> out = jobs_.ReportStep(batch.reports(i), record);
       if (!out.ok()) {
         refused = absl::Status(out.status().code(), absl::StrCat("report ", i + 1, " of ", n, ": ",
                                                                  out.status().message()));
@@ -828,6 +855,7 @@ void Coordinator::ReportStepsAsync(const v1::StepReports& batch, ReportDone done
       // Staged under mu_, in order, as ReportStepAsync does.
       writer_->Stage(std::move(out->row), [](absl::Status) {});
     }
+    if (refused.ok() && !record) refused = BacklogFull();
     // Runs after the commit that covers every row staged above.
     writer_->Stage(std::nullopt, [refused, resp, done = std::move(done)](absl::Status s) {
       if (!refused.ok()) {

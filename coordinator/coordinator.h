@@ -140,6 +140,11 @@ struct CoordinatorOptions {
   std::string memory_checkpoint_root = "/dev/shm/frameworm";
   // Events kept per job, and of the cluster (worker events); >= 1.
   int64_t max_events_per_job = 10000;
+  // Aggregated metric rows waiting for the store (it fails, or lags) are
+  // bounded by this many bytes; beyond it step reports are answered
+  // UNAVAILABLE without being aggregated (they still count as the rank's
+  // progress) and the ranks send them again (MetricWriter::Full).
+  int64_t max_metric_backlog_bytes = MetricWriter::kDefaultMaxBacklogBytes;
 };
 
 class Coordinator {
@@ -354,7 +359,11 @@ class Coordinator {
   absl::Status CheckLogLocked(const std::string& worker, const v1::LogUpload& log) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Log lines of holds refused or failed (any worker can send those).
+  // UNAVAILABLE for a report deferred while the metric writer is full
+  // (logged at most once per 5 s).
+  absl::Status BacklogFull() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   LineBudget held_log_budget_ ABSL_GUARDED_BY(mu_){/*per_second=*/5, /*burst=*/20};
+  LineBudget backlog_log_budget_ ABSL_GUARDED_BY(mu_){/*per_second=*/0.2, /*burst=*/1};
   // Whether `worker`'s claim to hold (job, step) may make it a holder (a
   // source others fetch from, showing it the record's secret): this
   // coordinator sent it that hold, or the claim shows the record's secret

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "common/rank_env.h"
 #include "coordinator/coordinator_fixture.h"
 #include "coordinator/generation_plan.h"
@@ -914,6 +915,81 @@ TEST_F(CoordinatorTest, StoreFailuresAreNotAcknowledged) {
   store_.FailWrites(absl::OkStatus());
   EXPECT_TRUE(Step(id, 1, 0, 1).ok());  // the retry is acknowledged
   EXPECT_EQ(coord_->CancelJob(id)->state(), v1::CANCELLED);
+}
+
+// While the store fails, the metric rows waiting for it are bounded: once
+// the backlog is full, reports are answered UNAVAILABLE without being
+// aggregated, still count as progress (no hang), and are recorded when sent
+// again after the store recovers.
+TEST_F(CoordinatorTest, MetricBacklogIsBoundedWhileTheStoreFails) {
+  CoordinatorOptions o = Options();
+  o.max_metric_backlog_bytes = 1;  // one staged row fills it
+  SetOptions(o);
+  Open();
+  AddWorker("w0", 1);
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_heartbeat_timeout_s(4);
+  const std::string id = Submit(spec);
+  ASSERT_TRUE(Step(id, 1, 0, 1).ok());
+  store_.FailWrites(absl::UnavailableError("disk gone"), "PutMetrics");
+  auto first = Step(id, 1, 0, 2);  // aggregated, staged, not committed
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(first.status().message().find("not committed"), std::string::npos);
+  for (int i = 3; i <= 12; ++i) {  // 10 s, past the 4 s hang timeout
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("w0");
+    auto r = Step(id, 1, 0, i);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << i;
+    EXPECT_NE(r.status().message().find("not recorded, send it again"), std::string::npos)
+        << r.status();
+    EXPECT_NE(r.status().message().find("disk gone"), std::string::npos) << r.status();
+    coord_->Tick();
+    EXPECT_EQ(Job(id).generation(), 1) << Job(id).reason();
+  }
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  // A batch is deferred whole.
+  v1::StepReports batch;
+  for (int i = 11; i <= 12; ++i) {
+    v1::StepMetrics* m = batch.add_reports();
+    m->mutable_ref()->set_job_id(id);
+    m->mutable_ref()->set_generation(1);
+    m->mutable_ref()->set_token(TokenOf(id, 1, 0));
+    m->set_rank(0);
+    m->set_step(i);
+    m->set_samples(8);
+    (*m->mutable_values())["loss"] = 1.0 / i;
+  }
+  absl::Notification answered;
+  absl::Status batch_status;
+  coord_->ReportStepsAsync(batch, [&](absl::StatusOr<v1::ReportStepResponse> r) {
+    batch_status = r.status();
+    answered.Notify();
+  });
+  answered.WaitForNotification();
+  EXPECT_EQ(batch_status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(batch_status.message().find("not recorded"), std::string::npos) << batch_status;
+  // Nothing past step 2 was aggregated meanwhile.
+  auto held = coord_->GetMetrics(id, 0);
+  ASSERT_TRUE(held.ok());
+  ASSERT_EQ(held->size(), 2u);
+  // The store recovers: the rank sends its reports again, all recorded.
+  store_.FailWrites(absl::OkStatus());
+  for (int tries = 0; tries < 3 && !Step(id, 1, 0, 3).ok(); ++tries) {
+  }
+  for (int i = 3; i <= 12; ++i) EXPECT_TRUE(Step(id, 1, 0, i).ok()) << i;
+  auto steps = coord_->GetMetrics(id, 0);
+  ASSERT_TRUE(steps.ok());
+  ASSERT_EQ(steps->size(), 12u);
+  EXPECT_EQ(steps->back().step(), 12);
+  EXPECT_NEAR(steps->back().mean().at("loss"), 1.0 / 12, 1e-12);
+}
+
+TEST_F(CoordinatorTest, ZeroMetricBacklogIsRefused) {
+  CoordinatorOptions o = Options();
+  o.max_metric_backlog_bytes = 0;
+  auto c = Coordinator::CreateWithStore(o, clock_, &store_);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("max_metric_backlog_bytes"), std::string::npos);
 }
 
 TEST_F(CoordinatorTest, WorkersGoneForAnHourAreForgottenOnTick) {

@@ -841,7 +841,7 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
 }  // namespace
 
 absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
-    const v1::StepMetrics& m) {
+    const v1::StepMetrics& m, bool record_metrics) {
   Job* job = FindMutable(m.ref().job_id());
   if (!job)
     return absl::NotFoundError(absl::StrCat("no job '", PrintableLine(m.ref().job_id(), 64), "'"));
@@ -873,9 +873,13 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
     out.checkpoint_at = job->progress.Progress(m.rank(), now);
     return out;
   }
-  const v1::AggregatedStep* agg = job->metrics.Add(
-      job->generation, static_cast<int>(job->ranks.size()), m, ToMs(now));
-  if (agg != nullptr) {  // nullptr: a duplicate
+  const v1::AggregatedStep* agg = nullptr;
+  if (record_metrics) {
+    agg = job->metrics.Add(job->generation, static_cast<int>(job->ranks.size()), m, ToMs(now));
+  } else {
+    out.deferred = true;
+  }
+  if (agg != nullptr) {  // nullptr: a duplicate, or deferred
     out.row.emplace();
     out.row->job_id = job->id;
     out.row->step = agg->step();

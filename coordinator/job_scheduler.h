@@ -95,10 +95,13 @@ class JobScheduler {
   };
   // A step report's effect: the checkpoint step to tell the rank, and the
   // step's updated aggregate to commit (none for a progress-only or a
-  // duplicate report).
+  // duplicate report, or a deferred one). `deferred`: a metric report that
+  // was not aggregated (ReportStep's `record_metrics` false): the caller
+  // answers it UNAVAILABLE so that the rank sends it again.
   struct StepOutcome {
     int64_t checkpoint_at = 0;
     std::optional<MetricRow> row;
+    bool deferred = false;
   };
 
   JobScheduler(const Options& options, Clock& clock, Store& store,
@@ -150,7 +153,11 @@ class JobScheduler {
   void ForgiveStall(absl::Duration gap);
 
   // ---- Trainers ----
-  absl::StatusOr<StepOutcome> ReportStep(const v1::StepMetrics& m);
+  // A rank's report, checked (job, generation, rank, token, bounds). With
+  // `record_metrics` false (the metric writer's backlog is full: the store
+  // fails) a metric report still counts as the rank's progress (its hang
+  // timer, its step), but its values are not aggregated: `deferred`.
+  absl::StatusOr<StepOutcome> ReportStep(const v1::StepMetrics& m, bool record_metrics);
   // The job a checkpoint of `ref` belongs to: NOT_FOUND, or ABORTED for an
   // older generation or a cancelled job; PERMISSION_DENIED without a token
   // of the current generation. Any rank may read (fetch a copy, report a

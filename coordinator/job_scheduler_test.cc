@@ -97,7 +97,7 @@ class JobSchedulerTest : public ::testing::Test {
     m.set_samples(8);
     m.set_step_seconds(step_seconds);
     m.set_wait_seconds(wait_seconds);
-    absl::StatusOr<JobScheduler::StepOutcome> out = jobs_->ReportStep(m);
+    absl::StatusOr<JobScheduler::StepOutcome> out = jobs_->ReportStep(m, true);
     EXPECT_TRUE(out.ok()) << out.status();
     return out.ok() ? out->checkpoint_at : -1;
   }
@@ -268,7 +268,7 @@ TEST_F(JobSchedulerTest, HangDetectionSurvivesARestart) {
   m.set_rank(0);
   m.set_step(3);
   m.set_samples(8);
-  absl::StatusOr<JobScheduler::StepOutcome> out = jobs_->ReportStep(m);
+  absl::StatusOr<JobScheduler::StepOutcome> out = jobs_->ReportStep(m, true);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_TRUE(out->row.has_value());
   ASSERT_TRUE(store_.PutMetrics({*out->row}).ok());
@@ -328,7 +328,7 @@ TEST_F(JobSchedulerTest, ARestartAvoidsTheImplicatedWorkerUntilItIsHeardAgain) {
       p.set_rank(0);
       p.set_ping(true);
       p.set_waiting_seconds(0.5 * i);
-      ASSERT_TRUE(jobs_->ReportStep(p).ok());
+      ASSERT_TRUE(jobs_->ReportStep(p, true).ok());
     }
     ASSERT_TRUE(workers_->Schedulable(*workers_->Find(silent)));
     jobs_->Supervise();
@@ -441,28 +441,28 @@ TEST_F(JobSchedulerTest, StepReportsFeedMetricsAndProgress) {
   m.set_samples(8);
   (*m.mutable_values())["loss"] = 0.5;
   // Without the rank's token (or with another rank's) nothing is accepted.
-  EXPECT_EQ(jobs_->ReportStep(m).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(jobs_->ReportStep(m, true).status().code(), absl::StatusCode::kPermissionDenied);
   m.mutable_ref()->set_token(Get(id).ranks[1].task.token());
-  EXPECT_EQ(jobs_->ReportStep(m).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(jobs_->ReportStep(m, true).status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(Get(id).ranks[0].task.token().size(), 64u);
   EXPECT_NE(Get(id).ranks[0].task.token(), Get(id).ranks[1].task.token());
   m.mutable_ref()->set_token(Get(id).ranks[0].task.token());
-  absl::StatusOr<JobScheduler::StepOutcome> out = jobs_->ReportStep(m);
+  absl::StatusOr<JobScheduler::StepOutcome> out = jobs_->ReportStep(m, true);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_TRUE(out->row.has_value());
   EXPECT_EQ(out->row->job_id, id);
   EXPECT_EQ(out->row->step, 4);
-  EXPECT_FALSE(jobs_->ReportStep(m)->row.has_value());  // a duplicate
+  EXPECT_FALSE(jobs_->ReportStep(m, true)->row.has_value());  // a duplicate
   m.set_progress_only(true);
-  EXPECT_FALSE(jobs_->ReportStep(m)->row.has_value());
+  EXPECT_FALSE(jobs_->ReportStep(m, true)->row.has_value());
   EXPECT_EQ(Get(id).progress.max_step(), 4);
   EXPECT_EQ(*jobs_->RequestCheckpoint(id), 6);
   m.set_rank(2);
-  EXPECT_EQ(jobs_->ReportStep(m).status().code(),
+  EXPECT_EQ(jobs_->ReportStep(m, true).status().code(),
             absl::StatusCode::kInvalidArgument);
   m.set_rank(0);
   m.mutable_ref()->set_generation(2);
-  EXPECT_EQ(jobs_->ReportStep(m).status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(jobs_->ReportStep(m, true).status().code(), absl::StatusCode::kAborted);
   v1::JobRef ref = m.ref();
   EXPECT_EQ(jobs_->CheckpointTarget(ref, /*writes=*/false).status().code(),
             absl::StatusCode::kAborted);
@@ -473,6 +473,36 @@ TEST_F(JobSchedulerTest, StepReportsFeedMetricsAndProgress) {
   ref.set_job_id("job-none");
   EXPECT_EQ(jobs_->CheckpointTarget(ref, /*writes=*/false).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// A deferred report (the metric writer full) moves the rank's progress and
+// hang timer but aggregates nothing, so the same report sent again later is
+// merged, not ignored as a duplicate.
+TEST_F(JobSchedulerTest, DeferredReportCountsAsProgressAndIsMergedWhenSentAgain) {
+  AddWorker("w0", 2);
+  const std::string id = Submit(Spec(1, 1, 2));
+  v1::StepMetrics m;
+  m.mutable_ref()->set_job_id(id);
+  m.mutable_ref()->set_generation(1);
+  m.mutable_ref()->set_token(Get(id).ranks[0].task.token());
+  m.set_rank(0);
+  m.set_step(9);
+  m.set_samples(8);
+  (*m.mutable_values())["loss"] = 0.25;
+  absl::StatusOr<JobScheduler::StepOutcome> out = jobs_->ReportStep(m, false);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(out->deferred);
+  EXPECT_FALSE(out->row.has_value());
+  EXPECT_EQ(Get(id).progress.max_step(), 9);
+  EXPECT_FALSE(Get(id).metrics.Has(9));
+  out = jobs_->ReportStep(m, true);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_FALSE(out->deferred);
+  ASSERT_TRUE(out->row.has_value());
+  EXPECT_EQ(out->row->step, 9);
+  // A bad report is refused whether or not metrics are recorded.
+  m.set_rank(5);
+  EXPECT_EQ(jobs_->ReportStep(m, false).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(JobSchedulerTest, ElasticJobGrowsOntoAJoiningWorkerAtItsCheckpoint) {

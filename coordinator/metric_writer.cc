@@ -4,8 +4,10 @@
 
 namespace frameworm::coordinator {
 
-std::unique_ptr<MetricWriter> MetricWriter::Create(Store* store, Committed committed) {
-  std::unique_ptr<MetricWriter> w(new MetricWriter(store, std::move(committed)));
+std::unique_ptr<MetricWriter> MetricWriter::Create(Store* store, Committed committed,
+                                                   int64_t max_backlog_bytes) {
+  std::unique_ptr<MetricWriter> w(
+      new MetricWriter(store, std::move(committed), max_backlog_bytes));
   w->thread_ = std::thread([p = w.get()] { p->Run(); });
   return w;
 }
@@ -22,7 +24,10 @@ void MetricWriter::Stage(std::optional<MetricRow> row, Done done) {
   absl::MutexLock l(&mu_);
   if (row) {
     auto key = std::make_pair(row->job_id, row->step);
-    staged_.insert_or_assign(std::move(key), std::move(*row));
+    staged_bytes_ += Bytes(*row);
+    auto [it, added] = staged_.try_emplace(std::move(key));
+    if (!added) staged_bytes_ -= Bytes(it->second);
+    it->second = std::move(*row);
   }
   waiters_.push_back(std::move(done));
 }
@@ -30,6 +35,18 @@ void MetricWriter::Stage(std::optional<MetricRow> row, Done done) {
 int64_t MetricWriter::commits() const {
   absl::MutexLock l(&mu_);
   return commits_;
+}
+
+int64_t MetricWriter::backlog_bytes() const {
+  absl::MutexLock l(&mu_);
+  return staged_bytes_ + in_flight_bytes_;
+}
+
+bool MetricWriter::Full() const { return backlog_bytes() >= max_backlog_bytes_; }
+
+absl::Status MetricWriter::last_error() const {
+  absl::MutexLock l(&mu_);
+  return last_error_;
 }
 
 void MetricWriter::Run() {
@@ -47,6 +64,8 @@ void MetricWriter::Run() {
       stopping = stop_;
       if (stopping && waiters_.empty() && staged_.empty()) return;
       batch.swap(staged_);
+      in_flight_bytes_ = staged_bytes_;
+      staged_bytes_ = 0;
       waiters.swap(waiters_);
       ++commits_;
     }
@@ -56,13 +75,22 @@ void MetricWriter::Run() {
     absl::Status s = store_->PutMetrics(rows);
     if (s.ok() && committed_ && !rows.empty()) committed_(rows);
     if (!s.ok()) {
+      absl::MutexLock l(&mu_);
+      last_error_ = s;
       s = absl::UnavailableError(
           absl::StrCat("metric not committed, retry: ", s.message()));
-      absl::MutexLock l(&mu_);
+      in_flight_bytes_ = 0;
       for (MetricRow& row : rows) {
         auto key = std::make_pair(row.job_id, row.step);
-        staged_.try_emplace(std::move(key), std::move(row));  // newer wins
+        const int64_t bytes = Bytes(row);
+        if (staged_.try_emplace(std::move(key), std::move(row)).second) {  // newer wins
+          staged_bytes_ += bytes;
+        }
       }
+    } else {
+      absl::MutexLock l(&mu_);
+      last_error_ = absl::OkStatus();
+      in_flight_bytes_ = 0;
     }
     for (Done& done : waiters) done(s);
     // On shutdown a failed commit is final: nobody will stage again.

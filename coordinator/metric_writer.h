@@ -27,6 +27,15 @@
 //    files). It must not call Stage.
 //  - The destructor commits what is staged, runs the remaining callbacks,
 //    and joins the thread. Stage after destruction began is a bug.
+//  - Bounded: backlog_bytes() counts the rows staged or in a commit (each
+//    row's job id and aggregate, plus kRowOverhead). While the store fails
+//    they stay, so the owner asks Full() (backlog >= Create's
+//    max_backlog_bytes) before it aggregates a report and, when full,
+//    records none: it answers UNAVAILABLE and the reporter sends the report
+//    again (an acknowledged report is still durable; nothing acknowledged
+//    is dropped). Stage itself never refuses. last_error() is the newest
+//    failed commit's error as the store gave it (OK once a commit
+//    succeeds).
 //
 // Thread safety: thread-safe; one absl::Mutex (mu_) guards the staging area,
 // the flusher thread alone talks to the Store. Callers may hold their own
@@ -57,8 +66,13 @@ class MetricWriter {
   using Done = std::function<void(absl::Status)>;
   using Committed = std::function<void(const std::vector<MetricRow>&)>;
 
+  static constexpr int64_t kDefaultMaxBacklogBytes = int64_t{64} << 20;
+  static constexpr int64_t kRowOverhead = 64;
+
   // `store` is not owned and must outlive the writer. Starts the flusher.
-  static std::unique_ptr<MetricWriter> Create(Store* store, Committed committed = nullptr);
+  static std::unique_ptr<MetricWriter> Create(
+      Store* store, Committed committed = nullptr,
+      int64_t max_backlog_bytes = kDefaultMaxBacklogBytes);
   ~MetricWriter();
   MetricWriter(const MetricWriter&) = delete;
   MetricWriter& operator=(const MetricWriter&) = delete;
@@ -67,14 +81,21 @@ class MetricWriter {
 
   // Number of commits attempted so far (for tests).
   int64_t commits() const;
+  int64_t backlog_bytes() const;
+  bool Full() const;
+  absl::Status last_error() const;
 
  private:
-  MetricWriter(Store* store, Committed committed)
-      : store_(store), committed_(std::move(committed)) {}
+  MetricWriter(Store* store, Committed committed, int64_t max_backlog_bytes)
+      : store_(store), committed_(std::move(committed)), max_backlog_bytes_(max_backlog_bytes) {}
   void Run();
+  static int64_t Bytes(const MetricRow& row) {
+    return static_cast<int64_t>(row.job_id.size() + row.aggregate.size()) + kRowOverhead;
+  }
 
   Store* const store_;
   const Committed committed_;
+  const int64_t max_backlog_bytes_;
 
   mutable absl::Mutex mu_;
   std::map<std::pair<std::string, int64_t>, MetricRow> staged_
@@ -82,6 +103,9 @@ class MetricWriter {
   std::vector<Done> waiters_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;     // of staged_
+  int64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of the commit running
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // started last, joined in the destructor
 };
 

@@ -12,6 +12,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "coordinator/memory_store.h"
 #include "coordinator/sqlite_store.h"
 #include "gtest/gtest.h"
 
@@ -138,6 +139,43 @@ TEST(MetricWriterTest, FailedCommitReportsUnavailableAndIsRetried) {
   writer.reset();
   store->reset();
   std::filesystem::remove_all(dir);
+}
+
+// The backlog counts staged and in-flight rows; a failing store keeps them
+// (Full once past the bound, with the store's error); a commit clears it.
+TEST(MetricWriterTest, BacklogIsCountedAndFullWhileTheStoreFails) {
+  MemoryStore store;
+  const int64_t row_bytes = 3 + 100 + MetricWriter::kRowOverhead;
+  auto writer = MetricWriter::Create(&store, nullptr, 3 * row_bytes);
+  store.FailWrites(absl::UnavailableError("disk gone"), "PutMetrics");
+  for (int step = 1; step <= 3; ++step) {
+    EXPECT_FALSE(writer->Full()) << step;
+    absl::Notification done;
+    writer->Stage(MetricRow{"job", step, std::string(100, 'a')}, [&](absl::Status s) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    EXPECT_EQ(writer->backlog_bytes(), step * row_bytes);
+  }
+  EXPECT_TRUE(writer->Full());
+  EXPECT_NE(writer->last_error().message().find("disk gone"), std::string::npos);
+  // A rewrite of a staged step replaces its bytes, never adds to them.
+  writer->Stage(MetricRow{"job", 3, std::string(50, 'b')}, [](absl::Status) {});
+  store.FailWrites(absl::OkStatus());
+  absl::Notification committed;
+  writer->Stage(std::nullopt, [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    committed.Notify();
+  });
+  committed.WaitForNotification();
+  EXPECT_EQ(writer->backlog_bytes(), 0);
+  EXPECT_FALSE(writer->Full());
+  EXPECT_TRUE(writer->last_error().ok());
+  auto rows = store.LoadMetrics("job");
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 3u);
+  EXPECT_EQ(rows->back().aggregate, std::string(50, 'b'));
 }
 
 }  // namespace
