@@ -1,5 +1,7 @@
 #include "worker/checkpoint_fetcher.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace frameworm {
 
 CheckpointFetcher::CheckpointFetcher(Fetch fetch, std::function<void()> on_done)
@@ -14,9 +16,15 @@ CheckpointFetcher::~CheckpointFetcher() {
   thread_.join();
 }
 
-void CheckpointFetcher::Enqueue(HeldCheckpoint h) {
+absl::Status CheckpointFetcher::Enqueue(HeldCheckpoint h) {
   absl::MutexLock l(&mu_);
+  if (queue_.size() >= kMaxQueued) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "hold of ", h.job_id, "'s checkpoint of step ", h.step, " refused: ", kMaxQueued,
+        " fetches already wait on this worker"));
+  }
   queue_.push_back(std::move(h));
+  return absl::OkStatus();
 }
 
 bool CheckpointFetcher::Pending(const std::string& path) const {

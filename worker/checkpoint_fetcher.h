@@ -2,7 +2,11 @@
 // agent's loop: one thread runs `fetch` for each queued hold, in order, one
 // at a time, and calls `on_done` after each; the agent takes the results
 // with TakeDone. Pending(path) says whether a hold of that path is queued or
-// running (a rank resuming from it waits).
+// running (a rank resuming from it waits). Every hold is fetched, even one
+// of a path already queued or running: a hold sent again (with a newer
+// secret) is answered by its own turn, which finds the copy in place, and
+// one of another checksum replaces it. At most kMaxQueued holds wait:
+// Enqueue refuses more with RESOURCE_EXHAUSTED.
 //
 // Shutdown: the destructor sets the stop flag `fetch` is given, drops what
 // is queued and joins the thread (a running fetch ends at its next chunk,
@@ -31,7 +35,8 @@ class CheckpointFetcher {
   CheckpointFetcher(Fetch fetch, std::function<void()> on_done);
   ~CheckpointFetcher();
 
-  void Enqueue(HeldCheckpoint h);
+  static constexpr size_t kMaxQueued = 1024;
+  absl::Status Enqueue(HeldCheckpoint h);
   bool Pending(const std::string& path) const;
   std::vector<std::pair<HeldCheckpoint, absl::Status>> TakeDone();
 

@@ -354,8 +354,10 @@ class WorkerAgentImpl final : public WorkerAgent {
         have && have->path == h.path && have->checksum == h.checksum) {
       return AnswerHold(h, absl::OkStatus());
     }
-    if (fetcher_.Pending(h.path)) return;  // that fetch answers
-    fetcher_.Enqueue(h);
+    // Queued even when a fetch of that path is pending: this hold is
+    // answered by its own turn (with its own secret), which finds the copy
+    // in place when the earlier one wrote it (checkpoint_fetcher.h).
+    if (absl::Status s = fetcher_.Enqueue(h); !s.ok()) AnswerHold(h, s);
   }
 
   void FetchesDone() {

@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "proto/rank_env_proto.h"
 #include "rpc/rpc.h"
+#include "worker/checkpoint_fetcher.h"
 #include "worker/fetch_journal.h"
 #include "worker/holdings_file.h"
 
@@ -707,6 +708,74 @@ TEST_F(WorkerAgentTest, ARankWaitingForAFetchCanBeKilledAndAFailedFetchIsAnswere
   EXPECT_THAT(FindHeld(ms, 5)->error(), HasSubstr(source));
   EXPECT_FALSE(std::filesystem::exists(copy));
   ::close(silent);
+}
+
+// Holds of one path that arrive while its fetch is pending are each
+// answered: one sent again (a coordinator re-sending, with its own secret)
+// and one of another checksum (a re-run's checkpoint of that step) are
+// fetched in their turn, not left unanswered behind the first.
+TEST_F(WorkerAgentTest, EveryHoldOfAPendingPathIsAnswered) {
+  fetch_timeout_ = absl::Seconds(2);
+  StartAgent();
+  std::string source;
+  const int silent = ListenSilently(&source);
+  ASSERT_GE(silent, 0);
+  const std::string copy = dir_ + "/ck/ckpt-5.pt";
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy, 5, "abc", {source})));
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy, 5, "abc", {source})));
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy, 5, "abcd", {source})));
+  auto answers = [](const std::vector<v1::WorkerMessage>& ms) {
+    int n = 0;
+    for (const auto& m : ms) n += m.has_held() && m.held().step() == 5;
+    return n;
+  };
+  ASSERT_TRUE(coord_->Await([&](auto& ms, auto&) { return answers(ms) == 3; },
+                            absl::Seconds(30)))
+      << answers(coord_->messages()) << " of 3 holds answered";
+  for (const auto& m : coord_->messages()) {
+    if (!m.has_held()) continue;
+    EXPECT_FALSE(m.held().ok());
+    EXPECT_THAT(m.held().error(), HasSubstr(source));
+  }
+  EXPECT_FALSE(std::filesystem::exists(copy));
+  ::close(silent);
+}
+
+}  // namespace
+}  // namespace frameworm
+
+namespace frameworm {
+namespace {
+
+// At most kMaxQueued holds wait for the fetch thread; more are refused
+// with an error that names the hold, and the ones queued are not lost.
+TEST(CheckpointFetcher, QueueIsBounded) {
+  std::atomic<int> fetched{0};
+  {
+    CheckpointFetcher fetcher(
+        [&](HeldCheckpoint&, const std::atomic<bool>& stop) {
+          while (!stop.load()) absl::SleepFor(absl::Milliseconds(1));
+          ++fetched;
+          return absl::CancelledError("stopped");
+        },
+        [] {});
+    HeldCheckpoint h;
+    h.job_id = "job-1";
+    h.path = "/tmp/x/ckpt-1.pt";
+    size_t accepted = 0;
+    absl::Status refused;
+    for (size_t i = 0; i < CheckpointFetcher::kMaxQueued + 2 && refused.ok(); ++i) {
+      h.step = static_cast<int64_t>(i);
+      refused = fetcher.Enqueue(h);
+      if (refused.ok()) ++accepted;
+    }
+    EXPECT_GE(accepted, CheckpointFetcher::kMaxQueued);
+    EXPECT_LE(accepted, CheckpointFetcher::kMaxQueued + 1);  // one may be running
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(refused.message()), HasSubstr("1024 fetches already wait"));
+    EXPECT_TRUE(fetcher.Pending("/tmp/x/ckpt-1.pt"));
+  }
+  EXPECT_LE(fetched.load(), 1);  // the queue is dropped on shutdown
 }
 
 }  // namespace
