@@ -1015,6 +1015,11 @@ absl::Status Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& bad) {
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::CheckCheckpointUpload(const v1::JobRef& ref) const {
+  absl::MutexLock l(&mu_);
+  return jobs_.CheckpointTarget(ref, /*writes=*/true).status();
+}
+
 absl::StatusOr<std::unique_ptr<ReceivedFile>>
 Coordinator::BeginCheckpointUpload(const v1::JobRef& ref, int64_t step,
                                    int64_t total_bytes) {

@@ -309,6 +309,10 @@ class Coordinator {
   // never reported cannot fill the disk. Errors as ReportStep (the ref must
   // name the job's current generation and carry rank 0's token), and
   // CheckpointCopies::Begin's.
+  // Whether `ref` may upload a checkpoint copy now (BeginCheckpointUpload's
+  // checks of the caller alone), so that a caller without rank 0's token
+  // is refused before it is counted against the uploads in flight.
+  absl::Status CheckCheckpointUpload(const v1::JobRef& ref) const;
   absl::StatusOr<std::unique_ptr<ReceivedFile>> BeginCheckpointUpload(
       const v1::JobRef& ref, int64_t step, int64_t total_bytes);
   // The coordinator's copy of the checkpoint the job reported at `path`,

@@ -388,7 +388,10 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
       return Finish(ToGrpcStatus(s));
     }
     if (!incoming_) {
-      if (!slot_) {
+      if (!slot_) {  // only a caller allowed to upload may take a slot
+        if (absl::Status s = impl_->core->CheckCheckpointUpload(chunk_.ref()); !s.ok()) {
+          return Fail(s);
+        }
         if (absl::Status s = impl_->AcquireUpload(chunk_.ref().job_id()); !s.ok()) return Fail(s);
         slot_ = chunk_.ref().job_id();
       }

@@ -174,13 +174,14 @@ class ServiceTest : public ::testing::Test {
     v1::UploadCheckpointResponse resp;
     std::unique_ptr<grpc::ClientWriter<v1::CheckpointChunk>> w;
   };
-  bool OpenUpload(const std::string& id, Held& h) {
+  // `token`: rank 0's when empty.
+  bool OpenUpload(const std::string& id, Held& h, const std::string& token = "") {
     Deadline(&h.ctx);
     h.w = trainers_->UploadCheckpoint(&h.ctx, &h.resp);
     v1::CheckpointChunk ch;
     ch.mutable_ref()->set_job_id(id);
     ch.mutable_ref()->set_generation(1);
-    ch.mutable_ref()->set_token(TokenOf(id, 1, 0));
+    ch.mutable_ref()->set_token(token.empty() ? TokenOf(id, 1, 0) : token);
     ch.set_step(10);
     ch.set_total_bytes(8);
     ch.set_data("1234");
@@ -583,6 +584,13 @@ TEST_F(ServiceTest, CheckpointUploadsInFlightAreBoundedPerJob) {
   const grpc::Status refused = third.w->Finish();
   EXPECT_EQ(refused.error_code(), grpc::RESOURCE_EXHAUSTED) << refused.error_message();
   EXPECT_NE(refused.error_message().find("uploads in flight"), std::string::npos);
+  // A caller without the job's token is refused for that, before any slot
+  // is looked at (it can neither take one nor learn that they are full).
+  Held forged;
+  OpenUpload(id, forged, std::string(64, 'f'));
+  forged.w->WritesDone();
+  const grpc::Status denied = forged.w->Finish();
+  EXPECT_EQ(denied.error_code(), grpc::PERMISSION_DENIED) << denied.error_message();
   first.ctx.TryCancel();
   (void)first.w->Finish();
   // The cancelled one's slot is free once the server saw it end.
