@@ -66,6 +66,9 @@ absl::StatusOr<StartedServer> StartServer(
   // A compressed request is refused (UNIMPLEMENTED, naming the algorithm).
   builder.AddChannelArgument(GRPC_COMPRESSION_CHANNEL_ENABLED_ALGORITHMS_BITSET,
                              1 << GRPC_COMPRESS_NONE);
+  if (options.max_streams_per_connection > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_streams_per_connection);
+  }
   // A second server on a port already in use must fail, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Accept our clients' keepalive pings (every kKeepaliveMs while a call is

@@ -44,6 +44,12 @@ struct ServerOptions {
   // buffers to be handled, and one connection's flood is paced by HTTP/2
   // flow control with or without it.
   size_t memory_quota_bytes = 256 << 20;
+  // Calls one connection may have open at once (HTTP/2
+  // SETTINGS_MAX_CONCURRENT_STREAMS): a well-behaved client queues the
+  // rest until one ends; a stream past it is refused. So one connection
+  // cannot hold an unbounded number of calls (each a reactor, its buffers
+  // and a handler's state). Our clients keep a few open per connection.
+  int max_streams_per_connection = 256;
   // Every server takes uncompressed messages only: a compressed request is
   // refused (UNIMPLEMENTED), as a few hundred bytes of gzip can inflate to
   // a message of max_message_bytes.

@@ -133,6 +133,49 @@ TEST(Rpc, AFloodOfLargeRequestsMeetsTheMemoryQuota) {
   EXPECT_TRUE(after_ok);
 }
 
+// One connection has at most max_streams_per_connection calls open: the
+// rest wait in the client until one ends, and all complete.
+TEST(Rpc, OneConnectionsOpenCallsAreBounded) {
+  testing::RecordingTrainerService svc;
+  ServerOptions o;
+  o.max_streams_per_connection = 4;
+  auto started = StartServer(o, {&svc});
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto stub = v1::TrainerService::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", started->port)));
+  constexpr int kCalls = 10;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<v1::ReportStepResponse> responses(kCalls);
+  v1::StepMetrics held;
+  held.set_rank(99);  // held open by the service until released
+  std::atomic<int> ok{0}, done{0};
+  for (int i = 0; i < kCalls; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    stub->async()->ReportStep(contexts.back().get(), &held, &responses[i], [&](grpc::Status s) {
+      ok += s.ok();
+      ++done;
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(svc.steps().size(), 4u) << "calls open on one connection";
+  // Bounded: each round releases the held calls; at most 10 rounds of 2 s.
+  for (int round = 0; round < 10 && done.load() < kCalls; ++round) {
+    svc.ReleaseHeld();
+    for (int i = 0; i < 200 && done.load() < kCalls && svc.steps().size() <= 4u * (round + 1);
+         ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  while (done.load() < kCalls) {  // each call has a 30 s deadline
+    svc.ReleaseHeld();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(ok.load(), kCalls);
+  EXPECT_EQ(svc.steps().size(), static_cast<size_t>(kCalls));
+  started->server->Shutdown();
+}
+
 // A gzip request is refused before it is inflated; the same uncompressed
 // passes.
 TEST(Rpc, CompressedRequestsAreRefused) {
