@@ -53,6 +53,11 @@ int main(int argc, char** argv) {
   if (!absl::SimpleAtoi(*fb::FlagValue(argc, argv, "channels", "8"), &channels) ||
       channels < 1)
     return Fail("--channels must be a positive integer");
+  // Each simulated worker's Session stream stays open; a connection
+  // carries at most 256 open calls (rpc/rpc.h max_streams_per_connection).
+  if ((n + channels - 1) / channels > 256)
+    return Fail("--channels must be at least ranks / 256 (a connection carries at most 256 "
+                "open sessions)");
   std::string state_dir = *fb::FlagValue(argc, argv, "state-dir", "");
 
   auto coord = fb::CoordinatorProcess::Start(

@@ -614,6 +614,11 @@ int main(int argc, char** argv) {
   if (!absl::SimpleAtoi(flag("session-channels", "8"), &session_channels) ||
       session_channels < 1 || session_channels > workers)
     return Fail("--session-channels must be in [1, workers]");
+  // Each worker's Session stream stays open; a connection carries at most
+  // 256 open calls (rpc/rpc.h max_streams_per_connection).
+  if ((workers + session_channels - 1) / session_channels > 256)
+    return Fail("--session-channels must be at least workers / 256 (a connection carries at "
+                "most 256 open sessions)");
   if (!absl::SimpleAtoi(flag("report-channels", "8"), &report_channels) ||
       report_channels < 1 || report_channels > workers)
     return Fail("--report-channels must be in [1, workers]");

@@ -844,18 +844,24 @@ void Coordinator::ReportStepsAsync(const v1::StepReports& batch, ReportDone done
     // Asked once: a batch is recorded whole or deferred whole (sent again
     // whole, its recorded reports then count once as duplicates).
     const bool record = !writer_->Full();
+    int refused_at = -1;
     for (int i = 0; i < n; ++i) {
       absl::StatusOr<JobScheduler::StepOutcome> out = jobs_.ReportStep(batch.reports(i), record);
       if (!out.ok()) {
         refused = absl::Status(out.status().code(), absl::StrCat("report ", i + 1, " of ", n, ": ",
                                                                  out.status().message()));
+        refused_at = i;
         break;
       }
       resp.set_checkpoint_at_step(out->checkpoint_at);
       // Staged under mu_, in order, as ReportStepAsync does.
       writer_->Stage(std::move(out->row), [](absl::Status) {});
     }
-    if (refused.ok() && !record) refused = BacklogFull();
+    // Deferred: the reports before a refused one were not recorded either,
+    // so the batch must come back (a refusal at its first report is final).
+    if (!record && refused_at != 0) {
+      refused = BacklogFull();
+    }
     // Runs after the commit that covers every row staged above.
     writer_->Stage(std::nullopt, [refused, resp, done = std::move(done)](absl::Status s) {
       if (!refused.ok()) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/memory_store.h"
@@ -148,6 +149,17 @@ class CoordinatorTest : public ::testing::Test {
     m.set_step_seconds(0.1);
     (*m.mutable_values())["loss"] = 1.0 / step;
     return coord_->ReportStep(m);
+  }
+  // A ReportSteps batch, answered once the core is done with it.
+  absl::Status ReportBatch(const v1::StepReports& batch) {
+    absl::Notification answered;
+    absl::Status status;
+    coord_->ReportStepsAsync(batch, [&](absl::StatusOr<v1::ReportStepResponse> r) {
+      status = r.status();
+      answered.Notify();
+    });
+    answered.WaitForNotification();
+    return status;
   }
   // Where frameworm-train writes job `job`'s checkpoint of `step` by default.
   std::string CkptPath(const std::string& job, int64_t step) const {

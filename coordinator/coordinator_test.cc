@@ -14,7 +14,6 @@
 #include <tuple>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "common/rank_env.h"
 #include "coordinator/coordinator_fixture.h"
 #include "coordinator/generation_plan.h"
@@ -959,13 +958,7 @@ TEST_F(CoordinatorTest, MetricBacklogIsBoundedWhileTheStoreFails) {
     m->set_samples(8);
     (*m->mutable_values())["loss"] = 1.0 / i;
   }
-  absl::Notification answered;
-  absl::Status batch_status;
-  coord_->ReportStepsAsync(batch, [&](absl::StatusOr<v1::ReportStepResponse> r) {
-    batch_status = r.status();
-    answered.Notify();
-  });
-  answered.WaitForNotification();
+  const absl::Status batch_status = ReportBatch(batch);
   EXPECT_EQ(batch_status.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(batch_status.message().find("not recorded"), std::string::npos) << batch_status;
   // Nothing past step 2 was aggregated meanwhile.
@@ -982,6 +975,70 @@ TEST_F(CoordinatorTest, MetricBacklogIsBoundedWhileTheStoreFails) {
   ASSERT_EQ(steps->size(), 12u);
   EXPECT_EQ(steps->back().step(), 12);
   EXPECT_NEAR(steps->back().mean().at("loss"), 1.0 / 12, 1e-12);
+}
+
+// After a deferral, each rank sends its queued reports again from its own
+// moment: one rank's resends can run far ahead of another's (here 40 steps
+// against 8 aggregates in memory), and the other's still merge.
+TEST_F(CoordinatorTest, DeferredReportsMergeHoweverFarApartTheRanksSendThemAgain) {
+  CoordinatorOptions o = Options();
+  o.max_metric_backlog_bytes = 1;
+  o.metric_memory_steps = 8;
+  SetOptions(o);
+  Open();
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  const std::string id = Submit(Spec(2, 1));
+  store_.FailWrites(absl::UnavailableError("disk gone"), "PutMetrics");
+  ASSERT_FALSE(Step(id, 1, 0, 1).ok());  // staged: the backlog is full
+  for (int i = 2; i <= 40; ++i) {
+    for (int rank : {0, 1}) {
+      auto r = Step(id, 1, rank, i);
+      EXPECT_NE(r.status().message().find("not recorded"), std::string::npos) << r.status();
+    }
+  }
+  store_.FailWrites(absl::OkStatus());
+  for (int tries = 0; tries < 3 && !Step(id, 1, 0, 2).ok(); ++tries) {
+  }
+  for (int i = 2; i <= 40; ++i) EXPECT_TRUE(Step(id, 1, 0, i).ok()) << i;
+  for (int i = 1; i <= 40; ++i) EXPECT_TRUE(Step(id, 1, 1, i).ok()) << i;
+  auto steps = coord_->GetMetrics(id, 0);
+  ASSERT_TRUE(steps.ok());
+  ASSERT_EQ(steps->size(), 40u);
+  for (const v1::AggregatedStep& s : *steps) EXPECT_EQ(s.ranks_reported(), 2) << s.step();
+}
+
+// A deferred batch comes back whole: a refused report in it does not drop
+// the deferred reports before it; a refusal of its first report is final.
+TEST_F(CoordinatorTest, ADeferredBatchWithARefusedReportComesBack) {
+  CoordinatorOptions o = Options();
+  o.max_metric_backlog_bytes = 1;
+  SetOptions(o);
+  Open();
+  AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  store_.FailWrites(absl::UnavailableError("disk gone"), "PutMetrics");
+  ASSERT_FALSE(Step(id, 1, 0, 1).ok());
+  auto send = [&](std::vector<int> ranks) {
+    v1::StepReports batch;
+    int step = 2;
+    for (int rank : ranks) {
+      v1::StepMetrics* m = batch.add_reports();
+      m->mutable_ref()->set_job_id(id);
+      m->mutable_ref()->set_generation(1);
+      m->mutable_ref()->set_token(TokenOf(id, 1, 0));
+      m->set_rank(rank);
+      m->set_step(step++);
+      m->set_samples(8);
+    }
+    return ReportBatch(batch);
+  };
+  absl::Status later_refused = send({0, 7});
+  EXPECT_EQ(later_refused.code(), absl::StatusCode::kUnavailable) << later_refused;
+  EXPECT_NE(later_refused.message().find("not recorded"), std::string::npos);
+  absl::Status first_refused = send({7, 0});
+  EXPECT_EQ(first_refused.code(), absl::StatusCode::kInvalidArgument) << first_refused;
+  store_.FailWrites(absl::OkStatus());
 }
 
 TEST_F(CoordinatorTest, ZeroMetricBacklogIsRefused) {

@@ -878,6 +878,7 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
     agg = job->metrics.Add(job->generation, static_cast<int>(job->ranks.size()), m, ToMs(now));
   } else {
     out.deferred = true;
+    job->metrics.KeepInMemory(kDeferredMemorySteps);
   }
   if (agg != nullptr) {  // nullptr: a duplicate, or deferred
     out.row.emplace();

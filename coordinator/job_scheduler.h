@@ -156,7 +156,12 @@ class JobScheduler {
   // A rank's report, checked (job, generation, rank, token, bounds). With
   // `record_metrics` false (the metric writer's backlog is full: the store
   // fails) a metric report still counts as the rank's progress (its hang
-  // timer, its step), but its values are not aggregated: `deferred`.
+  // timer, its step), but its values are not aggregated: `deferred`; and
+  // the job's aggregator keeps kDeferredMemorySteps in memory for the rest
+  // of the generation, so that the ranks' reports sent again (each rank
+  // keeps at most 4,096: trainer/step_reporter.h, the Python Reporter's
+  // MAX_QUEUED) merge however far apart the ranks send them.
+  static constexpr size_t kDeferredMemorySteps = 4096 + 1024;
   absl::StatusOr<StepOutcome> ReportStep(const v1::StepMetrics& m, bool record_metrics);
   // The job a checkpoint of `ref` belongs to: NOT_FOUND, or ABORTED for an
   // older generation or a cancelled job; PERMISSION_DENIED without a token

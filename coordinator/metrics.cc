@@ -96,7 +96,7 @@ void MetricAggregator::Touch(int64_t step) {
   if (auto it = touched_.find(step); it != touched_.end()) by_touch_.erase(it->second);
   touched_[step] = next_touch_;
   by_touch_[next_touch_++] = step;
-  const size_t cap = std::max<size_t>(1, options_.memory_steps);
+  const size_t cap = std::max<size_t>({1, options_.memory_steps, memory_floor_});
   while (steps_.size() > cap) {
     auto oldest = by_touch_.begin();
     const int64_t gone = oldest->second;

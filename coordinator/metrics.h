@@ -24,6 +24,7 @@
 #ifndef FRAMEWORM_COORDINATOR_METRICS_H_
 #define FRAMEWORM_COORDINATOR_METRICS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -58,12 +59,20 @@ class MetricAggregator {
                                 const v1::StepMetrics& m, int64_t unix_ms);
   // Restores a stored aggregate (after a coordinator restart).
   void Restore(const v1::AggregatedStep& s);
-  // Forgets the per-rank step-time windows (a new generation starts).
+  // Forgets the per-rank step-time windows (a new generation starts), and
+  // any KeepInMemory.
   void ResetWindows() {
     windows_.clear();
     reported_.clear();
     last_stragglers_.clear();
+    memory_floor_ = 0;
   }
+  // Keeps at least `steps` aggregates in memory from now on (until
+  // ResetWindows): after reports were deferred (the store failing), each
+  // rank sends its queue again from its own moment, so one rank's report
+  // of a step can come thousands of steps after another's; with the
+  // aggregate still in memory it is merged, not left out as late.
+  void KeepInMemory(size_t steps) { memory_floor_ = std::max(memory_floor_, steps); }
 
   // The in-memory steps with step > since_step, in order. When
   // since_step < evicted_below() - 1, stored steps in between may be missing
@@ -116,6 +125,7 @@ class MetricAggregator {
   std::vector<int> reported_;  // per rank: reports since the last reset
   std::vector<int> last_stragglers_;  // of the last completed step
   int64_t straggler_computations_ = 0;
+  size_t memory_floor_ = 0;  // KeepInMemory's
 };
 
 }  // namespace frameworm::coordinator

@@ -301,5 +301,26 @@ TEST(MetricAggregatorTest, ALateReportOfAnEvictedStepLeavesItsAggregate) {
   EXPECT_DOUBLE_EQ(restored.Add(2, 2, Report(0, 3, 1, 0.1, 5.0), 34)->mean().at("loss"), 5.0);
 }
 
+TEST(MetricAggregatorTest, KeepInMemoryWidensTheWindowUntilAReset) {
+  MetricAggregator agg({.memory_steps = 4});
+  auto report = [&](int64_t step) {
+    v1::StepMetrics m;
+    m.set_rank(0);
+    m.set_step(step);
+    m.set_samples(1);
+    m.set_step_seconds(0.1);
+    return agg.Add(1, 2, m, 0);
+  };
+  for (int64_t s = 1; s <= 10; ++s) report(s);
+  EXPECT_EQ(agg.in_memory(), 4u);
+  agg.KeepInMemory(20);
+  for (int64_t s = 11; s <= 40; ++s) report(s);
+  EXPECT_EQ(agg.in_memory(), 20u);
+  EXPECT_EQ(agg.Since(20).front().step(), 21);
+  agg.ResetWindows();
+  report(41);
+  EXPECT_EQ(agg.in_memory(), 4u);
+}
+
 }  // namespace
 }  // namespace frameworm::coordinator

@@ -18,6 +18,14 @@ CheckpointFetcher::~CheckpointFetcher() {
 
 absl::Status CheckpointFetcher::Enqueue(HeldCheckpoint h) {
   absl::MutexLock l(&mu_);
+  for (HeldCheckpoint& q : queue_) {
+    if (q.job_id == h.job_id && q.step == h.step && q.path == h.path &&
+        q.checksum == h.checksum && q.bytes == h.bytes) {
+      q.secret = std::move(h.secret);  // the newer ask is the one answered
+      q.sources = std::move(h.sources);
+      return absl::OkStatus();
+    }
+  }
   if (queue_.size() >= kMaxQueued) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "hold of ", h.job_id, "'s checkpoint of step ", h.step, " refused: ", kMaxQueued,

@@ -2,11 +2,14 @@
 // agent's loop: one thread runs `fetch` for each queued hold, in order, one
 // at a time, and calls `on_done` after each; the agent takes the results
 // with TakeDone. Pending(path) says whether a hold of that path is queued or
-// running (a rank resuming from it waits). Every hold is fetched, even one
-// of a path already queued or running: a hold sent again (with a newer
-// secret) is answered by its own turn, which finds the copy in place, and
-// one of another checksum replaces it. At most kMaxQueued holds wait:
-// Enqueue refuses more with RESOURCE_EXHAUSTED.
+// running (a rank resuming from it waits). A hold of a path already queued
+// or running is fetched too, in its turn: one sent again finds the copy in
+// place (or tries again after a failed fetch), one of another checksum
+// replaces it. A hold equal to one still queued (job, step, path, size,
+// checksum) is merged into it: the queued one takes its secret and sources
+// (the newer ask is answered), so asks repeated while a fetch hangs add no
+// attempts. At most kMaxQueued holds wait: Enqueue refuses more with
+// RESOURCE_EXHAUSTED.
 //
 // Shutdown: the destructor sets the stop flag `fetch` is given, drops what
 // is queued and joins the thread (a running fetch ends at its next chunk,

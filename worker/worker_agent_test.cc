@@ -22,6 +22,7 @@
 #include "common/log_cap.h"
 #include "common/received_file.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "frameworm/v1/peer_service.grpc.pb.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "gmock/gmock.h"
@@ -722,8 +723,11 @@ TEST_F(WorkerAgentTest, EveryHoldOfAPendingPathIsAnswered) {
   ASSERT_GE(silent, 0);
   const std::string copy = dir_ + "/ck/ckpt-5.pt";
   ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy, 5, "abc", {source})));
+  absl::SleepFor(absl::Milliseconds(300));  // its fetch runs (2 s against a silent source)
   ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy, 5, "abc", {source})));
   ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy, 5, "abcd", {source})));
+  // Equal to the queued second one: merged into it, no further attempt.
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy, 5, "abc", {source})));
   auto answers = [](const std::vector<v1::WorkerMessage>& ms) {
     int n = 0;
     for (const auto& m : ms) n += m.has_held() && m.held().step() == 5;
@@ -738,6 +742,8 @@ TEST_F(WorkerAgentTest, EveryHoldOfAPendingPathIsAnswered) {
     EXPECT_THAT(m.held().error(), HasSubstr(source));
   }
   EXPECT_FALSE(std::filesystem::exists(copy));
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(answers(coord_->messages()), 3) << "the fourth hold was merged into the second";
   ::close(silent);
 }
 
@@ -749,6 +755,51 @@ namespace {
 
 // At most kMaxQueued holds wait for the fetch thread; more are refused
 // with an error that names the hold, and the ones queued are not lost.
+// A hold equal to a queued one is merged into it (the newer secret is the
+// one answered); one equal to the running one is queued.
+TEST(CheckpointFetcher, EqualQueuedHoldsMerge) {
+  absl::Notification release;
+  absl::Mutex mu;
+  std::vector<std::string> secrets;
+  {
+    CheckpointFetcher fetcher(
+        [&](HeldCheckpoint& h, const std::atomic<bool>&) {
+          release.WaitForNotification();
+          absl::MutexLock l(&mu);
+          secrets.push_back(h.secret);
+          return absl::OkStatus();
+        },
+        [] {});
+    HeldCheckpoint h;
+    h.job_id = "job-1";
+    h.step = 3;
+    h.path = "/tmp/x/ckpt-3.pt";
+    h.checksum = "crc32:00000001";
+    h.secret = "first";
+    ASSERT_TRUE(fetcher.Enqueue(h).ok());
+    for (int i = 0; i < 500 && !fetcher.Pending(h.path); ++i) absl::SleepFor(absl::Milliseconds(1));
+    absl::SleepFor(absl::Milliseconds(50));  // the first is running
+    h.secret = "second";
+    ASSERT_TRUE(fetcher.Enqueue(h).ok());
+    h.secret = "third";
+    ASSERT_TRUE(fetcher.Enqueue(h).ok());
+    h.checksum = "crc32:00000002";
+    h.secret = "other";
+    ASSERT_TRUE(fetcher.Enqueue(h).ok());
+    release.Notify();
+    for (int i = 0; i < 1000; ++i) {
+      {
+        absl::MutexLock l(&mu);
+        if (secrets.size() == 3) break;
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_EQ(fetcher.TakeDone().size(), 3u);
+  }
+  EXPECT_EQ(secrets, (std::vector<std::string>{"first", "third", "other"}));
+}
+
 TEST(CheckpointFetcher, QueueIsBounded) {
   std::atomic<int> fetched{0};
   {
