@@ -12,6 +12,7 @@ const char* RoleName(Caller::Role r) {
     case Caller::Role::kWorker: return "worker";
     case Caller::Role::kCoordinator: return "coordinator";
     case Caller::Role::kLocal: return "local";
+    case Caller::Role::kAnonymous: return "anonymous";
     case Caller::Role::kNone: break;
   }
   return "unknown";
@@ -27,6 +28,7 @@ std::string Caller::Owner() const {
 std::string Caller::Describe() const {
   if (role == Role::kLocal) return "a plaintext caller";
   if (role == Role::kNone) return "a caller with an unknown certificate";
+  if (role == Role::kAnonymous) return "a caller without a certificate";
   return absl::StrCat(RoleName(role), " ", name);
 }
 

@@ -12,7 +12,9 @@
 namespace frameworm {
 
 struct Caller {
-  enum class Role { kNone, kLocal, kAdmin, kUser, kWorker, kCoordinator };
+  // kAnonymous: a TLS client without a certificate (a trainer, which
+  // proves itself with its rank's token on each call, never more).
+  enum class Role { kNone, kLocal, kAdmin, kUser, kWorker, kCoordinator, kAnonymous };
   Role role = Role::kNone;  // kNone: a certificate this cluster does not know
   std::string name;         // the certificate's name; empty for kLocal
 

@@ -45,9 +45,19 @@ absl::Status CheckWorkerClient(const Caller& caller, const std::string& worker_n
 }
 
 absl::Status CheckTrainerClient(const Caller& caller) {
-  if (caller.role == Role::kLocal || caller.role == Role::kWorker) return absl::OkStatus();
+  if (caller.role == Role::kLocal || caller.role == Role::kWorker ||
+      caller.role == Role::kAnonymous) {
+    return absl::OkStatus();
+  }
   return absl::PermissionDeniedError(absl::StrCat(
-      caller.Describe(), " may not report for trainers (trainers use their worker's certificate)"));
+      caller.Describe(), " may not report for trainers (trainers connect without a certificate, "
+      "or with their worker's, and carry their rank's token)"));
+}
+
+absl::Status CheckWorkerSession(const Caller& caller) {
+  if (caller.role == Role::kLocal || caller.role == Role::kWorker) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(caller.Describe(), " may not open a worker session (it needs a worker certificate)"));
 }
 
 }  // namespace frameworm::coordinator

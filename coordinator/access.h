@@ -8,8 +8,13 @@
 //                   job is PERMISSION_DENIED); ListWorkers: any user.
 //                   Workers and coordinators: nothing.
 //   WorkerService   workers, under their certificate's name only.
-//   TrainerService  workers (trainers present their worker's certificate;
-//                   each call also carries the rank's token).
+//   TrainerService  callers without a certificate (kAnonymous: trainers,
+//                   whose worker hands them the cluster CA alone) and
+//                   workers; every call also carries the rank's token,
+//                   which is what authorizes it. A kAnonymous caller may
+//                   call nothing else.
+//   WorkerService.Session: workers (CheckWorkerSession), then the session
+//                   id (unguessable) in its first message says which.
 //
 // Errors: PERMISSION_DENIED naming who called and what it may do.
 // Thread safety: free functions.
@@ -30,6 +35,7 @@ absl::Status CheckJobAccess(const Caller& caller, const std::string& job_id,
 bool SeesJob(const Caller& caller, const std::string& owner);
 absl::Status CheckWorkerClient(const Caller& caller, const std::string& worker_name);
 absl::Status CheckTrainerClient(const Caller& caller);
+absl::Status CheckWorkerSession(const Caller& caller);
 
 }  // namespace frameworm::coordinator
 

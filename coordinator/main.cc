@@ -298,6 +298,9 @@ int main(int argc, char** argv) {
   so.max_message_bytes = 16 << 20;
   so.memory_quota_bytes = config->rpc_memory_quota;
   so.tls = tls;
+  // Trainers connect with the cluster CA alone (their worker holds the
+  // key): kAnonymous, trainer calls with their rank's token only.
+  so.client_certificate_optional = true;
   so.latency = &latency;
   auto server = frameworm::StartServer(so, service.services());
   if (!server.ok()) {

@@ -670,7 +670,7 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Session(
       grpc::CallbackServerContext* ctx) override {
     // Which worker: the session id (unguessable) in its first message.
-    if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) {
+    if (absl::Status s = CheckWorkerSession(CallerOf(*ctx)); !s.ok()) {
       return new Refused<grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>>(s);
     }
     return new SessionReactor(impl_);

@@ -32,6 +32,9 @@ class ServiceTlsTest : public ::testing::Test {
     }
     ASSERT_TRUE(InitClusterCa(dir_ + "/other-ca").ok());
     ASSERT_TRUE(IssueCertificate(dir_ + "/other-ca", "admin", "root", dir_ + "/stranger").ok());
+    // What a worker hands its trainers: the cluster CA alone.
+    fs::create_directories(dir_ + "/anon");
+    fs::copy_file(ca + "/ca.crt", dir_ + "/anon/ca.crt");
 
     CoordinatorOptions o;
     o.state_dir = dir_ + "/state";
@@ -42,6 +45,7 @@ class ServiceTlsTest : public ::testing::Test {
     service_ = std::make_unique<CoordinatorService>(core_.get());
     ServerOptions so;
     so.tls = Tls("main");
+    so.client_certificate_optional = true;  // as frameworm-coordinator serves
     auto server = StartServer(so, service_->services());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server->server);
@@ -56,7 +60,7 @@ class ServiceTlsTest : public ::testing::Test {
   }
 
   TlsFiles Tls(const std::string& name) {
-    absl::StatusOr<TlsFiles> t = LoadTlsDir(dir_ + "/" + name);
+    absl::StatusOr<TlsFiles> t = LoadTrainerTlsDir(dir_ + "/" + name);
     EXPECT_TRUE(t.ok()) << t.status();
     return t.ok() ? *t : TlsFiles{};
   }
@@ -267,11 +271,49 @@ TEST_F(ServiceTlsTest, AWorkerRegistersOnlyUnderItsCertificatesName) {
   EXPECT_EQ(Register("node-1", "node-1"), grpc::StatusCode::OK);
 }
 
-TEST_F(ServiceTlsTest, TrainerCallsNeedAWorkersCertificate) {
+TEST_F(ServiceTlsTest, TrainerCallsAreRefusedToUsersAndAdmins) {
   EXPECT_EQ(ReportStep("alice"), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(ReportStep("root"), grpc::StatusCode::PERMISSION_DENIED);
   // Past the role check: the job does not exist.
   EXPECT_EQ(ReportStep("node-1"), grpc::StatusCode::NOT_FOUND);
+}
+
+// A caller without a certificate (a trainer) gets trainer calls through,
+// each authorized by its rank's token, and nothing else.
+TEST_F(ServiceTlsTest, ACallerWithoutACertificateMayOnlyMakeTrainerCalls) {
+  EXPECT_EQ(ReportStep("anon"), grpc::StatusCode::NOT_FOUND);  // past the role check
+  std::string id;
+  EXPECT_EQ(Submit("anon", &id), grpc::StatusCode::PERMISSION_DENIED);
+  grpc::StatusCode code;
+  List("anon", &code);
+  EXPECT_EQ(code, grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Register("anon", "node-1"), grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_EQ(Submit("root", &id), grpc::StatusCode::OK);
+  EXPECT_EQ(Get("anon", id), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Cancel("anon", id), grpc::StatusCode::PERMISSION_DENIED);
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    auto session = v1::WorkerService::NewStub(As("anon"))->Session(&ctx);
+    v1::WorkerMessage hello;
+    hello.set_session_id("s-guess");
+    session->Write(hello);
+    session->WritesDone();
+    v1::CoordinatorMessage m;
+    while (session->Read(&m)) {
+    }
+    const grpc::Status s = session->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  }
+  // A job's token is what a trainer call needs: without it, refused.
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::StepMetrics m;
+  m.mutable_ref()->set_job_id(id);
+  m.mutable_ref()->set_generation(1);
+  v1::ReportStepResponse resp;
+  const grpc::Status s = v1::TrainerService::NewStub(As("anon"))->ReportStep(&ctx, m, &resp);
+  EXPECT_NE(s.error_code(), grpc::StatusCode::OK) << "a report without a token";
 }
 
 TEST_F(ServiceTlsTest, PlaintextAndForeignCertificatesGetNoCallThrough) {

@@ -51,7 +51,8 @@ absl::StatusOr<StartedServer> StartServer(
   StartedServer out;
   builder.AddListeningPort(
       options.listen,
-      options.tls ? ServerCredentials(*options.tls) : grpc::InsecureServerCredentials(),
+      options.tls ? ServerCredentials(*options.tls, options.client_certificate_optional)
+                  : grpc::InsecureServerCredentials(),
       &out.port);
   builder.SetMaxReceiveMessageSize(options.max_receive_bytes > 0 ? options.max_receive_bytes
                                                                  : options.max_message_bytes);

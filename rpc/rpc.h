@@ -56,6 +56,10 @@ struct ServerOptions {
   // Mutual TLS: every client must present a certificate of tls->ca_pem.
   // Unset: plaintext.
   std::optional<TlsFiles> tls;
+  // With tls: a client may also connect without a certificate (CallerOf
+  // says kAnonymous; the coordinator lets such callers make trainer calls
+  // only). A certificate presented is still verified.
+  bool client_certificate_optional = false;
   // Times every unary call (rpc_latency.h); not owned, must outlive the
   // server. Null: none.
   RpcLatency* latency = nullptr;

@@ -144,6 +144,23 @@ absl::StatusOr<TlsFiles> LoadTlsDir(const std::string& dir) {
   return t;
 }
 
+absl::StatusOr<TlsFiles> LoadTrainerTlsDir(const std::string& dir) {
+  struct stat st;
+  if (::lstat((dir + "/tls.key").c_str(), &st) == 0) return LoadTlsDir(dir);
+  TlsFiles t;
+  t.dir = dir;
+  const std::string ca_path = dir + "/ca.crt";
+  absl::StatusOr<std::string> pem = ReadPem(ca_path);
+  if (!pem.ok()) return pem.status();
+  t.ca_pem = *std::move(pem);
+  CertPtr ca = ParseCert(t.ca_pem);
+  ERR_clear_error();
+  if (!ca) return absl::InvalidArgumentError(absl::StrCat(ca_path, " is not a PEM certificate"));
+  if (absl::Status s = CheckValidNow(ca.get(), ca_path); !s.ok()) return s;
+  t.expires = EndOf(ca.get());
+  return t;
+}
+
 std::string TlsExpiryWarning(const TlsFiles& tls, absl::Time now) {
   if (tls.expires - now > kTlsExpiryWarning) return "";
   return absl::StrCat("WARNING: ", tls.dir, "'s certificates expire on ",
@@ -179,13 +196,18 @@ absl::StatusOr<Caller> IdentityOf(const TlsFiles& tls) {
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const TlsFiles& tls) {
   grpc::SslCredentialsOptions o;
   o.pem_root_certs = tls.ca_pem;
-  o.pem_private_key = tls.key_pem;
-  o.pem_cert_chain = tls.cert_pem;
+  if (!tls.cert_pem.empty()) {  // else no client certificate (a trainer)
+    o.pem_private_key = tls.key_pem;
+    o.pem_cert_chain = tls.cert_pem;
+  }
   return grpc::SslCredentials(o);
 }
 
-std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsFiles& tls) {
-  grpc::SslServerCredentialsOptions o(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsFiles& tls,
+                                                           bool client_certificate_optional) {
+  grpc::SslServerCredentialsOptions o(
+      client_certificate_optional ? GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY
+                                  : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   o.pem_root_certs = tls.ca_pem;
   o.pem_key_cert_pairs.push_back({tls.key_pem, tls.cert_pem});
   return grpc::SslServerCredentials(o);
@@ -194,15 +216,16 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsFiles& tls) 
 Caller CallerOf(const grpc::ServerContextBase& ctx) {
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (auth == nullptr || !auth->IsPeerAuthenticated()) {
-    // Plaintext: a TLS server never gets here (it requires and verifies a
-    // client certificate before any call).
+    // Plaintext, or TLS without a client certificate (only where the
+    // server made one optional: a certificate presented is verified in the
+    // handshake, before any call).
     const std::vector<grpc::string_ref> type = auth ? auth->FindPropertyValues(
                                                           GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME)
                                                     : std::vector<grpc::string_ref>{};
     Caller c;
-    if (type.empty() || std::string(type[0].data(), type[0].size()) != "ssl") {
-      c.role = Caller::Role::kLocal;
-    }
+    c.role = type.empty() || std::string(type[0].data(), type[0].size()) != "ssl"
+                 ? Caller::Role::kLocal
+                 : Caller::Role::kAnonymous;
     return c;
   }
   const std::vector<grpc::string_ref> cn = auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);

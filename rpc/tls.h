@@ -10,6 +10,12 @@
 // kCoordinatorTlsName, whatever address they dial. Workers also serve their
 // peers with their own certificate (DNS name kWorkerTlsName).
 //
+// Trainers hold no certificate: their worker hands them a directory with
+// ca.crt alone (LoadTrainerTlsDir), so job code never holds a cluster key;
+// the coordinator's API server takes such clients (ServerCredentials'
+// `client_certificate_optional`) as kAnonymous callers, which may only
+// make trainer calls, each carrying its rank's token.
+//
 // LoadTlsDir checks what a handshake would otherwise refuse later without
 // naming a file. Errors: NOT_FOUND (a file is missing, with how to make
 // it), PERMISSION_DENIED (tls.key readable by others), INVALID_ARGUMENT
@@ -46,6 +52,10 @@ struct TlsFiles {
 };
 
 absl::StatusOr<TlsFiles> LoadTlsDir(const std::string& dir);
+// A trainer's directory: with a tls.key, LoadTlsDir's; else ca.crt alone
+// (checked as LoadTlsDir checks it), cert_pem and key_pem empty: its
+// channels present no certificate.
+absl::StatusOr<TlsFiles> LoadTrainerTlsDir(const std::string& dir);
 
 // How long before `expires` a daemon warns at start.
 inline constexpr absl::Duration kTlsExpiryWarning = absl::Hours(24 * 30);
@@ -63,11 +73,17 @@ void WriteTlsExpiryMetric(const TlsFiles* tls, PromWriter& w);
 // INVALID_ARGUMENT when it is not a certificate of ours.
 absl::StatusOr<Caller> IdentityOf(const TlsFiles& tls);
 
+// Without cert_pem (a trainer's ca.crt alone) the client presents none.
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const TlsFiles& tls);
-std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsFiles& tls);
+// Every client certificate is verified against ca.crt; one is required
+// unless `client_certificate_optional` (then a client may present none and
+// is kAnonymous).
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsFiles& tls,
+                                                           bool client_certificate_optional = false);
 
 // The authenticated caller of a server call: kLocal on a plaintext
-// connection, else the role and name of its verified certificate.
+// connection, kAnonymous on a TLS one without a client certificate, else
+// the role and name of its verified certificate.
 Caller CallerOf(const grpc::ServerContextBase& ctx);
 
 }  // namespace frameworm

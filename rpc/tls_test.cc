@@ -78,9 +78,10 @@ class TlsTest : public ::testing::Test {
     return t.ok() ? *t : TlsFiles{};
   }
   // A server presenting `server_dir`'s certificate.
-  void Serve(const std::string& server_dir) {
+  void Serve(const std::string& server_dir, bool client_certificate_optional = false) {
     ServerOptions o;
     o.tls = Load(server_dir);
+    o.client_certificate_optional = client_certificate_optional;
     auto s = StartServer(o, {&svc_});
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
@@ -175,6 +176,45 @@ TEST_F(TlsTest, MutualTlsIdentifiesTheCallerAndRefusesStrangers) {
   anonymous.cert_pem.clear();
   anonymous.key_pem.clear();
   EXPECT_FALSE(Call(&anonymous).ok());
+  server_.server->Shutdown();
+}
+
+// A trainer's directory holds ca.crt alone: its channel presents no
+// certificate; a server that makes one optional takes it as kAnonymous and
+// still verifies every certificate presented.
+TEST_F(TlsTest, ATrainerWithTheCaAloneIsAnonymousWhereCertificatesAreOptional) {
+  const std::string trainer = dir_ + "/trainer";
+  ASSERT_EQ(std::system(("mkdir -p " + trainer + " && cp " + dir_ + "/ca/ca.crt " + trainer).c_str()),
+            0);
+  absl::StatusOr<TlsFiles> ca_only = LoadTrainerTlsDir(trainer);
+  ASSERT_TRUE(ca_only.ok()) << ca_only.status();
+  EXPECT_TRUE(ca_only->cert_pem.empty());
+  EXPECT_TRUE(ca_only->key_pem.empty());
+  EXPECT_LT(ca_only->expires, absl::InfiniteFuture());
+  // A directory with a key is loaded whole, as LoadTlsDir does.
+  absl::StatusOr<TlsFiles> whole = LoadTrainerTlsDir(dir_ + "/node-1");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_FALSE(whole->key_pem.empty());
+  // No ca.crt: named.
+  absl::StatusOr<TlsFiles> none = LoadTrainerTlsDir(dir_ + "/no-such");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find("ca.crt"), std::string::npos) << none.status();
+
+  Serve("coord");  // certificates required: refused
+  EXPECT_FALSE(Call(&*ca_only).ok());
+  server_.server->Shutdown();
+  Serve("coord", /*client_certificate_optional=*/true);
+  int role = -1;
+  ASSERT_TRUE(Call(&*ca_only, &role).ok());
+  EXPECT_EQ(role, static_cast<int>(Caller::Role::kAnonymous));
+  const TlsFiles worker = Load("node-1");
+  ASSERT_TRUE(Call(&worker, &role).ok());
+  EXPECT_EQ(role, static_cast<int>(Caller::Role::kWorker));
+  EXPECT_FALSE(Call(nullptr).ok());  // plaintext still gets nothing through
+  ASSERT_TRUE(InitClusterCa(dir_ + "/other-ca").ok());
+  ASSERT_TRUE(IssueCertificate(dir_ + "/other-ca", "admin", "root", dir_ + "/stranger").ok());
+  const TlsFiles stranger = Load("stranger");
+  EXPECT_FALSE(Call(&stranger).ok());  // a certificate presented is verified
   server_.server->Shutdown();
 }
 

@@ -266,7 +266,7 @@ absl::StatusOr<std::unique_ptr<ControlChannel>> NewTrainerChannel(
   }
   std::optional<TlsFiles> tls;
   if (!options.tls_dir.empty()) {
-    absl::StatusOr<TlsFiles> loaded = LoadTlsDir(options.tls_dir);
+    absl::StatusOr<TlsFiles> loaded = LoadTrainerTlsDir(options.tls_dir);
     if (!loaded.ok()) {
       return absl::Status(loaded.status().code(),
                           absl::StrCat("FRAMEWORM_TLS_DIR: ", loaded.status().message()));

@@ -27,7 +27,7 @@ struct TrainerChannelOptions {
   int64_t generation = 0;   // FRAMEWORM_GENERATION
   int rank = 0;             // RANK
   std::string token;        // FRAMEWORM_TOKEN (sent in every JobRef)
-  std::string tls_dir;      // FRAMEWORM_TLS_DIR: mutual TLS; empty: plaintext
+  std::string tls_dir;      // FRAMEWORM_TLS_DIR: TLS (rpc/tls.h LoadTrainerTlsDir); empty: plaintext
   // Per-call deadline: a slow or absent coordinator never stalls training
   // for longer than this (the call returns UNAVAILABLE/DEADLINE_EXCEEDED).
   absl::Duration call_timeout = absl::Milliseconds(500);

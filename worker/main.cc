@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -24,10 +25,12 @@
 #include "common/flags.h"
 #include "common/node_address.h"
 #include "common/printable.h"
+#include "common/replace_file.h"
 #include "common/prometheus_text.h"
 #include "common/worker_limits.h"
 #include "rpc/http_server.h"
 #include "worker/process_launcher.h"
+#include "worker/run_as.h"
 #include "worker/task_usage.h"
 #include "worker/trainer_env.h"
 #include "worker/worker_agent.h"
@@ -52,6 +55,10 @@ ABSL_FLAG(std::string, tls_dir, "",
           "mutual TLS to the coordinator with this directory's ca.crt, tls.crt and tls.key "
           "(`frameworm-cli admin ca issue --role worker --name NAME`); the worker's name is "
           "the certificate's");
+ABSL_FLAG(std::string, user, "",
+          "started as root: read --tls-dir as root, then run (and run every job) as this "
+          "user (name or uid), so that job code cannot read the worker's key; the work dir "
+          "is given to the user; empty: stay the user that started it");
 ABSL_FLAG(bool, insecure, false,
           "allow a --coordinator off loopback in plaintext (no TLS yet: a man "
           "in the middle could run commands here); private networks only");
@@ -261,6 +268,17 @@ int main(int argc, char** argv) {
     FlagErrorExit(Config(), absl::StrCat("--max-log-bytes must be 0 or at least 1048576, got '",
                                          o.max_log_bytes, "'"));
   }
+  std::optional<frameworm::RunAsUser> run_as;
+  if (const std::string user = absl::GetFlag(FLAGS_user); !user.empty()) {
+    absl::StatusOr<frameworm::RunAsUser> found = frameworm::LookUpUser(user);
+    if (!found.ok()) FlagErrorExit(Config(), std::string(found.status().message()));
+    run_as = *std::move(found);
+    // The user's environment for the default work dir and for the jobs.
+    ::setenv("HOME", run_as->home.c_str(), 1);
+    ::setenv("USER", run_as->name.c_str(), 1);
+    ::setenv("LOGNAME", run_as->name.c_str(), 1);
+    ::unsetenv("XDG_STATE_HOME");
+  }
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   if (o.work_dir.empty()) {
     const char* state = std::getenv("XDG_STATE_HOME");
@@ -275,6 +293,19 @@ int main(int argc, char** argv) {
   }
   // What this worker and its trainers create is theirs alone (0700 / 0600).
   ::umask(077);
+  if (run_as) {
+    if (absl::Status s = frameworm::DropPrivileges(*run_as, o.work_dir); !s.ok()) {
+      std::cerr << "frameworm-worker: " << s.message() << "\n";
+      return 1;
+    }
+    if (o.tls) {
+      if (absl::Status s = frameworm::CheckKeyUnreadable(*run_as, o.tls->dir + "/tls.key");
+          !s.ok()) {
+        std::cerr << "frameworm-worker: " << s.message() << "\n";
+        return 1;
+      }
+    }
+  }
   std::error_code ec;
   std::filesystem::create_directories(o.work_dir, ec);
   if (ec) {
@@ -303,8 +334,23 @@ int main(int argc, char** argv) {
     if (eq != std::string::npos) own_env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   o.base_env = frameworm::TrainerBaseEnv(own_env, pass_env);
-  // Trainers reach the coordinator as this worker does (rpc/tls.h).
-  if (o.tls) o.base_env["FRAMEWORM_TLS_DIR"] = o.tls->dir;
+  // Trainers get the cluster CA alone, never this worker's key: they
+  // connect without a certificate, their rank's token authorizes each call
+  // (rpc/tls.h LoadTrainerTlsDir).
+  if (o.tls) {
+    const std::string trainer_tls = o.work_dir + "/trainer-tls";
+    std::filesystem::create_directories(trainer_tls, ec);
+    absl::Status wrote = ec ? absl::InternalError(ec.message())
+                            : frameworm::ReplaceFile(trainer_tls + "/ca.crt", o.tls->ca_pem);
+    if (!wrote.ok()) {
+      std::cerr << "frameworm-worker: cannot write " << trainer_tls << "/ca.crt: "
+                << wrote.message() << "\n";
+      return 1;
+    }
+    o.base_env["FRAMEWORM_TLS_DIR"] = trainer_tls;
+  } else {
+    o.base_env.erase("FRAMEWORM_TLS_DIR");
+  }
   o.on_event = [](const std::string& line) {
     std::cout << line << std::endl;
   };

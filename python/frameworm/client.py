@@ -45,10 +45,17 @@ def _is_loopback(host):
 
 
 def _secure_channel(coordinator, tls_dir):
-    """A mutual-TLS channel to the coordinator with the certificate
-    directory's ca.crt, tls.crt and tls.key (also the Reporter's)."""
+    """A TLS channel to the coordinator with the certificate directory's
+    ca.crt, tls.crt and tls.key (also the Reporter's). A directory with
+    ca.crt alone (what a worker hands its trainers as FRAMEWORM_TLS_DIR)
+    presents no certificate: the coordinator takes such a caller's trainer
+    calls, authorized by the rank's token, and nothing else."""
     try:
-        ca, key, cert = (read_pem(tls_dir, n) for n in ("ca.crt", "tls.key", "tls.crt"))
+        ca = read_pem(tls_dir, "ca.crt")
+        if os.path.lexists(os.path.join(tls_dir, "tls.key")):
+            key, cert = read_pem(tls_dir, "tls.key"), read_pem(tls_dir, "tls.crt")
+        else:
+            key = cert = None
     except ValueError as e:
         raise FramewormError("INVALID_ARGUMENT", str(e)) from None
     creds = grpc.ssl_channel_credentials(ca, key, cert)

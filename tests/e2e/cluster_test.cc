@@ -1,7 +1,9 @@
 // End-to-end: real frameworm-coordinator, frameworm-worker and
 // frameworm-train processes on 127.0.0.1, training the MLP/CNN on
 // Fashion-MNIST, and the failures of docs/ARCHITECTURE.md's contract.
+#include <pwd.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -570,8 +572,110 @@ TEST(ClusterE2E, TrainersInheritOnlyTheAllowListOfTheWorkersEnvironment) {
                          absl::Seconds(30)));
   EXPECT_EQ(EnvOf(pids[0], "WORKER_SECRET"), "");
   EXPECT_EQ(EnvOf(pids[0], "HF_HOME"), "/models");
+  // The worker's key neither: its trainers get the cluster CA alone.
+  const std::string tls = EnvOf(pids[0], "FRAMEWORM_TLS_DIR");
+  EXPECT_NE(tls.find("/trainer-tls"), std::string::npos) << tls;
+  EXPECT_TRUE(std::filesystem::exists(tls + "/ca.crt")) << tls;
+  EXPECT_FALSE(std::filesystem::exists(tls + "/tls.key")) << tls;
   EXPECT_NE(EnvOf(pids[0], "PATH"), "");
   EXPECT_EQ((*c)->Cli({"cancel", *id}).exit_code, 0);
+}
+
+// A worker started as root with --user runs its jobs as that user, which
+// can read neither the worker's key (its TLS directory stays root's) nor
+// its memory, and hands them the cluster CA alone.
+TEST(ClusterE2E, JobsOfAWorkerWithUserRunAsItWithoutTheWorkersKey) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (frameworm-worker --user)";
+  passwd* nobody = ::getpwnam("nobody");
+  if (nobody == nullptr) GTEST_SKIP() << "no user 'nobody' here";
+  const uid_t uid = nobody->pw_uid;
+  const gid_t gid = nobody->pw_gid;
+  ClusterOptions o;
+  o.workers = 0;
+  auto c = Cluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  // The binaries and the job's directories where the user reaches them.
+  const std::string top = MakeTempDir("fw-user");
+  ASSERT_FALSE(top.empty());
+  ASSERT_EQ(::chmod(top.c_str(), 0755), 0);
+  for (const char* name : {"frameworm-worker", "frameworm-task-shim"}) {
+    std::filesystem::copy_file(Cluster::Bin(name), top + "/" + name);
+    ASSERT_EQ(::chmod((top + "/" + name).c_str(), 0755), 0);
+  }
+  const std::string out = top + "/out";
+  std::filesystem::create_directories(out);
+  ASSERT_EQ(::chown(out.c_str(), uid, gid), 0);
+  auto tls = (*c)->TlsDir("worker", "wu");
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  auto worker = ChildProcess::Start(
+      {top + "/frameworm-worker", "--coordinator=" + (*c)->coordinator_address(), "--name=wu",
+       "--slots=1", "--work-dir=" + top + "/work", "--tls-dir=" + *tls, "--user=nobody",
+       "--heartbeat-interval=0.5"},
+      {}, top + "/worker.log");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto registered = (*worker)->WaitForLine("registered", absl::Seconds(30));
+  ASSERT_TRUE(registered.ok()) << (*worker)->Output();
+  const pid_t worker_pid = (*worker)->pid();
+  std::ofstream(top + "/job.sh")
+      << "id -u > " << out << "/uid\n"
+      << "if cat " << *tls << "/tls.key > /dev/null 2>&1; then echo readable; else echo unreadable;"
+      << " fi > " << out << "/key\n"
+      << "if cat /proc/" << worker_pid << "/environ > /dev/null 2>&1; then echo readable;"
+      << " else echo unreadable; fi > " << out << "/memory\n"
+      << "ls \"$FRAMEWORM_TLS_DIR\" > " << out << "/tls\n";
+  ASSERT_EQ(::chmod((top + "/job.sh").c_str(), 0755), 0);
+  auto id = (*c)->Submit(absl::StrCat("name: as-user\nnodes: 1\nmax_restarts: 0\nentrypoint: [\"sh\", \"",
+                                      top, "/job.sh\"]\n"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto st = (*c)->WaitForFinal(*id, absl::Seconds(60));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->reason() << "\n" << (*worker)->Output();
+  auto read = [&](const std::string& name) {
+    std::ifstream in(out + "/" + name);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(read("uid"), absl::StrCat(uid, "\n"));
+  EXPECT_EQ(read("key"), "unreadable\n");
+  EXPECT_EQ(read("memory"), "unreadable\n");
+  EXPECT_EQ(read("tls"), "ca.crt\n");
+  (*worker)->Signal(SIGTERM);
+  (*worker)->Wait(absl::Seconds(10));
+  std::filesystem::remove_all(top);
+}
+
+// Started as root with --user, a worker whose key that user can read
+// refuses to start: its jobs could read the key.
+TEST(ClusterE2E, AWorkerWithUserRefusesAKeyTheUserCanRead) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (frameworm-worker --user)";
+  if (::getpwnam("nobody") == nullptr) GTEST_SKIP() << "no user 'nobody' here";
+  ClusterOptions o;
+  o.workers = 0;
+  auto c = Cluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string top = MakeTempDir("fw-user-key");
+  ASSERT_FALSE(top.empty());
+  ASSERT_EQ(::chmod(top.c_str(), 0755), 0);
+  auto tls = (*c)->TlsDir("worker", "wk");
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  // A copy of the directory that the user may read (the key's mode stays
+  // 0600, so the worker's own check at load passes; the owner is the user).
+  const std::string shared = top + "/tls";
+  std::filesystem::copy(*tls, shared);
+  passwd* nobody = ::getpwnam("nobody");
+  ASSERT_EQ(::chmod(shared.c_str(), 0755), 0);
+  for (const char* f : {"", "/ca.crt", "/tls.crt", "/tls.key"}) {
+    ASSERT_EQ(::chown((shared + f).c_str(), nobody->pw_uid, nobody->pw_gid), 0) << f;
+  }
+  auto worker = ChildProcess::Start(
+      {Cluster::Bin("frameworm-worker"), "--coordinator=" + (*c)->coordinator_address(),
+       "--name=wk", "--work-dir=" + top + "/work", "--tls-dir=" + shared, "--user=nobody"},
+      {}, top + "/worker.log");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  (*worker)->Wait(absl::Seconds(20));
+  EXPECT_NE((*worker)->Output().find("--user nobody can read " + shared + "/tls.key"),
+            std::string::npos)
+      << (*worker)->Output();
+  std::filesystem::remove_all(top);
 }
 
 TEST(ClusterE2E, TwoJobsShareTwoWorkersWithTwoSlotsEach) {

@@ -1,0 +1,98 @@
+#include "worker/run_as.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace frameworm {
+namespace {
+
+std::string Errno(int e) { return std::strerror(e); }
+
+}  // namespace
+
+absl::StatusOr<RunAsUser> LookUpUser(const std::string& name_or_uid) {
+  if (name_or_uid.empty() || name_or_uid.size() > 256) {
+    return absl::InvalidArgumentError("--user: a user name or uid of 1 to 256 characters");
+  }
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  uint32_t uid = 0;
+  const int rc = absl::SimpleAtoi(name_or_uid, &uid)
+                     ? ::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found)
+                     : ::getpwnam_r(name_or_uid.c_str(), &pw, buf.data(), buf.size(), &found);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("--user ", name_or_uid, ": looking it up: ", Errno(rc)));
+  }
+  if (found == nullptr) {
+    return absl::NotFoundError(absl::StrCat("--user ", name_or_uid, ": no such user"));
+  }
+  RunAsUser u;
+  u.name = pw.pw_name;
+  u.uid = pw.pw_uid;
+  u.gid = pw.pw_gid;
+  u.home = pw.pw_dir != nullptr ? pw.pw_dir : "";
+  return u;
+}
+
+absl::Status DropPrivileges(const RunAsUser& user, const std::string& work_dir) {
+  if (::geteuid() != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--user ", user.name, " needs frameworm-worker started as root (it reads --tls-dir as "
+        "root, then runs as ", user.name, ")"));
+  }
+  if (user.uid == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--user ", user.name, " is root: jobs would run as root"));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(work_dir, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot create --work-dir ", work_dir, ": ", ec.message()));
+  }
+  // The directory itself, not through a link (lchown) and not what is in
+  // it: the worker makes what it needs there once it is the user.
+  if (::lchown(work_dir.c_str(), user.uid, user.gid) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot give --work-dir ", work_dir, " to ", user.name, ": ", Errno(errno)));
+  }
+  if (::initgroups(user.name.c_str(), user.gid) != 0) {
+    return absl::InternalError(absl::StrCat("initgroups(", user.name, "): ", Errno(errno)));
+  }
+  if (::setgid(user.gid) != 0) {
+    return absl::InternalError(absl::StrCat("setgid(", user.gid, "): ", Errno(errno)));
+  }
+  if (::setuid(user.uid) != 0) {
+    return absl::InternalError(absl::StrCat("setuid(", user.uid, "): ", Errno(errno)));
+  }
+  if (::setuid(0) == 0 || ::getuid() != user.uid || ::geteuid() != user.uid) {
+    return absl::InternalError(absl::StrCat("root could be regained after becoming ", user.name));
+  }
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    return absl::InternalError(absl::StrCat("prctl(PR_SET_DUMPABLE): ", Errno(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckKeyUnreadable(const RunAsUser& user, const std::string& key_path) {
+  const int fd = ::open(key_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return absl::OkStatus();
+  ::close(fd);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--user ", user.name, " can read ", key_path, ": the jobs it runs could read this "
+      "worker's key; keep the TLS directory root's (chown -R root: DIR; chmod 700 DIR)"));
+}
+
+}  // namespace frameworm

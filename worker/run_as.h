@@ -1,0 +1,49 @@
+// Running a worker started as root as the user its jobs run as, so that job
+// code cannot read the worker's TLS key: the worker reads --tls-dir as root
+// (the directory stays root's), hands the work directory to the user, then
+// gives up root for good (groups, gid, uid; the process is made
+// non-dumpable, so processes of that user cannot read its memory through
+// /proc or ptrace). Its trainers then run as the user with the cluster CA
+// alone (rpc/tls.h LoadTrainerTlsDir).
+//
+// Errors name the user and the step: NOT_FOUND (no such user),
+// FAILED_PRECONDITION (not root; the key still readable after the drop),
+// INTERNAL (a system call, with errno's text).
+// Thread safety: DropPrivileges before any thread starts (setuid applies to
+// the calling thread's credentials in the kernel; glibc broadcasts it, but
+// gRPC's threads must not start as root).
+#ifndef FRAMEWORM_WORKER_RUN_AS_H_
+#define FRAMEWORM_WORKER_RUN_AS_H_
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace frameworm {
+
+struct RunAsUser {
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string home;
+};
+
+// A user by name, or by number ("65534"); its primary group and home.
+absl::StatusOr<RunAsUser> LookUpUser(const std::string& name_or_uid);
+
+// As root: creates `work_dir` if missing and gives it (the directory alone)
+// to the user; then takes the user's supplementary groups, gid and uid,
+// checks that root cannot be regained, and makes the process non-dumpable.
+// Refuses uid 0.
+absl::Status DropPrivileges(const RunAsUser& user, const std::string& work_dir);
+
+// After DropPrivileges: FAILED_PRECONDITION when this process (now the
+// user) can open `key_path` for reading: the user's jobs could read it too.
+absl::Status CheckKeyUnreadable(const RunAsUser& user, const std::string& key_path);
+
+}  // namespace frameworm
+
+#endif  // FRAMEWORM_WORKER_RUN_AS_H_
