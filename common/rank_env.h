@@ -21,9 +21,11 @@
 //                                    or N (every N steps)
 //   FRAMEWORM_TOKEN                  the rank's secret for the coordinator's
 //                                    trainer calls (per generation), when set
-//   FRAMEWORM_TLS_DIR                the worker's TLS directory (rpc/tls.h)
-//                                    when it talks to the coordinator over
-//                                    TLS; trainers present its certificate
+//   FRAMEWORM_TLS_DIR                when the worker talks to the
+//                                    coordinator over TLS: a directory with
+//                                    the cluster CA alone (rpc/tls.h
+//                                    LoadTrainerTlsDir); trainers present
+//                                    no certificate, their token suffices
 // A job's own `env` may set none of these, nor any other FRAMEWORM_* name
 // (IsReservedEnvName): those are Frameworm's.
 //

@@ -151,6 +151,11 @@ absl::StatusOr<TlsFiles> LoadTrainerTlsDir(const std::string& dir) {
   t.dir = dir;
   const std::string ca_path = dir + "/ca.crt";
   absl::StatusOr<std::string> pem = ReadPem(ca_path);
+  if (absl::IsNotFound(pem.status())) {
+    return absl::NotFoundError(absl::StrCat(
+        "cannot read ", ca_path, " (a trainer's TLS directory holds the cluster CA's ca.crt, "
+        "which its worker writes into <work-dir>/trainer-tls)"));
+  }
   if (!pem.ok()) return pem.status();
   t.ca_pem = *std::move(pem);
   CertPtr ca = ParseCert(t.ca_pem);

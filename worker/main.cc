@@ -294,16 +294,12 @@ int main(int argc, char** argv) {
   // What this worker and its trainers create is theirs alone (0700 / 0600).
   ::umask(077);
   if (run_as) {
-    if (absl::Status s = frameworm::DropPrivileges(*run_as, o.work_dir); !s.ok()) {
+    absl::Status s = frameworm::DropPrivileges(*run_as);
+    if (s.ok() && o.tls) s = frameworm::CheckKeyUnreadable(*run_as, o.tls->dir + "/tls.key");
+    if (s.ok()) s = frameworm::CheckWorkDirOwned(*run_as, o.work_dir);
+    if (!s.ok()) {
       std::cerr << "frameworm-worker: " << s.message() << "\n";
       return 1;
-    }
-    if (o.tls) {
-      if (absl::Status s = frameworm::CheckKeyUnreadable(*run_as, o.tls->dir + "/tls.key");
-          !s.ok()) {
-        std::cerr << "frameworm-worker: " << s.message() << "\n";
-        return 1;
-      }
     }
   }
   std::error_code ec;

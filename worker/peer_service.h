@@ -4,8 +4,8 @@
 // Access: under mutual TLS only a worker certificate of the cluster may
 // fetch (on a plaintext server, loopback or an operator's --insecure, any
 // caller), and only with the hold's secret (HoldCheckpoint.secret, which
-// the coordinator sends workers only: job code runs with its worker's
-// certificate). Another caller is PERMISSION_DENIED; a wrong secret is
+// the coordinator sends workers only; job code holds no certificate, only
+// the cluster CA). Another caller is PERMISSION_DENIED; a wrong secret is
 // NOT_FOUND, word for word what a copy not held gets (the answer does not
 // tell what this worker holds). A held file that is not a regular file is
 // NOT_FOUND. A request names a job and a

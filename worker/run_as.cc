@@ -4,11 +4,11 @@
 #include <grp.h>
 #include <pwd.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -46,7 +46,7 @@ absl::StatusOr<RunAsUser> LookUpUser(const std::string& name_or_uid) {
   return u;
 }
 
-absl::Status DropPrivileges(const RunAsUser& user, const std::string& work_dir) {
+absl::Status DropPrivileges(const RunAsUser& user) {
   if (::geteuid() != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--user ", user.name, " needs frameworm-worker started as root (it reads --tls-dir as "
@@ -55,18 +55,6 @@ absl::Status DropPrivileges(const RunAsUser& user, const std::string& work_dir) 
   if (user.uid == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--user ", user.name, " is root: jobs would run as root"));
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(work_dir, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("cannot create --work-dir ", work_dir, ": ", ec.message()));
-  }
-  // The directory itself, not through a link (lchown) and not what is in
-  // it: the worker makes what it needs there once it is the user.
-  if (::lchown(work_dir.c_str(), user.uid, user.gid) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot give --work-dir ", work_dir, " to ", user.name, ": ", Errno(errno)));
   }
   if (::initgroups(user.name.c_str(), user.gid) != 0) {
     return absl::InternalError(absl::StrCat("initgroups(", user.name, "): ", Errno(errno)));
@@ -87,12 +75,30 @@ absl::Status DropPrivileges(const RunAsUser& user, const std::string& work_dir) 
 }
 
 absl::Status CheckKeyUnreadable(const RunAsUser& user, const std::string& key_path) {
-  const int fd = ::open(key_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return absl::OkStatus();
-  ::close(fd);
+  const int fd = ::open(key_path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int e = errno;
+  if (fd < 0 && (e == EACCES || e == EPERM)) return absl::OkStatus();
+  if (fd >= 0) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--user ", user.name, " can read ", key_path, ": the jobs it runs could read this "
+        "worker's key; keep the TLS directory root's (chown -R root: DIR; chmod 700 DIR)"));
+  }
   return absl::FailedPreconditionError(absl::StrCat(
-      "--user ", user.name, " can read ", key_path, ": the jobs it runs could read this "
-      "worker's key; keep the TLS directory root's (chown -R root: DIR; chmod 700 DIR)"));
+      "--user ", user.name, ": cannot tell whether it can read ", key_path, " (", Errno(e),
+      "); the key must stay root's alone"));
+}
+
+absl::Status CheckWorkDirOwned(const RunAsUser& user, const std::string& work_dir) {
+  struct stat st;
+  if (::lstat(work_dir.c_str(), &st) != 0) return absl::OkStatus();  // made by the user next
+  if (!S_ISDIR(st.st_mode) || st.st_uid != user.uid) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--work-dir ", work_dir, " is not a directory of ", user.name, " (owner uid ", st.st_uid,
+        "): what is in it could not be rewritten; chown -R ", user.name, ": ", work_dir,
+        " or give another --work-dir"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace frameworm

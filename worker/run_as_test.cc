@@ -3,6 +3,8 @@
 // root.
 #include "worker/run_as.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,10 +25,37 @@ TEST(RunAsTest, UnknownUsersAndRootAreRefused) {
   ASSERT_TRUE(root.ok()) << root.status();
   EXPECT_EQ(root->uid, 0u);
   if (::geteuid() == 0) {
-    absl::Status s = DropPrivileges(*root, ::testing::TempDir() + "/run-as-root");
+    absl::Status s = DropPrivileges(*root);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_NE(s.message().find("jobs would run as root"), std::string::npos);
   }
+}
+
+// Run as root here (nothing is changed): a key this process can read is
+// refused, one it cannot tell about too; a work dir of another owner is
+// refused naming the chown, a missing one is left for the user to make.
+TEST(RunAsTest, AReadableKeyAndAWorkDirOfAnotherOwnerAreRefused) {
+  absl::StatusOr<RunAsUser> nobody = LookUpUser("nobody");
+  if (!nobody.ok() || ::geteuid() != 0) GTEST_SKIP() << "needs root and a user 'nobody'";
+  const std::string dir = ::testing::TempDir() + "/run-as-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  const std::string key = dir + "/tls.key";
+  ASSERT_EQ(::close(::open(key.c_str(), O_CREAT | O_WRONLY, 0600)), 0);
+  absl::Status readable = CheckKeyUnreadable(*nobody, key);
+  EXPECT_EQ(readable.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(readable.message().find("--user nobody can read " + key), std::string::npos)
+      << readable;
+  absl::Status unknown = CheckKeyUnreadable(*nobody, dir + "/gone.key");
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(unknown.message().find("cannot tell"), std::string::npos) << unknown;
+  absl::Status owned = CheckWorkDirOwned(*nobody, dir);  // root's
+  EXPECT_EQ(owned.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(owned.message().find("chown -R nobody: " + dir), std::string::npos) << owned;
+  EXPECT_TRUE(CheckWorkDirOwned(*nobody, dir + "/new").ok());
+  ASSERT_EQ(::chown(dir.c_str(), nobody->uid, nobody->gid), 0);
+  EXPECT_TRUE(CheckWorkDirOwned(*nobody, dir).ok());
+  ::unlink(key.c_str());
+  ::rmdir(dir.c_str());
 }
 
 // Not started as root: refused, naming why (in a child that is not root).
@@ -37,7 +66,7 @@ TEST(RunAsTest, ANonRootWorkerCannotTakeAUser) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     if (::geteuid() == 0 && ::setuid(nobody->uid) != 0) ::_exit(2);
-    absl::Status s = DropPrivileges(*nobody, "/nonexistent/run-as");
+    absl::Status s = DropPrivileges(*nobody);
     const bool named = s.code() == absl::StatusCode::kFailedPrecondition &&
                        s.message().find("needs frameworm-worker started as root") !=
                            std::string::npos;
