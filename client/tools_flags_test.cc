@@ -172,6 +172,20 @@ TEST(WorkerFlagsTest, ALogCapUnderOneMebibyteIsAFlagError) {
   EXPECT_THAT(r.output, HasSubstr("--max-log-bytes must be 0 or at least 1048576, got '1000'"));
 }
 
+// --user: an unknown user, a bad UID:GID, and a UID:GID without a work dir
+// are flag errors, before anything is read or changed.
+TEST(WorkerFlagsTest, AUserThatCannotBeRunAsIsAFlagError) {
+  e2e::RunResult r = RunTool("frameworm-worker", {"--user=no-such-user-frameworm"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--user no-such-user-frameworm: no such user"));
+  r = RunTool("frameworm-worker", {"--user=10001:x"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("not a name, a uid, or UID:GID"));
+  r = RunTool("frameworm-worker", {"--user=10001:10001"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--user 10001:10001 (UID:GID) needs --work-dir"));
+}
+
 // What the coordinator would refuse at every registration is refused at
 // start, in one line, instead of a worker retrying forever.
 TEST(WorkerFlagsTest, ARegistrationTheCoordinatorWouldRefuseIsAFlagError) {

@@ -273,10 +273,20 @@ int main(int argc, char** argv) {
     absl::StatusOr<frameworm::RunAsUser> found = frameworm::LookUpUser(user);
     if (!found.ok()) FlagErrorExit(Config(), std::string(found.status().message()));
     run_as = *std::move(found);
-    // The user's environment for the default work dir and for the jobs.
-    ::setenv("HOME", run_as->home.c_str(), 1);
-    ::setenv("USER", run_as->name.c_str(), 1);
-    ::setenv("LOGNAME", run_as->name.c_str(), 1);
+    // The user's environment for the default work dir and for the jobs
+    // (a UID:GID user has no home: its work dir is its HOME).
+    if (run_as->numeric) {
+      if (absl::GetFlag(FLAGS_work_dir).empty()) {
+        FlagErrorExit(Config(), "--user " + run_as->name + " (UID:GID) needs --work-dir");
+      }
+      ::setenv("HOME", absl::GetFlag(FLAGS_work_dir).c_str(), 1);
+      ::unsetenv("USER");
+      ::unsetenv("LOGNAME");
+    } else {
+      ::setenv("HOME", run_as->home.c_str(), 1);
+      ::setenv("USER", run_as->name.c_str(), 1);
+      ::setenv("LOGNAME", run_as->name.c_str(), 1);
+    }
     ::unsetenv("XDG_STATE_HOME");
   }
   o.work_dir = absl::GetFlag(FLAGS_work_dir);

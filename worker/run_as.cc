@@ -25,6 +25,20 @@ absl::StatusOr<RunAsUser> LookUpUser(const std::string& name_or_uid) {
   if (name_or_uid.empty() || name_or_uid.size() > 256) {
     return absl::InvalidArgumentError("--user: a user name or uid of 1 to 256 characters");
   }
+  if (const size_t colon = name_or_uid.find(':'); colon != std::string::npos) {
+    uint32_t uid = 0, gid = 0;
+    if (!absl::SimpleAtoi(name_or_uid.substr(0, colon), &uid) ||
+        !absl::SimpleAtoi(name_or_uid.substr(colon + 1), &gid)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--user ", name_or_uid, ": not a name, a uid, or UID:GID"));
+    }
+    RunAsUser u;
+    u.name = name_or_uid;
+    u.uid = uid;
+    u.gid = gid;
+    u.numeric = true;
+    return u;
+  }
   std::vector<char> buf(16384);
   passwd pw{};
   passwd* found = nullptr;
@@ -56,8 +70,10 @@ absl::Status DropPrivileges(const RunAsUser& user) {
     return absl::InvalidArgumentError(
         absl::StrCat("--user ", user.name, " is root: jobs would run as root"));
   }
-  if (::initgroups(user.name.c_str(), user.gid) != 0) {
-    return absl::InternalError(absl::StrCat("initgroups(", user.name, "): ", Errno(errno)));
+  const int groups = user.numeric ? ::setgroups(1, &user.gid)
+                                  : ::initgroups(user.name.c_str(), user.gid);
+  if (groups != 0) {
+    return absl::InternalError(absl::StrCat("the groups of ", user.name, ": ", Errno(errno)));
   }
   if (::setgid(user.gid) != 0) {
     return absl::InternalError(absl::StrCat("setgid(", user.gid, "): ", Errno(errno)));

@@ -27,13 +27,16 @@
 namespace frameworm {
 
 struct RunAsUser {
-  std::string name;
+  std::string name;  // the passwd name, or "UID:GID"
   uid_t uid = 0;
   gid_t gid = 0;
-  std::string home;
+  std::string home;  // empty for "UID:GID"
+  bool numeric = false;  // "UID:GID": groups are just gid
 };
 
-// A user by name, or by number ("65534"); its primary group and home.
+// A user by name, or by number ("65534"); its primary group and home. Or
+// "UID:GID", numbers with no entry needed in /etc/passwd (a container's
+// user): no home, no supplementary groups.
 absl::StatusOr<RunAsUser> LookUpUser(const std::string& name_or_uid);
 
 // As root: takes the user's supplementary groups, gid and uid, checks that

@@ -21,6 +21,13 @@ TEST(RunAsTest, UnknownUsersAndRootAreRefused) {
   EXPECT_NE(none.status().message().find("no such user"), std::string::npos);
   EXPECT_EQ(LookUpUser("").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(LookUpUser(std::string(300, 'u')).status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<RunAsUser> numeric = LookUpUser("10001:10002");  // no passwd entry needed
+  ASSERT_TRUE(numeric.ok()) << numeric.status();
+  EXPECT_EQ(numeric->uid, 10001u);
+  EXPECT_EQ(numeric->gid, 10002u);
+  EXPECT_TRUE(numeric->numeric);
+  EXPECT_EQ(LookUpUser("10001:x").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LookUpUser(":5").status().code(), absl::StatusCode::kInvalidArgument);
   absl::StatusOr<RunAsUser> root = LookUpUser("0");
   ASSERT_TRUE(root.ok()) << root.status();
   EXPECT_EQ(root->uid, 0u);

@@ -609,7 +609,8 @@ TEST(ClusterE2E, JobsOfAWorkerWithUserRunAsItWithoutTheWorkersKey) {
   ASSERT_TRUE(tls.ok()) << tls.status();
   auto worker = ChildProcess::Start(
       {top + "/frameworm-worker", "--coordinator=" + (*c)->coordinator_address(), "--name=wu",
-       "--slots=1", "--work-dir=" + out + "/work", "--tls-dir=" + *tls, "--user=nobody",
+       "--slots=1", "--work-dir=" + out + "/work", "--tls-dir=" + *tls,
+       absl::StrCat("--user=", uid, ":", gid),  // UID:GID, as in a container
        "--heartbeat-interval=0.5"},
       {}, top + "/worker.log");
   ASSERT_TRUE(worker.ok()) << worker.status();
