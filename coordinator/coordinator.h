@@ -222,6 +222,10 @@ class Coordinator {
   absl::StatusOr<std::vector<v1::AggregatedStep>> GetMetrics(
       const std::string& job_id, int64_t since_step) const;
   std::vector<v1::WorkerInfo> ListWorkers() const;
+  // Aggregated metric rows waiting for the store, and the bound past which
+  // reports are deferred (CoordinatorOptions::max_metric_backlog_bytes).
+  int64_t metric_backlog_bytes() const { return writer_->backlog_bytes(); }
+  int64_t metric_backlog_limit_bytes() const { return writer_->max_backlog_bytes(); }
   // Events after `after_seq`, oldest first, at most `limit`: the job's, or
   // every event with nullopt (the caller filters by access). Read from the
   // store; the store's errors.

@@ -329,6 +329,8 @@ int main(int argc, char** argv) {
           frameworm::coordinator::WriteCoordinatorMetrics(
               (*core)->ListJobs(), (*core)->ListWorkers(),
               absl::ToUnixMillis(frameworm::RealClock::Real().Now()), w);
+          frameworm::coordinator::WriteMetricBacklog((*core)->metric_backlog_bytes(),
+                                                     (*core)->metric_backlog_limit_bytes(), w);
           latency.Write(w);
           frameworm::WriteTlsExpiryMetric(tls ? &*tls : nullptr, w);
           return frameworm::HttpResponse{200, frameworm::kPromContentType, w.text()};

@@ -82,6 +82,7 @@ class MetricWriter {
   // Number of commits attempted so far (for tests).
   int64_t commits() const;
   int64_t backlog_bytes() const;
+  int64_t max_backlog_bytes() const { return max_backlog_bytes_; }
   bool Full() const;
   absl::Status last_error() const;
 

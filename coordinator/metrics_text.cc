@@ -106,4 +106,13 @@ void WriteCoordinatorMetrics(const std::vector<v1::JobStatus>& jobs,
   }
 }
 
+void WriteMetricBacklog(int64_t backlog_bytes, int64_t limit_bytes, PromWriter& w) {
+  w.Family("frameworm_metric_backlog_bytes", "gauge",
+           "Aggregated metric rows waiting for the coordinator's store (staged or committing).");
+  w.Sample("frameworm_metric_backlog_bytes", {}, static_cast<double>(backlog_bytes));
+  w.Family("frameworm_metric_backlog_limit_bytes", "gauge",
+           "The backlog past which step reports are deferred until the store takes writes.");
+  w.Sample("frameworm_metric_backlog_limit_bytes", {}, static_cast<double>(limit_bytes));
+}
+
 }  // namespace frameworm::coordinator

@@ -22,6 +22,12 @@ void WriteCoordinatorMetrics(const std::vector<v1::JobStatus>& jobs,
                              const std::vector<v1::WorkerInfo>& workers, int64_t now_unix_ms,
                              PromWriter& w);
 
+// frameworm_metric_backlog_bytes: aggregated metric rows waiting for the
+// store (MetricWriter::backlog_bytes), and the bound past which step
+// reports are deferred (frameworm_metric_backlog_limit_bytes), so that an
+// alert fires while the store fails, before reports are deferred.
+void WriteMetricBacklog(int64_t backlog_bytes, int64_t limit_bytes, PromWriter& w);
+
 }  // namespace frameworm::coordinator
 
 #endif  // FRAMEWORM_COORDINATOR_METRICS_TEXT_H_

@@ -91,5 +91,14 @@ TEST(CoordinatorMetrics, AnEmptyClusterStillSaysSo) {
   ExpectGrouped(w.text());
 }
 
+TEST(CoordinatorMetrics, TheMetricBacklogAndItsLimit) {
+  PromWriter w;
+  WriteMetricBacklog(1234, int64_t{64} << 20, w);
+  ExpectGrouped(w.text());
+  EXPECT_THAT(w.text(), HasSubstr("\nframeworm_metric_backlog_bytes 1234\n"));
+  EXPECT_THAT(w.text(), HasSubstr("\nframeworm_metric_backlog_limit_bytes 67108864\n"));
+  EXPECT_THAT(w.text(), HasSubstr("# TYPE frameworm_metric_backlog_bytes gauge"));
+}
+
 }  // namespace
 }  // namespace frameworm::coordinator

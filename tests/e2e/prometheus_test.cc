@@ -132,6 +132,9 @@ train:
   // and more).
   EXPECT_EQ(query("sum(up)"), 2);
   EXPECT_EQ(query("count(frameworm_tls_expiry_timestamp_seconds > time() + 30 * 86400)"), 2);
+  // The store takes the rows: the backlog is exported, under its bound.
+  EXPECT_EQ(query("count(frameworm_metric_backlog_bytes < frameworm_metric_backlog_limit_bytes)"),
+            1);
   (*prom)->Signal(SIGTERM);
   (*prom)->Wait(absl::Seconds(10));
   RunResult cancel = (*c)->Cli({"cancel", *id});
