@@ -279,9 +279,13 @@ int main(int argc, char** argv) {
       if (absl::GetFlag(FLAGS_work_dir).empty()) {
         FlagErrorExit(Config(), "--user " + run_as->name + " (UID:GID) needs --work-dir");
       }
-      ::setenv("HOME", absl::GetFlag(FLAGS_work_dir).c_str(), 1);
-      ::unsetenv("USER");
-      ::unsetenv("LOGNAME");
+      std::error_code home_ec;
+      const std::string home =
+          std::filesystem::absolute(absl::GetFlag(FLAGS_work_dir), home_ec).lexically_normal().string();
+      ::setenv("HOME", home.c_str(), 1);
+      const std::string uid = std::to_string(run_as->uid);  // getpass.getuser() needs one
+      ::setenv("USER", uid.c_str(), 1);
+      ::setenv("LOGNAME", uid.c_str(), 1);
     } else {
       ::setenv("HOME", run_as->home.c_str(), 1);
       ::setenv("USER", run_as->name.c_str(), 1);

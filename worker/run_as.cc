@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -19,6 +20,31 @@ namespace {
 
 std::string Errno(int e) { return std::strerror(e); }
 
+// A decimal id: digits only (no sign, no space), below (uid_t)-1.
+bool Id(const std::string& text, uint32_t* out) {
+  if (text.empty() || text.size() > 10) return false;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+  }
+  const uint64_t v = std::stoull(text);
+  if (v >= 0xffffffffull) return false;
+  *out = static_cast<uint32_t>(v);
+  return true;
+}
+
+// Jobs must not run as root, nor in the root group (files it may read).
+absl::StatusOr<RunAsUser> NotRoot(RunAsUser u) {
+  if (u.uid == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--user ", u.name, " is root: jobs would run as root"));
+  }
+  if (u.gid == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--user ", u.name, "'s group is root's (gid 0): jobs would reach what that group may"));
+  }
+  return u;
+}
+
 }  // namespace
 
 absl::StatusOr<RunAsUser> LookUpUser(const std::string& name_or_uid) {
@@ -27,17 +53,16 @@ absl::StatusOr<RunAsUser> LookUpUser(const std::string& name_or_uid) {
   }
   if (const size_t colon = name_or_uid.find(':'); colon != std::string::npos) {
     uint32_t uid = 0, gid = 0;
-    if (!absl::SimpleAtoi(name_or_uid.substr(0, colon), &uid) ||
-        !absl::SimpleAtoi(name_or_uid.substr(colon + 1), &gid)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--user ", name_or_uid, ": not a name, a uid, or UID:GID"));
+    if (!Id(name_or_uid.substr(0, colon), &uid) || !Id(name_or_uid.substr(colon + 1), &gid)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--user ", name_or_uid, ": not a name, a uid, or UID:GID (decimal ids below 4294967295)"));
     }
     RunAsUser u;
     u.name = name_or_uid;
     u.uid = uid;
     u.gid = gid;
     u.numeric = true;
-    return u;
+    return NotRoot(u);
   }
   std::vector<char> buf(16384);
   passwd pw{};
@@ -57,7 +82,7 @@ absl::StatusOr<RunAsUser> LookUpUser(const std::string& name_or_uid) {
   u.uid = pw.pw_uid;
   u.gid = pw.pw_gid;
   u.home = pw.pw_dir != nullptr ? pw.pw_dir : "";
-  return u;
+  return NotRoot(u);
 }
 
 absl::Status DropPrivileges(const RunAsUser& user) {
@@ -111,8 +136,8 @@ absl::Status CheckWorkDirOwned(const RunAsUser& user, const std::string& work_di
   if (!S_ISDIR(st.st_mode) || st.st_uid != user.uid) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--work-dir ", work_dir, " is not a directory of ", user.name, " (owner uid ", st.st_uid,
-        "): what is in it could not be rewritten; chown -R ", user.name, ": ", work_dir,
-        " or give another --work-dir"));
+        "): what is in it could not be rewritten; chown -R ", user.name, user.numeric ? "" : ":",
+        " ", work_dir, " or give another --work-dir"));
   }
   return absl::OkStatus();
 }

@@ -35,8 +35,9 @@ struct RunAsUser {
 };
 
 // A user by name, or by number ("65534"); its primary group and home. Or
-// "UID:GID", numbers with no entry needed in /etc/passwd (a container's
-// user): no home, no supplementary groups.
+// "UID:GID", decimal numbers with no entry needed in /etc/passwd (a
+// container's user): no home, no supplementary groups. INVALID_ARGUMENT
+// for uid 0 or gid 0 (jobs would run as root, or in its group).
 absl::StatusOr<RunAsUser> LookUpUser(const std::string& name_or_uid);
 
 // As root: takes the user's supplementary groups, gid and uid, checks that

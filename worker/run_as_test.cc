@@ -26,13 +26,21 @@ TEST(RunAsTest, UnknownUsersAndRootAreRefused) {
   EXPECT_EQ(numeric->uid, 10001u);
   EXPECT_EQ(numeric->gid, 10002u);
   EXPECT_TRUE(numeric->numeric);
-  EXPECT_EQ(LookUpUser("10001:x").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(LookUpUser(":5").status().code(), absl::StatusCode::kInvalidArgument);
+  for (const char* bad : {"10001:x", ":5", "5:", "1:2:3", "+1:2", " 1:2", "-1:2",
+                          "4294967295:1", "99999999999:1"}) {
+    EXPECT_EQ(LookUpUser(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
   absl::StatusOr<RunAsUser> root = LookUpUser("0");
-  ASSERT_TRUE(root.ok()) << root.status();
-  EXPECT_EQ(root->uid, 0u);
-  if (::geteuid() == 0) {
-    absl::Status s = DropPrivileges(*root);
+  EXPECT_EQ(root.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(root.status().message().find("jobs would run as root"), std::string::npos);
+  EXPECT_EQ(LookUpUser("0:5").status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<RunAsUser> root_group = LookUpUser("10001:0");
+  EXPECT_EQ(root_group.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(root_group.status().message().find("gid 0"), std::string::npos);
+  if (::geteuid() == 0) {  // DropPrivileges refuses root too, whatever it is given
+    RunAsUser as_root;
+    as_root.name = "root";
+    absl::Status s = DropPrivileges(as_root);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_NE(s.message().find("jobs would run as root"), std::string::npos);
   }
@@ -59,6 +67,11 @@ TEST(RunAsTest, AReadableKeyAndAWorkDirOfAnotherOwnerAreRefused) {
   EXPECT_EQ(owned.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(owned.message().find("chown -R nobody: " + dir), std::string::npos) << owned;
   EXPECT_TRUE(CheckWorkDirOwned(*nobody, dir + "/new").ok());
+  absl::StatusOr<RunAsUser> numeric = LookUpUser("65534:65534");
+  ASSERT_TRUE(numeric.ok());
+  absl::Status numeric_owned = CheckWorkDirOwned(*numeric, dir);
+  EXPECT_NE(numeric_owned.message().find("chown -R 65534:65534 " + dir), std::string::npos)
+      << numeric_owned;
   ASSERT_EQ(::chown(dir.c_str(), nobody->uid, nobody->gid), 0);
   EXPECT_TRUE(CheckWorkDirOwned(*nobody, dir).ok());
   ::unlink(key.c_str());
