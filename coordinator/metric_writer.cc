@@ -1,5 +1,7 @@
 #include "coordinator/metric_writer.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace frameworm::coordinator {
@@ -24,10 +26,11 @@ void MetricWriter::Stage(std::optional<MetricRow> row, Done done) {
   absl::MutexLock l(&mu_);
   if (row) {
     auto key = std::make_pair(row->job_id, row->step);
-    staged_bytes_ += Bytes(*row);
     auto [it, added] = staged_.try_emplace(std::move(key));
-    if (!added) staged_bytes_ -= Bytes(it->second);
+    const int64_t delta = Bytes(*row) - (added ? 0 : Bytes(it->second));
     it->second = std::move(*row);
+    staged_bytes_ += delta;
+    backlog_bytes_ += delta;
   }
   waiters_.push_back(std::move(done));
 }
@@ -35,11 +38,6 @@ void MetricWriter::Stage(std::optional<MetricRow> row, Done done) {
 int64_t MetricWriter::commits() const {
   absl::MutexLock l(&mu_);
   return commits_;
-}
-
-int64_t MetricWriter::backlog_bytes() const {
-  absl::MutexLock l(&mu_);
-  return staged_bytes_ + in_flight_bytes_;
 }
 
 bool MetricWriter::Full() const { return backlog_bytes() >= max_backlog_bytes_; }
@@ -53,6 +51,7 @@ void MetricWriter::Run() {
   for (;;) {
     std::map<std::pair<std::string, int64_t>, MetricRow> batch;
     std::vector<Done> waiters;
+    int64_t batch_bytes = 0;
     bool stopping;
     {
       absl::MutexLock l(&mu_);
@@ -64,8 +63,7 @@ void MetricWriter::Run() {
       stopping = stop_;
       if (stopping && waiters_.empty() && staged_.empty()) return;
       batch.swap(staged_);
-      in_flight_bytes_ = staged_bytes_;
-      staged_bytes_ = 0;
+      batch_bytes = std::exchange(staged_bytes_, 0);
       waiters.swap(waiters_);
       ++commits_;
     }
@@ -74,23 +72,23 @@ void MetricWriter::Run() {
     for (auto& [key, row] : batch) rows.push_back(std::move(row));
     absl::Status s = store_->PutMetrics(rows);
     if (s.ok() && committed_ && !rows.empty()) committed_(rows);
-    if (!s.ok()) {
+    {
       absl::MutexLock l(&mu_);
       last_error_ = s;
-      s = absl::UnavailableError(
-          absl::StrCat("metric not committed, retry: ", s.message()));
-      in_flight_bytes_ = 0;
-      for (MetricRow& row : rows) {
-        auto key = std::make_pair(row.job_id, row.step);
-        const int64_t bytes = Bytes(row);
-        if (staged_.try_emplace(std::move(key), std::move(row)).second) {  // newer wins
+      backlog_bytes_ -= batch_bytes;
+      // A failed batch is staged again, but for the rows of a key that a
+      // newer row was staged under meanwhile.
+      for (size_t i = 0; !s.ok() && i < rows.size(); ++i) {
+        const int64_t bytes = Bytes(rows[i]);
+        auto key = std::make_pair(rows[i].job_id, rows[i].step);
+        if (staged_.try_emplace(std::move(key), std::move(rows[i])).second) {
           staged_bytes_ += bytes;
+          backlog_bytes_ += bytes;
         }
       }
-    } else {
-      absl::MutexLock l(&mu_);
-      last_error_ = absl::OkStatus();
-      in_flight_bytes_ = 0;
+    }
+    if (!s.ok()) {
+      s = absl::UnavailableError(absl::StrCat("metric not committed, retry: ", s.message()));
     }
     for (Done& done : waiters) done(s);
     // On shutdown a failed commit is final: nobody will stage again.

@@ -37,13 +37,16 @@
 //    failed commit's error as the store gave it (OK once a commit
 //    succeeds).
 //
-// Thread safety: thread-safe; one absl::Mutex (mu_) guards the staging area,
+// Thread safety: thread-safe; one absl::Mutex (mu_) guards the staging area
+// (the backlog's byte count is an atomic changed under it, so that Full()
+// takes no lock),
 // the flusher thread alone talks to the Store. Callers may hold their own
 // locks while calling Stage (it never waits on the disk), which is how the
 // Coordinator keeps stage order equal to aggregation order.
 #ifndef FRAMEWORM_COORDINATOR_METRIC_WRITER_H_
 #define FRAMEWORM_COORDINATOR_METRIC_WRITER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -81,7 +84,7 @@ class MetricWriter {
 
   // Number of commits attempted so far (for tests).
   int64_t commits() const;
-  int64_t backlog_bytes() const;
+  int64_t backlog_bytes() const { return backlog_bytes_.load(std::memory_order_relaxed); }
   int64_t max_backlog_bytes() const { return max_backlog_bytes_; }
   bool Full() const;
   absl::Status last_error() const;
@@ -104,8 +107,10 @@ class MetricWriter {
   std::vector<Done> waiters_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   int64_t commits_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;     // of staged_
-  int64_t in_flight_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of the commit running
+  int64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of staged_
+  // staged_bytes_ plus the bytes of the commit running: changed under mu_,
+  // read without it (Full() is asked for every step report).
+  std::atomic<int64_t> backlog_bytes_{0};
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // started last, joined in the destructor
 };

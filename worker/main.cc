@@ -57,8 +57,9 @@ ABSL_FLAG(std::string, tls_dir, "",
           "the certificate's");
 ABSL_FLAG(std::string, user, "",
           "started as root: read --tls-dir as root, then run (and run every job) as this "
-          "user (name or uid), so that job code cannot read the worker's key; the work dir "
-          "is given to the user; empty: stay the user that started it");
+          "user (a name, a uid, or UID:GID, which needs --work-dir), so that job code cannot "
+          "read the worker's key; the work dir must be the user's; empty: stay the user that "
+          "started it");
 ABSL_FLAG(bool, insecure, false,
           "allow a --coordinator off loopback in plaintext (no TLS yet: a man "
           "in the middle could run commands here); private networks only");
@@ -279,10 +280,7 @@ int main(int argc, char** argv) {
       if (absl::GetFlag(FLAGS_work_dir).empty()) {
         FlagErrorExit(Config(), "--user " + run_as->name + " (UID:GID) needs --work-dir");
       }
-      std::error_code home_ec;
-      const std::string home =
-          std::filesystem::absolute(absl::GetFlag(FLAGS_work_dir), home_ec).lexically_normal().string();
-      ::setenv("HOME", home.c_str(), 1);
+      // HOME is set once the work dir is absolute, below.
       const std::string uid = std::to_string(run_as->uid);  // getpass.getuser() needs one
       ::setenv("USER", uid.c_str(), 1);
       ::setenv("LOGNAME", uid.c_str(), 1);
@@ -330,6 +328,7 @@ int main(int argc, char** argv) {
   std::filesystem::permissions(o.work_dir, std::filesystem::perms::owner_all,
                                std::filesystem::perm_options::replace, ec);
   o.work_dir = std::filesystem::absolute(o.work_dir).string();
+  if (run_as && run_as->numeric) ::setenv("HOME", o.work_dir.c_str(), 1);
   std::vector<std::string> pass_env;
   for (absl::string_view e : absl::StrSplit(absl::GetFlag(FLAGS_pass_env), ',', absl::SkipEmpty())) {
     if (absl::Status s = frameworm::CheckAllowEntry(std::string(e)); !s.ok()) {

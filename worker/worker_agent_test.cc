@@ -243,6 +243,9 @@ class WorkerAgentTest : public ::testing::Test {
     server_->Shutdown(absl::ToChronoTime(absl::Now()));
     server_.reset();
   }
+  // StartAgent with `fetch_timeout`, beside a source that never answers
+  // (ListenSilently): its fd, to close at the end (-1: it could not listen).
+  int StartAgentBesideASilentSource(absl::Duration fetch_timeout, std::string* source);
   void StartAgent() {
     WorkerAgent::Options o;
     o.coordinator = absl::StrCat("127.0.0.1:", port_);
@@ -557,6 +560,13 @@ int ListenSilently(std::string* endpoint) {
   return fd;
 }
 
+int WorkerAgentTest::StartAgentBesideASilentSource(absl::Duration fetch_timeout,
+                                                   std::string* source) {
+  fetch_timeout_ = fetch_timeout;
+  StartAgent();
+  return ListenSilently(source);
+}
+
 v1::CoordinatorMessage HoldCmd(const std::string& path, int64_t step, const std::string& data,
                                std::vector<std::string> sources = {}) {
   v1::CoordinatorMessage m;
@@ -685,10 +695,8 @@ TEST_F(WorkerAgentTest, HoldsServeFetchAndDropCheckpointCopies) {
 // killed before it ever started when the coordinator says so, and the hold
 // is answered with an error naming the source once the fetch gives up.
 TEST_F(WorkerAgentTest, ARankWaitingForAFetchCanBeKilledAndAFailedFetchIsAnswered) {
-  fetch_timeout_ = absl::Seconds(3);
-  StartAgent();
   std::string source;
-  const int silent = ListenSilently(&source);
+  const int silent = StartAgentBesideASilentSource(absl::Seconds(3), &source);
   ASSERT_GE(silent, 0);
   const std::string copy = dir_ + "/ck/ckpt-5.pt";
   ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy, 5, "abc", {source})));
@@ -716,10 +724,8 @@ TEST_F(WorkerAgentTest, ARankWaitingForAFetchCanBeKilledAndAFailedFetchIsAnswere
 // and one of another checksum (a re-run's checkpoint of that step) are
 // fetched in their turn, not left unanswered behind the first.
 TEST_F(WorkerAgentTest, EveryHoldOfAPendingPathIsAnswered) {
-  fetch_timeout_ = absl::Seconds(2);
-  StartAgent();
   std::string source;
-  const int silent = ListenSilently(&source);
+  const int silent = StartAgentBesideASilentSource(absl::Seconds(2), &source);
   ASSERT_GE(silent, 0);
   const std::string copy = dir_ + "/ck/ckpt-5.pt";
   ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy, 5, "abc", {source})));
