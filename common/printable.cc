@@ -39,6 +39,15 @@ size_t Utf8SequenceAt(absl::string_view text, size_t i) {
 
 }  // namespace
 
+bool IsValidUtf8(absl::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = Utf8SequenceAt(text, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
 std::string ShownValue(absl::string_view value) {
   return PrintableLine(value, 80) + (value.size() > 80 ? "..." : "");
 }

@@ -23,6 +23,11 @@ std::string PrintableLine(absl::string_view text, size_t max_bytes);
 // bytes as PrintableLine makes them, then "..." when it was cut.
 std::string ShownValue(absl::string_view value);
 
+// Whether `text` is well-formed UTF-8 (proto3's rule for strings): no stray
+// continuation byte, overlong form, surrogate, nothing past U+10FFFF or cut
+// short.
+bool IsValidUtf8(absl::string_view text);
+
 // Whether `text` holds a control character (below 0x20, newlines and tabs
 // included) or DEL: names that reach terminals must not.
 bool HasControlCharacter(absl::string_view text);

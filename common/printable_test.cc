@@ -14,6 +14,17 @@ TEST(PrintableTest, BoundedWithoutControlCharacters) {
 
 // Valid UTF-8 passes whole; anything else becomes '?', and a cut never
 // splits a character, so the result is always a valid proto3 string.
+TEST(PrintableTest, IsValidUtf8RefusesEveryMalformedSequence) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("r\xc3\xa9sum\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+  EXPECT_TRUE(IsValidUtf8(std::string("a\0b", 3)));  // NUL is UTF-8 (other rules refuse it)
+  for (const char* bad : {"a\x80", "a\xe2\x82", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
+                          "\xff", "caf\xe9"}) {
+    EXPECT_FALSE(IsValidUtf8(bad)) << bad;
+    EXPECT_NE(PrintableLine(bad, 16), bad) << "PrintableLine replaces what IsValidUtf8 refuses";
+  }
+}
+
 TEST(PrintableTest, AlwaysValidUtf8AndNeverHalfACharacter) {
   EXPECT_EQ(PrintableLine("r\xc3\xa9sum\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 256),
             "r\xc3\xa9sum\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");

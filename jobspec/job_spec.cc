@@ -46,6 +46,9 @@ constexpr size_t kMaxTotalBytes = 256 << 10;
 // fields above fit, an alias bomb (a large anchor referenced thousands of
 // times) is refused before it is copied.
 constexpr size_t kMaxExpandedBytes = 4 * kMaxTotalBytes + (64 << 10);
+// Linux's MAX_ARG_STRLEN: the most bytes one argv or environment string may
+// have, its NUL included (execve fails with E2BIG past it, on every rank).
+constexpr size_t kMaxArgStrlen = 131072;
 
 bool IsEnvName(const std::string& k) {
   if (k.empty() || !(absl::ascii_isalpha(k[0]) || k[0] == '_')) return false;
@@ -88,11 +91,16 @@ std::optional<std::string> TrainFlagProblem(const std::string& name, const std::
   if (const char* instead = CoordinatorsTrainOption(name)) {
     return absl::StrCat("is the coordinator's to set: ", instead);
   }
-  if (auto problem = CheckTrainOption(name, value)) return problem;
   // A job's trainer runs in its worker's directory, not the submitter's: a
-  // relative path would name a file there, or none.
+  // relative path would name a file there, or none. (An empty value of a
+  // path flag with choices, such as --model, is neither.)
   const TrainFlag* f = FindTrainFlag(name);
-  if (f != nullptr && IsTrainPathValue(*f, value) && value.front() != '/') {
+  const bool empty_for_choices = f != nullptr && f->path && !f->choices.empty() && value.empty();
+  if (!empty_for_choices) {
+    if (auto problem = CheckTrainOption(name, value)) return problem;
+  }
+  const bool relative = f != nullptr && IsTrainPathValue(*f, value) && value.front() != '/';
+  if (empty_for_choices || relative) {
     std::string choices;
     for (const char* c : f->choices) absl::StrAppend(&choices, c, ", ");
     return absl::StrCat("must be ", choices, "an absolute path (a job's trainer runs in its "
@@ -113,6 +121,35 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
     return std::optional<FieldError>(FieldError{std::move(field), std::move(msg)});
   };
   if (s.name().empty()) return err("name", "name is required");
+  // Every string must be UTF-8 (proto3's rule): a message holding one that
+  // is not is refused unparsed by the coordinator, with no word on why.
+  if (!IsValidUtf8(s.name())) return err("name", "name is not valid UTF-8");
+  for (int i = 0; i < s.entrypoint_size(); ++i) {
+    if (!IsValidUtf8(s.entrypoint(i))) {
+      return err("entrypoint", absl::StrCat("entrypoint element ", i, " is not valid UTF-8"));
+    }
+  }
+  for (const auto* map : {&s.env(), &s.secret_env(), &s.train_options()}) {
+    const char* field = map == &s.env() ? "env" : map == &s.secret_env() ? "secret_env" : "train";
+    const std::string key_what =
+        map == &s.train_options() ? "train option name" : absl::StrCat(field, " name");
+    for (const auto& [k, v] : *map) {
+      if (!IsValidUtf8(k)) {
+        return err(absl::StrCat(field, ".", k),
+                   absl::StrCat(key_what, " '", ShownValue(k), "' is not valid UTF-8"));
+      }
+      if (!IsValidUtf8(v)) {  // the value unquoted: it may be a secret
+        return err(absl::StrCat(field, ".", k),
+                   absl::StrCat(field, ".", ShownValue(k), " is not valid UTF-8"));
+      }
+    }
+  }
+  for (const auto& [field, value] :
+       {std::pair<const char*, const std::string*>{"backend", &s.backend()},
+        {"on_straggler", &s.on_straggler()},
+        {"checkpoint.dir", &s.checkpoint().dir()}}) {
+    if (!IsValidUtf8(*value)) return err(field, absl::StrCat(field, " is not valid UTF-8"));
+  }
   if (s.name().size() > 128) {
     return err("name", absl::StrCat("name must be at most 128 characters, got ",
                                     s.name().size()));
@@ -140,6 +177,15 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
     return err("entrypoint", absl::StrCat("entrypoint is ", total, " bytes; at most ",
                                           kMaxTotalBytes));
   }
+  // Each argument is one string of the trainer's argv (its NUL counted).
+  for (int i = 0; i < s.entrypoint_size(); ++i) {
+    if (s.entrypoint(i).size() + 1 > kMaxArgStrlen) {
+      return err("entrypoint",
+                 absl::StrCat("entrypoint element ", i, " is ", s.entrypoint(i).size(),
+                              " bytes; at most ", kMaxArgStrlen - 1,
+                              " (Linux's limit on one argument, MAX_ARG_STRLEN)"));
+    }
+  }
   for (const auto* map : {&s.env(), &s.secret_env(), &s.train_options()}) {
     const char* field = map == &s.env() ? "env" : map == &s.secret_env() ? "secret_env" : "train";
     if (map->size() > static_cast<size_t>(kMaxListEntries)) {
@@ -156,17 +202,48 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
     if (total > kMaxTotalBytes) {
       return err(field, absl::StrCat(field, " is ", total, " bytes; at most ", kMaxTotalBytes));
     }
+    // Each entry is one string of every rank's environment (NAME=value) or
+    // argv (--name=value, coordinator/generation_plan.cc TaskArgv), its NUL
+    // counted.
+    const bool is_train = map == &s.train_options();
+    for (const auto& [k, v] : *map) {
+      const size_t bytes = (is_train ? 3 : 1) + k.size() + v.size();
+      if (bytes + 1 > kMaxArgStrlen) {
+        return err(absl::StrCat(field, ".", k),
+                   absl::StrCat(field, ".", ShownValue(k), " is ", bytes, " bytes as ",
+                                is_train ? "--name=value" : "NAME=value", "; at most ",
+                                kMaxArgStrlen - 1, " (Linux's limit on one ",
+                                is_train ? "argument" : "environment string",
+                                ", MAX_ARG_STRLEN)"));
+      }
+    }
   }
   if (const std::string& dir = s.checkpoint().dir(); !dir.empty()) {
-    if (dir.front() != '/' || dir.size() > 4096 || dir.find('\0') != std::string::npos) {
+    // The coordinator's rule (coordinator/checkpoint_paths.cc
+    // IsCleanAbsolutePath), so that --dry-run agrees with a submit:
+    // absolute, at most 4096 bytes, no NUL, no component "." or "..", and
+    // none empty but a single trailing '/' ("/srv/ckpt/").
+    if (dir.front() != '/') {
       return err("checkpoint.dir",
                  absl::StrCat("checkpoint.dir must be an absolute path, got '", ShownValue(dir), "'"));
+    }
+    if (dir.size() > 4096) {
+      return err("checkpoint.dir",
+                 absl::StrCat("checkpoint.dir is ", dir.size(), " bytes; at most 4096"));
+    }
+    if (dir.find('\0') != std::string::npos) {
+      return err("checkpoint.dir", "checkpoint.dir contains NUL");
     }
     for (absl::string_view part : absl::StrSplit(dir, '/')) {
       if (part == "." || part == "..") {
         return err("checkpoint.dir",
                    absl::StrCat("checkpoint.dir must not contain '.' or '..', got '", ShownValue(dir), "'"));
       }
+    }
+    // An empty component: "//" anywhere, but "//" alone is "/".
+    if (dir != "//" && absl::StrContains(dir, "//")) {
+      return err("checkpoint.dir",
+                 absl::StrCat("checkpoint.dir must not contain '//', got '", ShownValue(dir), "'"));
     }
   }
   if (!UsesBuiltInTrainer(s) && !s.train_options().empty()) {
@@ -241,12 +318,21 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
                absl::StrCat("nproc_per_node must be <= ", kMaxProcPerNode,
                             ", got ", s.nproc_per_node()));
   }
-  static const std::vector<std::string> kBackends = {"gloo", "nccl", "mpi"};
+  // MPI is c10d's third backend, but no build has it: LibTorch from the
+  // PyPI wheel is built without MPI (train/process_group.cc refuses it on
+  // every rank).
+  if (s.backend() == "mpi") {
+    return err("backend",
+               "backend mpi is not available: Frameworm's LibTorch (the PyPI wheel's) is "
+               "built without MPI; use gloo or nccl (or leave backend out: nccl with GPUs, "
+               "else gloo)");
+  }
+  static const std::vector<std::string> kBackends = {"gloo", "nccl"};
   if (!s.backend().empty() &&
       std::find(kBackends.begin(), kBackends.end(), s.backend()) ==
           kBackends.end()) {
     return err("backend",
-               absl::StrCat("backend must be one of gloo, nccl, mpi, got '",
+               absl::StrCat("backend must be gloo or nccl, got '",
                             ShownValue(s.backend()), "'", Suggest(s.backend(), kBackends)));
   }
   for (const auto* map : {&s.env(), &s.secret_env()}) {
@@ -278,10 +364,17 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
                             kMinHeartbeatTimeoutS, " seconds (workers heartbeat every second), got ",
                             s.heartbeat_timeout_s()));
   }
+  if (s.heartbeat_timeout_s() > kMaxHeartbeatTimeoutS) {
+    return err("heartbeat_timeout",
+               absl::StrCat("heartbeat_timeout must be at most ", kMaxHeartbeatTimeoutS,
+                            " seconds (7 days: a worker cut off from the coordinator stops its "
+                            "trainers after it), got ",
+                            s.heartbeat_timeout_s()));
+  }
   if (!s.on_straggler().empty() && s.on_straggler() != "warn" &&
       s.on_straggler() != "restart_without") {
     return err("on_straggler", absl::StrCat("on_straggler must be warn or restart_without, got '",
-                                            s.on_straggler().substr(0, 64), "'"));
+                                            ShownValue(s.on_straggler()), "'"));
   }
   if (!std::isfinite(s.straggler_grace_s()) || s.straggler_grace_s() < 0 ||
       s.straggler_grace_s() > 86400) {
@@ -289,9 +382,9 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
                absl::StrCat("straggler_grace must be within 0..86400 seconds, got ",
                             s.straggler_grace_s()));
   }
-  if (s.total_steps() < 0) {
-    return err("total_steps",
-               absl::StrCat("total_steps must be >= 0, got ", s.total_steps()));
+  if (s.total_steps() < 0 || s.total_steps() > kMaxTotalSteps) {
+    return err("total_steps", absl::StrCat("total_steps must be within 0..", kMaxTotalSteps,
+                                           ", got ", s.total_steps()));
   }
   const v1::CheckpointPolicy& c = s.checkpoint();
   if (c.every_n_steps() < 0) {
@@ -364,9 +457,10 @@ class Parser {
       case YAML::NodeType::Sequence: return "a list";
       case YAML::NodeType::Null: return "nothing";
       case YAML::NodeType::Scalar: {
-        // Cut: the value may be a large (or aliased) scalar.
+        // Cut and escaped: the value may be a large (or aliased) scalar,
+        // and may hold control characters or bytes that are not UTF-8.
         const std::string& t = n.Scalar();
-        return t.size() <= 64 ? "'" + t + "'"
+        return t.size() <= 64 ? absl::StrCat("'", PrintableLine(t, 64), "'")
                               : absl::StrCat("'", PrintableLine(t, 64), "...' (", t.size(), " bytes)");
       }
       default: return "an undefined value";
@@ -390,13 +484,14 @@ class Parser {
       }
       std::string key = Text(k);
       std::string path = prefix + key;
+      // Names quoted cut short and escaped: they are the user's text.
       if (!known.empty() &&
           std::find(known.begin(), known.end(), key) == known.end()) {
-        throw ParseError{Line(k), absl::StrCat("unknown field '", path, "'",
+        throw ParseError{Line(k), absl::StrCat("unknown field '", ShownValue(path), "'",
                                                Suggest(key, known))};
       }
       if (!seen.insert(key).second) {
-        throw ParseError{Line(k), absl::StrCat("duplicate field '", path, "'")};
+        throw ParseError{Line(k), absl::StrCat("duplicate field '", ShownValue(path), "'")};
       }
       lines_[path] = Line(k);
       out.emplace_back(key, it->second);
@@ -523,11 +618,26 @@ class Parser {
         throw ParseError{Line(v), "train must be a mapping of frameworm-train "
                                   "options, got " + Kind(v)};
       }
-      for (const auto& [k, val] : Fields(v, "train.", {})) {
+      const auto fields = Fields(v, "train.", {});
+      // batch_size and batch-size are one flag: the second is a duplicate,
+      // not a silent override (before the loop below moves the lines).
+      std::map<std::string, std::string> spelled;  // flag -> its key in the YAML
+      for (const auto& [k, val] : fields) {
+        std::string flag = k;
+        std::replace(flag.begin(), flag.end(), '_', '-');
+        if (auto [it, added] = spelled.emplace(flag, k); !added) {
+          throw ParseError{lines_["train." + k],
+                           absl::StrCat("duplicate field 'train.", ShownValue(k), "' ('",
+                                        ShownValue(it->second), "' and '", ShownValue(k),
+                                        "' are the same frameworm-train flag, --",
+                                        ShownValue(flag), ")")};
+        }
+      }
+      for (const auto& [k, val] : fields) {
         std::string flag = k;
         std::replace(flag.begin(), flag.end(), '_', '-');
         if (!val.IsScalar()) {
-          throw ParseError{Line(val), absl::StrCat("train.", k,
+          throw ParseError{Line(val), absl::StrCat("train.", ShownValue(k),
                                                    " must be a scalar, got ",
                                                    Kind(val))};
         }
@@ -628,7 +738,18 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml,
   const std::string src = source_name.empty() ? "<job spec>" : source_name;
   YAML::Node root;
   try {
-    root = YAML::Load(yaml);
+    // Every document, so that a second one is refused rather than ignored
+    // (a file of two jobs would submit the first alone). Empty documents
+    // after the first (a trailing "---") hold nothing to ignore.
+    std::vector<YAML::Node> docs = YAML::LoadAll(yaml);
+    for (size_t i = 1; i < docs.size(); ++i) {
+      if (docs[i].IsNull()) continue;
+      const int line = docs[i].Mark().line < 0 ? 0 : docs[i].Mark().line + 1;
+      return absl::InvalidArgumentError(absl::StrCat(
+          src, ":", line, ": a second YAML document (after '---'); a job spec file holds one "
+          "job, in one document"));
+    }
+    if (!docs.empty()) root = docs.front();
   } catch (const YAML::ParserException& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         src, ":", e.mark.line + 1, ": malformed YAML: ", e.msg));
@@ -696,6 +817,11 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(v1::JobSpec spec) {
   if (spec.nproc_per_node() == 0) spec.set_nproc_per_node(1);
   if (spec.nodes_min() == 0) spec.set_nodes_min(1);
   if (spec.nodes_max() == 0) spec.set_nodes_max(spec.nodes_min());
+  // A client that sends the proto and leaves keep_last out gets the YAML
+  // default, not "keep every checkpoint" (0 set on purpose stays 0).
+  if (!spec.checkpoint().has_keep_last()) {
+    spec.mutable_checkpoint()->set_keep_last(kDefaultKeepLast);
+  }
   if (auto err = CheckSpec(spec)) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid job spec: ", err->message));

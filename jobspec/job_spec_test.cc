@@ -1,8 +1,12 @@
 #include "jobspec/job_spec.h"
 
+#include <optional>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "jobspec/train_flags.h"
 
 namespace frameworm {
 namespace {
@@ -275,7 +279,8 @@ TEST(JobSpec, TrainValuesOutOfRangeAreRefusedAtSubmit) {
       {"lr: -1", "job.yaml:4: train option 'lr' must be a number > 0 and <= 3.40282e+38, got '-1'"},
       {"lr: 0", "train option 'lr' must be a number > 0"},
       {"lr: nan", "train option 'lr' must be a number > 0"},
-      {"batch_size: 0", "job.yaml:4: train option 'batch-size' must be an integer >= 1, got '0'"},
+      {"batch_size: 0", "job.yaml:4: train option 'batch-size' must be an integer between 1 and "
+                        "16777216, got '0'"},
       {"threads: 5000", "train option 'threads' must be an integer between 1 and 1024, got '5000'"},
       {"val_fraction: 1", "train option 'val-fraction' must be a number > 0 and < 1, got '1'"},
       {"optimizer: lion", "train option 'optimizer' must be sgd, adam or adamw, got 'lion'"},
@@ -306,7 +311,8 @@ TEST(JobSpec, TrainValuesOutOfRangeAreRefusedAtSubmit) {
                   .ok());
   absl::Status st = ParseErr("name: x\nentrypoint: frameworm-train --epochs 0\n");
   EXPECT_THAT(st.message(),
-              HasSubstr("job.yaml:2: entrypoint argument '--epochs' must be an integer >= 1, got '0'"));
+              HasSubstr("job.yaml:2: entrypoint argument '--epochs' must be an integer "
+                        "between 1 and 1000000, got '0'"));
   // The entrypoint's period joins train:'s schedule, and overrides its own.
   st = ParseErr("name: x\nentrypoint: frameworm-train --lr-step-size=0\ntrain:\n"
                 "  lr_schedule: step\n  lr_step_size: 5\n");
@@ -339,11 +345,9 @@ TEST(JobSpec, StragglerPolicyParsesAndIsChecked) {
 
 TEST(JobSpec, BadBackendWithSuggestion) {
   EXPECT_EQ(ParseErr("name: x\nbackend: glo\n").message(),
-            "job.yaml:2: backend must be one of gloo, nccl, mpi, got 'glo' "
-            "(did you mean 'gloo'?)");
+            "job.yaml:2: backend must be gloo or nccl, got 'glo' (did you mean 'gloo'?)");
   EXPECT_EQ(ParseErr("name: x\nbackend: tcp-magic\n").message(),
-            "job.yaml:2: backend must be one of gloo, nccl, mpi, got "
-            "'tcp-magic'");
+            "job.yaml:2: backend must be gloo or nccl, got 'tcp-magic'");
 }
 
 TEST(JobSpec, NodesMinGreaterThanMax) {
@@ -427,6 +431,27 @@ TEST(JobSpec, NormalizeFillsProtoDefaultsThenValidates) {
   EXPECT_EQ(n->nproc_per_node(), 1);
   EXPECT_EQ(n->nodes_min(), 1);
   EXPECT_EQ(n->nodes_max(), 1);
+  // keep_last left out of the proto: the YAML default, not "keep all".
+  EXPECT_EQ(n->checkpoint().keep_last(), kDefaultKeepLast);
+  {
+    v1::JobSpec keep_all = s;
+    keep_all.mutable_checkpoint()->set_keep_last(0);
+    absl::StatusOr<v1::JobSpec> k = NormalizeJobSpec(keep_all);
+    ASSERT_TRUE(k.ok()) << k.status();
+    EXPECT_EQ(k->checkpoint().keep_last(), 0);  // set on purpose
+  }
+  // Bounds a proto client could exceed.
+  {
+    v1::JobSpec t = s;
+    t.set_heartbeat_timeout_s(kMaxHeartbeatTimeoutS + 1);
+    EXPECT_THAT(NormalizeJobSpec(t).status().message(),
+                HasSubstr("heartbeat_timeout must be at most 604800 seconds"));
+    t.set_heartbeat_timeout_s(kMaxHeartbeatTimeoutS);
+    EXPECT_TRUE(NormalizeJobSpec(t).ok());
+    t.set_total_steps(kMaxTotalSteps + 1);
+    EXPECT_THAT(NormalizeJobSpec(t).status().message(),
+                HasSubstr("total_steps must be within 0..281474976710656"));
+  }
   s.set_nodes_min(3);
   n = NormalizeJobSpec(s);
   ASSERT_TRUE(n.ok());
@@ -487,7 +512,7 @@ TEST(JobSpec, ErrorsQuoteLongValuesCutShort) {
   spec.set_nproc_per_node(1);
   spec.set_backend(std::string(1 << 20, 'b'));
   absl::Status s = ValidateJobSpec(spec);
-  EXPECT_THAT(s.message(), HasSubstr("backend must be one of gloo, nccl, mpi, got 'bbbb"));
+  EXPECT_THAT(s.message(), HasSubstr("backend must be gloo or nccl, got 'bbbb"));
   EXPECT_LT(s.message().size(), 300u);
   spec.clear_backend();
   spec.mutable_checkpoint()->set_dir("rel/" + std::string(1 << 20, 'd'));
@@ -528,6 +553,291 @@ TEST(JobSpec, SecretEnvParsesAndFollowsTheEnvRules) {
             "job.yaml:3: secret_env variable 'RANK' is set by Frameworm and cannot be overridden");
   EXPECT_EQ(ParseErr("name: x\nsecret_env: [a]\n").message(),
             std::string("job.yaml:2: secret_env must be a mapping NAME: value, got a list"));
+}
+
+
+// Every string of a spec must be UTF-8 (proto3's rule: the coordinator
+// refuses to parse a message holding one that is not, and the user saw an
+// empty error). Refused by the rule list, on the YAML path and on a raw
+// spec alike, naming the field; overlongs, surrogates, code points past
+// U+10FFFF and cut sequences too.
+TEST(JobSpec, InvalidUtf8IsRefusedNamingTheField) {
+  const struct {
+    std::string yaml;
+    std::string message;
+  } refused[] = {
+      {"name: a\xff" "b\n", "job.yaml:1: name is not valid UTF-8"},
+      {"name: a\xc0\xaf\n", "job.yaml:1: name is not valid UTF-8"},          // overlong '/'
+      {"name: a\xe0\x80\xaf\n", "job.yaml:1: name is not valid UTF-8"},      // overlong, 3 bytes
+      {"name: a\xed\xa0\x80\n", "job.yaml:1: name is not valid UTF-8"},      // a surrogate
+      {"name: a\xf4\x90\x80\x80\n", "job.yaml:1: name is not valid UTF-8"},  // past U+10FFFF
+      {"name: x\nenv:\n  A: \"v\xe2\x82\"\n", "job.yaml:3: env.A is not valid UTF-8"},  // cut short
+      {"name: x\nsecret_env:\n  T: s3cr\xfft\n", "job.yaml:3: secret_env.T is not valid UTF-8"},
+      {"name: x\nenv:\n  \"A\xff\": 1\n", "job.yaml:3: env name 'A?' is not valid UTF-8"},
+      {"name: x\nentrypoint: [python3, \"t\xffrain.py\"]\n",
+       "job.yaml:2: entrypoint element 1 is not valid UTF-8"},
+      {"name: x\ntrain:\n  model: /m\xff.pt\n", "job.yaml:3: train.model is not valid UTF-8"},
+      {"name: x\ntrain:\n  \"lr\xff\": 1\n",
+       "job.yaml:3: train option name 'lr?' is not valid UTF-8"},
+      {"name: x\ncheckpoint:\n  dir: /srv/\xff\n", "job.yaml:3: checkpoint.dir is not valid UTF-8"},
+      {"name: x\nbackend: \"gl\xffo\"\n", "job.yaml:2: backend is not valid UTF-8"},
+      {"name: x\non_straggler: \"w\xff\"\n", "job.yaml:2: on_straggler is not valid UTF-8"},
+  };
+  for (const auto& c : refused) {
+    absl::Status st = ParseErr(c.yaml);
+    EXPECT_EQ(st.message(), c.message) << c.yaml;
+    EXPECT_EQ(st.message().find("s3cr"), std::string::npos) << "a secret is never quoted";
+  }
+  // What the coordinator applies to a spec sent without YAML.
+  v1::JobSpec raw;
+  raw.set_name("x\xff");
+  EXPECT_EQ(NormalizeJobSpec(raw).status().message(), "invalid job spec: name is not valid UTF-8");
+  raw.set_name("x");
+  (*raw.mutable_train_options())["epochs"] = "\x80";
+  EXPECT_EQ(ValidateJobSpec(raw).message(), "train.epochs is not valid UTF-8");
+  // Well-formed UTF-8 of every length passes, up to U+10FFFF.
+  auto ok = ParseJobSpecYaml(
+      "name: \"r\xC3\xA9sum\xC3\xA9 \xE2\x82\xAC \xED\x9F\xBF \xF0\x9F\x98\x80 \xF4\x8F\xBF\xBF\"\n"
+      "env:\n  GREETING: \"gr\xC3\xBC\xC3\x9F dich\"\n",
+      "job.yaml");
+  EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+// batch_size and batch-size are the same frameworm-train flag: given both,
+// the second is a duplicate field, not a silent override.
+TEST(JobSpec, TrainOptionSpelledBothWaysIsADuplicate) {
+  EXPECT_EQ(ParseErr("name: x\ntrain:\n  batch_size: 64\n  lr: 0.1\n  batch-size: 512\n").message(),
+            "job.yaml:5: duplicate field 'train.batch-size' ('batch_size' and 'batch-size' are "
+            "the same frameworm-train flag, --batch-size)");
+  EXPECT_THAT(ParseErr("name: x\ntrain:\n  max-steps: 5\n  max_steps: 6\n").message(),
+              HasSubstr("job.yaml:4: duplicate field 'train.max_steps'"));
+  auto ok = ParseJobSpecYaml("name: x\ntrain:\n  batch_size: 64\n  max-steps: 5\n", "job.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->train_options().at("batch-size"), "64");
+}
+
+// Only one YAML document is read as the spec: a second one (another job,
+// or a second half the user meant to keep) is refused, not dropped.
+TEST(JobSpec, MoreThanOneYamlDocumentIsRefused) {
+  EXPECT_EQ(ParseErr("name: a\n---\nname: b\n").message(),
+            "job.yaml:3: a second YAML document (after '---'); a job spec file holds one job, "
+            "in one document");
+  EXPECT_THAT(ParseErr("name: a\n...\n---\nname: b\n").message(),
+              HasSubstr("job.yaml:4: a second YAML document"));
+  EXPECT_THAT(ParseErr("---\n---\nname: b\n").message(), HasSubstr("a second YAML document"));
+  // A document start marker, an end marker and a trailing "---" hold one.
+  for (const char* one :
+       {"---\nname: a\n", "name: a\n...\n", "name: a\n---\n", "---\nname: a\n---\n# end\n"}) {
+    auto r = ParseJobSpecYaml(one, "job.yaml");
+    ASSERT_TRUE(r.ok()) << one << ": " << r.status();
+    EXPECT_EQ(r->name(), "a");
+  }
+}
+
+// Integer flags the trainer keeps in an int stop at INT_MAX (--grad-accum
+// would wrap); epochs, batch size and max steps stop far past any real run
+// but before the trainer's step arithmetic or the coordinator's 2^48 step
+// bound; each refused naming the option and the bound, the bound itself
+// accepted.
+TEST(JobSpec, TrainIntegersAreBoundedWhereTheTrainerWouldOverflow) {
+  const struct {
+    const char* yaml;
+    const char* message;
+  } refused[] = {
+      {"grad_accum: 2147483648",
+       "job.yaml:4: train option 'grad-accum' must be an integer between 1 and 2147483647, got "
+       "'2147483648'"},
+      {"grad_accum: 4294967297",
+       "train option 'grad-accum' must be an integer between 1 and 2147483647"},
+      {"epochs: 1000001",
+       "train option 'epochs' must be an integer between 1 and 1000000, got '1000001'"},
+      {"epochs: 9223372036854775807",
+       "train option 'epochs' must be an integer between 1 and 1000000"},
+      {"batch_size: 16777217",
+       "train option 'batch-size' must be an integer between 1 and 16777216, got '16777217'"},
+      {"max_steps: 281474976710657",
+       "train option 'max-steps' must be an integer between 0 and 281474976710656, got "
+       "'281474976710657'"},
+  };
+  for (const auto& c : refused) {
+    absl::Status st = ParseErr(absl::StrCat("name: x\ntrain:\n  model: cnn\n  ", c.yaml, "\n"));
+    EXPECT_THAT(st.message(), HasSubstr(c.message)) << c.yaml;
+  }
+  EXPECT_THAT(ParseErr("name: x\nentrypoint: frameworm-train --grad-accum=4294967297\n").message(),
+              HasSubstr("job.yaml:2: entrypoint argument '--grad-accum' must be an integer "
+                        "between 1 and 2147483647"));
+  auto ok = ParseJobSpecYaml("name: x\ntrain:\n  grad_accum: 2147483647\n  epochs: 1000000\n"
+                             "  batch_size: 16777216\n  max_steps: 281474976710656\n",
+                             "job.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->total_steps(), int64_t{1} << 48);
+}
+
+// One argv or environment string over Linux's MAX_ARG_STRLEN (128 KiB with
+// its NUL) passed submit and failed every rank with E2BIG: refused naming
+// the field. An env entry counts as NAME=value, a train option as
+// --name=value (what the trainer's argv holds).
+TEST(JobSpec, StringsPastTheArgumentLimitAreRefused) {
+  v1::JobSpec s;
+  s.set_name("x");
+  s.set_nodes_min(1);
+  s.set_nodes_max(1);
+  s.set_nproc_per_node(1);
+  v1::JobSpec big = s;
+  (*big.mutable_env())["BIG"] = std::string(131067, 'v');  // BIG=... is 131071 bytes
+  EXPECT_TRUE(ValidateJobSpec(big).ok()) << ValidateJobSpec(big);
+  (*big.mutable_env())["BIG"] += "v";
+  EXPECT_EQ(ValidateJobSpec(big).message(),
+            "env.BIG is 131072 bytes as NAME=value; at most 131071 (Linux's limit on one "
+            "environment string, MAX_ARG_STRLEN)");
+  big = s;
+  (*big.mutable_secret_env())["TOKEN"] = std::string(131072, 's');
+  EXPECT_THAT(ValidateJobSpec(big).message(), HasSubstr("secret_env.TOKEN is 131078 bytes"));
+  big = s;
+  (*big.mutable_train_options())["model"] = "/" + std::string(131062, 'm');  // --model=/mmm: 131071
+  EXPECT_TRUE(ValidateJobSpec(big).ok()) << ValidateJobSpec(big);
+  (*big.mutable_train_options())["model"] += "m";
+  EXPECT_EQ(ValidateJobSpec(big).message(),
+            "train.model is 131072 bytes as --name=value; at most 131071 (Linux's limit on one "
+            "argument, MAX_ARG_STRLEN)");
+  big = s;
+  big.add_entrypoint("python3");
+  big.add_entrypoint(std::string(131071, 'a'));
+  EXPECT_TRUE(ValidateJobSpec(big).ok()) << ValidateJobSpec(big);
+  big.mutable_entrypoint(1)->append("a");
+  EXPECT_EQ(ValidateJobSpec(big).message(),
+            "entrypoint element 1 is 131072 bytes; at most 131071 (Linux's limit on one argument, "
+            "MAX_ARG_STRLEN)");
+  // From YAML, at the field's line.
+  EXPECT_THAT(ParseErr("name: x\nenv:\n  A: 1\n  B: " + std::string(140000, 'b') + "\n").message(),
+              HasSubstr("job.yaml:4: env.B is 140002 bytes as NAME=value"));
+}
+
+// What the README promises is refused at submit is: --metrics names the
+// trainer's metrics (train/objective.cc MakeMetrics), --monitor one of the
+// run's validation metrics (Trainer::CheckOptions), --model is not empty.
+// The table's words are the trainer's too (it checks its flags with them).
+TEST(JobSpec, MetricsMonitorAndModelAreCheckedAsTheTrainerDoes) {
+  const struct {
+    const char* yaml;
+    const char* message;
+  } refused[] = {
+      {"metrics: bogus",
+       "job.yaml:4: train option 'metrics' must be auto, '' (empty), none or a comma-separated "
+       "list of accuracy, binary_accuracy, mse, mae (each at most once), got 'bogus'"},
+      {"metrics: accuracy,accuracy", "train option 'metrics' must be auto"},
+      {"metrics: \"accuracy,\"", "train option 'metrics' must be auto"},
+      {"metrics: auto,mae", "train option 'metrics' must be auto"},
+      {"metrics: ACCURACY", "train option 'metrics' must be auto"},
+      {"monitor: val_foo",
+       "job.yaml:4: --monitor must name a validation metric, got 'val_foo'; there are: loss, "
+       "accuracy (val_loss and val_<metric> mean the same)"},
+      {"monitor: mae",
+       "--monitor must name a validation metric, got 'mae'; there are: loss, accuracy "},
+      {"monitor: val_", "--monitor must name a validation metric, got 'val_'"},
+  };
+  for (const auto& c : refused) {
+    absl::Status st = ParseErr(absl::StrCat("name: x\ntrain:\n  model: cnn\n  ", c.yaml, "\n"));
+    EXPECT_THAT(st.message(), HasSubstr(c.message)) << c.yaml;
+  }
+  // The metrics the monitor may name are the run's: its list, or auto's
+  // for its loss; none leaves loss alone.
+  EXPECT_THAT(ParseErr("name: x\ntrain:\n  metrics: none\n  monitor: val_accuracy\n").message(),
+              HasSubstr("job.yaml:4: --monitor must name a validation metric, got 'val_accuracy'; "
+                        "there are: loss ("));
+  EXPECT_THAT(ParseErr("name: x\ntrain:\n  loss: mse\n  monitor: accuracy\n").message(),
+              HasSubstr("there are: loss, mae ("));
+  EXPECT_THAT(ParseErr("name: x\nentrypoint: frameworm-train --monitor=val_foo\n").message(),
+              HasSubstr("job.yaml:2: --monitor must name a validation metric"));
+  for (const char* good :
+       {"metrics: auto", "metrics: none", "metrics: \"\"", "metrics: accuracy,mae",
+        "metrics: mse,binary_accuracy,mae,accuracy", "monitor: loss", "monitor: val_loss",
+        "monitor: accuracy", "monitor: val_accuracy", "monitor: \"\"",
+        "loss: mse\n  monitor: val_mae", "loss: bce_with_logits\n  monitor: binary_accuracy",
+        "metrics: mse\n  monitor: val_mse", "metrics: none\n  monitor: loss"}) {
+    auto r = ParseJobSpecYaml(absl::StrCat("name: x\ntrain:\n  ", good, "\n"), "job.yaml");
+    EXPECT_TRUE(r.ok()) << good << ": " << r.status();
+  }
+  // An empty model is neither a built-in one nor a file.
+  EXPECT_EQ(ParseErr("name: x\ntrain:\n  model: \"\"\n").message(),
+            "job.yaml:3: train option 'model' must be cnn, mlp, an absolute path (a job's trainer "
+            "runs in its worker's directory), got ''");
+  EXPECT_THAT(ParseErr("name: x\nentrypoint: frameworm-train --model=\n").message(),
+              HasSubstr("entrypoint argument '--model' must be cnn, mlp, an absolute path"));
+  // The trainer's own view of the same values (CheckFlagValues).
+  EXPECT_EQ(CheckTrainOption("model", ""), "must be cnn, mlp or a path, got ''");
+  EXPECT_EQ(CheckTrainOption("model", "relative/m.pt"), std::nullopt);
+  EXPECT_EQ(CheckTrainOption("data", ""), std::nullopt);
+  EXPECT_NE(CheckTrainOption("metrics", "bogus"), std::nullopt);
+  EXPECT_EQ(CheckTrainOption("monitor", "anything"), std::nullopt) << "joined to --metrics";
+  auto problem = CheckTrainOptionSet({{"monitor", "val_foo"}, {"metrics", "auto"}});
+  ASSERT_NE(problem, std::nullopt);
+  EXPECT_EQ(problem->flags.front(), "monitor");
+}
+
+// No build has MPI (LibTorch from the PyPI wheel is built without it):
+// every rank refused backend mpi at its start. Refused at submit instead.
+TEST(JobSpec, MpiBackendIsRefusedAtSubmit) {
+  EXPECT_EQ(ParseErr("name: x\nbackend: mpi\n").message(),
+            "job.yaml:2: backend mpi is not available: Frameworm's LibTorch (the PyPI wheel's) is "
+            "built without MPI; use gloo or nccl (or leave backend out: nccl with GPUs, "
+            "else gloo)");
+  v1::JobSpec raw;
+  raw.set_name("x");
+  raw.set_backend("mpi");
+  EXPECT_THAT(NormalizeJobSpec(raw).status().message(),
+              HasSubstr("invalid job spec: backend mpi is not available"));
+  for (const char* b : {"gloo", "nccl"}) {
+    raw.set_backend(b);
+    EXPECT_TRUE(NormalizeJobSpec(raw).ok()) << b;
+  }
+}
+
+// checkpoint.dir follows the coordinator's rule (coordinator/
+// checkpoint_paths.cc IsCleanAbsolutePath), so --dry-run agrees with a
+// submit, with a message that says what is wrong.
+TEST(JobSpec, CheckpointDirFollowsTheCoordinatorsRule) {
+  EXPECT_EQ(ParseErr("name: x\ncheckpoint:\n  dir: /srv//ckpt\n").message(),
+            "job.yaml:3: checkpoint.dir must not contain '//', got '/srv//ckpt'");
+  for (const char* dir : {"//srv/ckpt", "/srv/ckpt//", "/srv///ckpt"}) {
+    EXPECT_THAT(ParseErr(absl::StrCat("name: x\ncheckpoint:\n  dir: ", dir, "\n")).message(),
+                HasSubstr("checkpoint.dir must not contain '//'"))
+        << dir;
+  }
+  EXPECT_THAT(ParseErr("name: x\ncheckpoint:\n  dir: /srv/./ckpt\n").message(),
+              HasSubstr("checkpoint.dir must not contain '.' or '..'"));
+  EXPECT_EQ(ParseErr("name: x\ncheckpoint:\n  dir: /" + std::string(4096, 'd') + "\n").message(),
+            "job.yaml:3: checkpoint.dir is 4097 bytes; at most 4096");
+  v1::JobSpec raw;
+  raw.set_name("x");
+  raw.mutable_checkpoint()->set_dir(std::string("/srv/\0x", 7));
+  EXPECT_EQ(ValidateJobSpec(raw).message(), "checkpoint.dir contains NUL");
+  for (const char* dir : {"/srv/ckpt", "/srv/ckpt/", "/", "/srv/.hidden/ckpt..old"}) {
+    auto r = ParseJobSpecYaml(absl::StrCat("name: x\ncheckpoint:\n  dir: ", dir, "\n"), "job.yaml");
+    EXPECT_TRUE(r.ok()) << dir << ": " << r.status();
+  }
+}
+
+// Field names and short values in parser errors are the user's text: cut
+// short and escaped, as values are (no escape sequence reaches a terminal).
+TEST(JobSpec, ParserErrorsQuoteNamesEscapedAndCutShort) {
+  absl::Status st = ParseErr("name: x\n\"nod\\e[2Jes\": 1\n");
+  EXPECT_THAT(st.message(), HasSubstr("job.yaml:2: unknown field 'nod?[2Jes'"));
+  EXPECT_EQ(st.message().find('\x1b'), std::string::npos);
+  st = ParseErr("name: x\nenv:\n  \"A\\eB\": 1\n  \"A\\eB\": 2\n");
+  EXPECT_EQ(st.message(), "job.yaml:4: duplicate field 'env.A?B'");
+  // An explicit key ("? key"): a plain one stops at 1024 characters.
+  st = ParseErr("name: x\n? " + std::string(100000, 'k') + "\n: 1\n");
+  EXPECT_THAT(st.message(), HasSubstr("job.yaml:2: unknown field 'kkkk"));
+  EXPECT_THAT(st.message(), HasSubstr("...'"));
+  EXPECT_LT(st.message().size(), 300u);
+  st = ParseErr("name: x\ncheckpoint:\n  \"d\\ni\\tr\": /c\n");
+  EXPECT_THAT(st.message(), HasSubstr("unknown field 'checkpoint.d?i?r'"));
+  // Short values too.
+  EXPECT_EQ(ParseErr("name: x\nnproc_per_node: \"\\e[2J\"\n").message(),
+            "job.yaml:2: nproc_per_node must be an integer, got '?[2J'");
+  EXPECT_EQ(ParseErr("name: x\non_straggler: \"\\e[2J\"\n").message(),
+            "job.yaml:2: on_straggler must be warn or restart_without, got '?[2J'");
 }
 
 }  // namespace frameworm

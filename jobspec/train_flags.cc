@@ -7,6 +7,7 @@
 
 #include "absl/flags/marshalling.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -24,12 +25,25 @@ const std::vector<TrainFlag>& TrainFlags() {
   // at once (1,024 threads take about 9 s on a 2-core machine; 100,000
   // never finished). train/launch.h's kMaxLaunchProcesses is the same.
   constexpr double kMaxProcsOrThreads = 1024;
+  // An integer the trainer keeps in an int (--grad-accum becomes
+  // TrainerOptions::gradient_accumulation_steps): past this it would wrap.
+  constexpr double kIntMax = std::numeric_limits<int>::max();
+  // Step counts: the coordinator refuses step reports past 2^48 steps
+  // (coordinator/job_scheduler.cc CheckStepReport), so --max-steps stops
+  // there. --epochs and --batch-size far past any real run: the trainer's
+  // planned steps (epochs x batches per epoch, trainer/run.cc and
+  // train/trainer.cc) stay far inside int64 for any data set that fits a
+  // machine, an epoch number fits the int a step report carries, and a
+  // batch count (samples + batch size - 1) / batch size cannot overflow.
+  constexpr double kMaxSteps = static_cast<double>(int64_t{1} << 48);
+  constexpr double kMaxEpochs = 1'000'000;
+  constexpr double kMaxBatchSize = 1 << 24;
   static const auto* flags = [] {
     auto* v = new std::vector<TrainFlag>{
         {.name = "async-checkpoint", .kind = K::kBool},
         {.name = "autocast", .kind = K::kString, .choices = {"off", "bf16"}},
         {.name = "backend", .kind = K::kString, .choices = {"", "gloo", "nccl", "mpi"}},
-        {.name = "batch-size", .kind = K::kInt64, .min = 1},
+        {.name = "batch-size", .kind = K::kInt64, .min = 1, .max = kMaxBatchSize},
         {.name = "checkpoint-dir", .kind = K::kString},
         {.name = "checkpoint-every", .kind = K::kInt64, .min = 0},
         {.name = "clip-grad-norm", .kind = K::kDouble, .min = 0},
@@ -39,12 +53,12 @@ const std::vector<TrainFlag>& TrainFlags() {
         {.name = "dataset", .kind = K::kString, .choices = {"fashion-mnist", "synthetic"}},
         {.name = "device", .kind = K::kString, .choices = {"auto", "cpu", "cuda"}},
         {.name = "early-stopping-patience", .kind = K::kInt64, .min = 0},
-        {.name = "epochs", .kind = K::kInt64, .min = 1},
+        {.name = "epochs", .kind = K::kInt64, .min = 1, .max = kMaxEpochs},
         {.name = "eval-every", .kind = K::kInt64, .min = 0},
         {.name = "export-path", .kind = K::kString, .path = true},
         {.name = "find-unused-parameters", .kind = K::kBool},
         {.name = "flight-recorder", .kind = K::kInt64, .min = 0, .max = 1 << 20},
-        {.name = "grad-accum", .kind = K::kInt64, .min = 1},
+        {.name = "grad-accum", .kind = K::kInt64, .min = 1, .max = kIntMax},
         {.name = "inputs", .kind = K::kString, .name_list = true},
         {.name = "keep-best", .kind = K::kBool},
         {.name = "log-every", .kind = K::kInt64, .min = 0},
@@ -54,10 +68,15 @@ const std::vector<TrainFlag>& TrainFlags() {
         {.name = "lr-gamma", .kind = K::kDouble, .min = 0, .max = kFloatMax},
         {.name = "lr-schedule", .kind = K::kString, .choices = {"constant", "step", "cosine", "linear"}},
         {.name = "lr-step-size", .kind = K::kInt64},
-        {.name = "max-steps", .kind = K::kInt64, .min = 0},
+        {.name = "max-steps", .kind = K::kInt64, .min = 0, .max = kMaxSteps},
         {.name = "memory-checkpoint-dir", .kind = K::kString},
         {.name = "memory-checkpoint-every", .kind = K::kString, .min = 0, .choices = {"auto"}, .integer_too = true},
-        {.name = "metrics", .kind = K::kString},
+        // trainer/run_setup.cc: auto is the loss's metrics, "" and none no
+        // metric; else train/objective.cc MakeMetrics' list of the names
+        // MakeMetric knows (its kMetrics, mirrored: jobspec does not link
+        // the training library), each once.
+        {.name = "metrics", .kind = K::kString, .choices = {"auto", "", "none"},
+         .list_of = {"accuracy", "binary_accuracy", "mse", "mae"}},
         {.name = "min-lr", .kind = K::kDouble, .min = 0, .max = kFloatMax},
         {.name = "model", .kind = K::kString, .choices = {"cnn", "mlp"}, .path = true},
         {.name = "momentum", .kind = K::kDouble, .min = 0, .max = kFloatMax},
@@ -147,6 +166,18 @@ bool IsChoice(const TrainFlag& f, const std::string& value) {
                      [&](const char* c) { return value == c; });
 }
 
+// `value` is a comma-separated list of names of f.list_of, none twice.
+bool IsNameList(const TrainFlag& f, const std::string& value) {
+  std::vector<absl::string_view> seen;
+  for (absl::string_view name : absl::StrSplit(value, ',')) {
+    const bool known = std::any_of(f.list_of.begin(), f.list_of.end(),
+                                   [&](const char* c) { return name == c; });
+    if (!known || std::find(seen.begin(), seen.end(), name) != seen.end()) return false;
+    seen.push_back(name);
+  }
+  return true;
+}
+
 bool InRange(const TrainFlag& f, double v) {
   return (f.min_open ? v > f.min : v >= f.min) && (f.max_open ? v < f.max : v <= f.max);
 }
@@ -187,14 +218,38 @@ std::optional<std::string> WantedValue(const TrainFlag& f, const std::string& va
     }
     return std::nullopt;
   }
-  // Any other value of a path flag is a path: the trainer's to check.
-  if (f.choices.empty() || f.path || IsChoice(f, value)) return std::nullopt;
+  // Any other value of a path flag is a path, the trainer's to check;
+  // but not an empty one where choices name what else it takes (--model).
+  if (f.path && (f.choices.empty() || !value.empty())) return std::nullopt;
+  if (f.choices.empty() || IsChoice(f, value)) return std::nullopt;
+  if (f.path) return absl::StrCat(absl::StrJoin(f.choices, ", "), " or a path");
+  if (!f.list_of.empty() && IsNameList(f, value)) return std::nullopt;
+  if (!f.list_of.empty()) {
+    std::vector<std::string> choices;
+    for (const char* c : f.choices) choices.push_back(*c ? c : "'' (empty)");
+    return absl::StrCat(absl::StrJoin(choices, ", "), " or a comma-separated list of ",
+                        absl::StrJoin(f.list_of, ", "), " (each at most once)");
+  }
   if (f.integer_too) {
     int64_t v = 0;
     if (ParseAs(value, &v) && InRange(f, static_cast<double>(v))) return std::nullopt;
     return absl::StrCat(ChoicesText(f), " or ", RangeText(f, "an integer"));
   }
   return ChoicesText(f);
+}
+
+// The metrics a run computes (names of a valid --metrics): its list, or
+// for auto the loss's usual ones (train/objective.cc DefaultMetrics,
+// mirrored: jobspec does not link the training library).
+std::vector<std::string> RunMetrics(const std::string& metrics, const std::string& loss) {
+  if (metrics == "auto") {
+    if (loss == "cross_entropy" || loss == "nll") return {"accuracy"};
+    if (loss == "mse" || loss == "l1" || loss == "smooth_l1") return {"mae"};
+    if (loss == "bce_with_logits") return {"binary_accuracy"};
+    return {};
+  }
+  if (metrics.empty() || metrics == "none") return {};
+  return absl::StrSplit(metrics, ',');
 }
 
 }  // namespace
@@ -282,6 +337,25 @@ std::optional<TrainOptionSetProblem> CheckTrainOptionSet(
     auto it = options.find(name);
     return it == options.end() ? std::string(default_value) : it->second;
   };
+  // The monitored metric: loss or one the run computes, with or without
+  // "val_" (train/trainer.cc Trainer::CheckOptions and MonitoredMetric; the
+  // metrics as trainer/run_setup.cc makes them).
+  if (const std::string monitor = value("monitor", ""); !monitor.empty()) {
+    std::vector<std::string> have = {"loss"};
+    for (std::string& m : RunMetrics(value("metrics", "auto"), value("loss", "cross_entropy"))) {
+      have.push_back(std::move(m));
+    }
+    auto known = [&](absl::string_view name) {
+      return std::find(have.begin(), have.end(), name) != have.end();
+    };
+    if (!known(monitor) && !(absl::StartsWith(monitor, "val_") && known(monitor.substr(4)))) {
+      return TrainOptionSetProblem{
+          {"monitor", "metrics", "loss"},
+          absl::StrCat("--monitor must name a validation metric, got '", ShownValue(monitor),
+                       "'; there are: ", absl::StrJoin(have, ", "),
+                       " (val_loss and val_<metric> mean the same)")};
+    }
+  }
   if (value("lr-schedule", "constant") == "step") {
     int64_t step_size = 0;
     const std::string given = value("lr-step-size", "0");

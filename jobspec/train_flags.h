@@ -50,11 +50,15 @@ struct TrainFlag {
   bool integer_too = false;
   // Strings: a comma-separated list of non-empty names (--inputs).
   bool name_list = false;
+  // Strings: besides `choices`, a comma-separated list of these names,
+  // each at most once (--metrics: auto, none or accuracy,mae).
+  std::vector<const char*> list_of = {};
   // Strings: a file or directory the trainer reads or writes. With
-  // choices, any other value is a path (--model: cnn, mlp or a file); what
-  // it names is the trainer's to check. A cluster job's must be absolute
-  // (jobspec's rule: a job's trainer runs in the worker's directory, not
-  // the submitter's).
+  // choices, any other non-empty value is a path (--model: cnn, mlp or a
+  // file; not empty); without, any value is (empty: none). What it names
+  // is the trainer's to check. A cluster job's must be absolute (jobspec's
+  // rule: a job's trainer runs in the worker's directory, not the
+  // submitter's).
   bool path = false;
 };
 
@@ -89,7 +93,10 @@ struct TrainOptionSetProblem {
 
 // The rules that join flags, over the options one run gets (dashed name ->
 // value; an absent flag has the trainer's default): nullopt, or the first
-// broken. Each value is assumed to pass CheckTrainOption.
+// broken. Each value is assumed to pass CheckTrainOption. The rules:
+// --lr-schedule=step needs --lr-step-size >= 1; --monitor names loss or
+// one of the run's metrics (--metrics, or auto's for --loss), with or
+// without "val_" (the trainer's Trainer::CheckOptions).
 std::optional<TrainOptionSetProblem> CheckTrainOptionSet(
     const std::map<std::string, std::string>& options);
 
