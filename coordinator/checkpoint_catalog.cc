@@ -118,6 +118,22 @@ int CheckpointCatalog::AddHolder(const std::string& job_id, int64_t step,
   return r->holders_size();
 }
 
+int CheckpointCatalog::KeepOnlyHolds(const std::string& worker,
+                                     const std::set<std::pair<std::string, int64_t>>& held) {
+  int left = 0;
+  for (auto& [job_id, records] : jobs_) {
+    for (v1::CheckpointRecord& r : records) {
+      if (held.count({job_id, r.step()})) continue;
+      auto* holders = r.mutable_holders();
+      auto it = std::find(holders->begin(), holders->end(), worker);
+      if (it == holders->end()) continue;
+      holders->erase(it);
+      ++left;
+    }
+  }
+  return left;
+}
+
 absl::Status CheckpointCatalog::Remove(const std::string& job_id, const std::string& path) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job ", job_id, " has no checkpoints"));

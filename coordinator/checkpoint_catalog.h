@@ -21,7 +21,9 @@
 #define FRAMEWORM_COORDINATOR_CHECKPOINT_CATALOG_H_
 
 #include <map>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -53,6 +55,12 @@ class CheckpointCatalog {
   // the record has now (a worker counts once), 0 when there is no such
   // record; at most kMaxHolders per record (later ones are ignored).
   int AddHolder(const std::string& job_id, int64_t step, const std::string& worker);
+  // `worker` holds a copy of exactly the (job, step) pairs in `held` (what
+  // its registration lists): it stops being a holder of every other record
+  // (a worker back with an empty work dir or a fresh /dev/shm, whose
+  // copies are gone). Returns how many records it left.
+  int KeepOnlyHolds(const std::string& worker,
+                    const std::set<std::pair<std::string, int64_t>>& held);
   static constexpr int kMaxHolders = 64;
   static constexpr int kKeepMemory = 2;
   // Removes the job's record at `path` (store first; nothing changes when

@@ -148,6 +148,8 @@ TEST_F(ReplicationTest, ReplicasFetchFromRankZerosWorkerOnceItHoldsTheFile) {
   forged.mutable_ref()->set_token(TokenOf(id, 1, 0));
   forged.set_step(12);
   forged.set_path(CkptPath(id, 12));
+  forged.set_bytes(4);
+  forged.set_checksum("crc32:0000abcd");
   forged.set_secret("mine");
   forged.add_holders("w2");
   ASSERT_TRUE(coord_->ReportCheckpoint(forged).ok());
@@ -380,6 +382,28 @@ TEST_F(ReplicationTest, ARestartedCoordinatorLearnsTheHoldersFromTheWorkers) {
   EXPECT_EQ(coord_->RegisterWorker(req).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A registration lists every copy its worker holds: a holder that comes
+// back without one (an empty work dir, a fresh /dev/shm) holds it no more,
+// so no rank is sent to fetch from it and no replica names it as a source.
+TEST_F(ReplicationTest, AHolderThatReRegistersWithoutTheCopyIsNoLongerAHolder) {
+  const std::string id = StartJob(Spec(2, 1));
+  HeldByBoth(id, 10);
+  HeldByBoth(id, 20);
+  EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w0", "w1"));
+  v1::RegisterWorkerRequest req = Claim("w1", id, 20, "");
+  req.clear_held();
+  v1::CheckpointHeld* h = req.add_held();  // step 20 only, as asked before
+  h->set_job_id(id);
+  h->set_step(20);
+  h->set_ok(true);
+  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  EXPECT_THAT(HoldersOf(id, 10), ElementsAre("w0"));
+  EXPECT_THAT(HoldersOf(id, 20), ElementsAre("w0", "w1"));
+  req.clear_held();
+  ASSERT_TRUE(coord_->RegisterWorker(req).ok());
+  EXPECT_THAT(HoldersOf(id, 20), ElementsAre("w0"));
+}
+
 // A record stored by an older coordinator has no secret: after the upgrade
 // the first holder that shows one gives it, and later claims must match.
 TEST_F(ReplicationTest, ARecordStoredWithoutASecretAdoptsTheFirstHolders) {
@@ -447,11 +471,47 @@ TEST_F(ReplicationTest, ABadCheckpointIsDroppedAndTheNextGenerationResumesFromTh
   }
   TaskState("w1", id, 2, 1, v1::TASK_EXITED, 1);
   ASSERT_EQ(Job(id).generation(), 3);
+  // Copies existed and did not load: generation 2's end counts.
+  EXPECT_EQ(Job(id).restarts(), 2);
   for (const char* w : {"w0", "w1"}) {
     auto starts = Starts(w);
     ASSERT_EQ(starts.size(), 1u) << w;
     EXPECT_EQ(starts[0].resume_from(), CkptPath(id, 10));
   }
+}
+
+// A checkpoint with no copy anywhere (no holder, none on the coordinator:
+// an in-memory checkpoint whose holders are gone) is the catalog's
+// staleness, not the job's fault: the generation that found nothing to
+// load ends without using up a restart.
+TEST_F(ReplicationTest, ACheckpointWithNoCopyLeftCostsNoRestart) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(1);
+  const std::string id = StartJob(spec);
+  HeldByBoth(id, 10);
+  ASSERT_TRUE(Checkpoint(id, 1, 20, CkptPath(id, 20)).ok());  // nobody holds it
+  Take("w0");
+  Take("w1");
+  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(id).generation(), 2);
+  ASSERT_EQ(Job(id).restarts(), 1);
+  Take("w0");
+  Take("w1");
+  v1::BadCheckpoint bad;
+  bad.mutable_ref()->set_job_id(id);
+  bad.mutable_ref()->set_generation(2);
+  bad.mutable_ref()->set_token(TokenOf(id, 2, 0));
+  bad.set_path(CkptPath(id, 20));
+  bad.set_reason("not on this host, no copy on the coordinator");
+  ASSERT_TRUE(coord_->ReportBadCheckpoint(bad).ok());
+  TaskState("w0", id, 2, 0, v1::TASK_EXITED, 1);
+  v1::JobStatus st = Job(id);
+  ASSERT_EQ(st.state(), v1::RUNNING) << st.reason();
+  EXPECT_EQ(st.generation(), 3);
+  EXPECT_EQ(st.restarts(), 1) << "the generation that found no copy is not counted";
+  auto starts = Starts("w0");
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].resume_from(), CkptPath(id, 10));
 }
 
 }  // namespace

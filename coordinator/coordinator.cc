@@ -541,7 +541,16 @@ absl::StatusOr<Coordinator::Registration> Coordinator::RegisterWorker(
       events_.Emit(std::move(e));
     }
     jobs_.Reconcile(req.name(), req.running(), req.ended(), same_process);
-    // Copies it still holds (a restarted coordinator knew no holders).
+    // Copies it still holds (a restarted coordinator knew no holders); the
+    // list is whole (a worker holds at most kMaxHeld), so a copy it no
+    // longer lists is gone (an empty work dir, a fresh /dev/shm): it holds
+    // that one no more, and no rank is sent to fetch from it.
+    {
+      std::set<std::pair<std::string, int64_t>> listed;
+      for (const v1::CheckpointHeld& h : req.held())
+        if (h.ok()) listed.insert({h.job_id(), h.step()});
+      checkpoints_.KeepOnlyHolds(req.name(), listed);
+    }
     for (const v1::CheckpointHeld& h : req.held()) {
       DropUnrecordedLocked(req.name(), h);
       if (h.ok() && HolderClaimCountsLocked(req.name(), h) &&
@@ -621,6 +630,7 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
   absl::Status status;
   bool append = false;
   std::string worker;
+  int64_t log_generation = 0;  // a chunk's generation (0 in the request: the job's current)
   {
     absl::MutexLock l(&mu_);
     absl::StatusOr<WorkerRegistry::Heard> heard = workers_.Hear(m.session_id());
@@ -647,6 +657,11 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
         status = CheckLogLocked(worker, m.log());
         append = status.ok();
         if (!append) ReceiptLogLocked(worker, m.log(), std::nullopt);  // refused for good
+        if (append) {
+          const Job* job = jobs_.Find(m.log().ref().job_id());  // checked: it exists
+          log_generation = m.log().ref().generation() != 0 ? m.log().ref().generation()
+                                                           : job->generation;
+        }
         if (!heard->became_schedulable) break;
         jobs_.Schedule();
         break;
@@ -662,7 +677,7 @@ absl::Status Coordinator::HandleWorkerMessage(const v1::WorkerMessage& m) {
   Flush();
   if (!append) return status;
   const v1::LogUpload& log = m.log();
-  absl::StatusOr<int64_t> end = logs_.AppendAt(log.ref().job_id(), log.rank(), log.ref().generation(),
+  absl::StatusOr<int64_t> end = logs_.AppendAt(log.ref().job_id(), log.rank(), log_generation,
                                                log.stream(), log.offset(), log.data());
   // A disk error is not receipted (the worker keeps the bytes and sends
   // them again on its next session); a refused chunk is, as never stored.
@@ -915,6 +930,14 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
                          " bytes; the copy uploaded for that step has ", size));
       }
     }
+    // What every holder checks a copy against: a record that has neither
+    // (nor an uploaded copy to take them from) could never be held or fetched.
+    if (copy_bytes < 0 && (in.checksum().empty() || in.bytes() == 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint record of step ", in.step(), " needs its size (bytes > 0) and checksum "
+          "(crc32:xxxxxxxx) unless a copy of that step was uploaded first; got bytes ",
+          in.bytes(), ", checksum '", PrintableLine(in.checksum(), 40), "'"));
+    }
     if (absl::Status s = CheckReportedCheckpointPath(
             in.path(), in.step(),
             in.memory() ? MemoryCheckpointDir(memory_root_, (*job)->id, (*job)->submitted_ms)
@@ -1004,7 +1027,15 @@ absl::Status Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& bad) {
       holders.assign(c.holders().begin(), c.holders().end());
     }
     if (step < 0) return absl::OkStatus();  // another rank of the generation told first
+    // No copy anywhere (no holder left, none on the coordinator: an
+    // in-memory checkpoint whose holders are gone) is the catalog's
+    // staleness, not a fault of the job: the generation's end is not
+    // counted. A copy that exists but does not load counts as before, so
+    // max_restarts bounds how many records a load error can drop.
+    const bool unavailable =
+        holders.empty() && !copies_.PathOf((*job)->id, step).ok();
     if (absl::Status s = checkpoints_.Remove((*job)->id, bad.path()); !s.ok()) return s;
+    if (unavailable) jobs_.ResumeFailed((*job)->id);
     for (auto& [w, m] : DropCommands((*job)->id, step, holders)) workers_.Send(w, std::move(m));
     const std::string next = checkpoints_.Newest((*job)->id);
     v1::Event e = EventLog::Make(

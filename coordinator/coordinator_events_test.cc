@@ -148,6 +148,8 @@ TEST_F(CoordinatorEventsTest, InMemoryCheckpointsComeAndGoWithoutEvents) {
     r.mutable_ref()->set_token(TokenOf(job, 1, 0));
     r.set_step(step);
     r.set_path(absl::StrCat(dir, "/ckpt-", step, ".pt"));
+    r.set_bytes(4);
+    r.set_checksum("crc32:0000abcd");
     r.set_memory(true);
     auto expired = coord_->ReportCheckpoint(r);
     ASSERT_TRUE(expired.ok()) << expired.status();
@@ -165,7 +167,9 @@ TEST_F(CoordinatorEventsTest, EveryJobKeepsOnlyItsNewestEvents) {
   SetOptions(o);
   Open();
   AddWorker("w1", 1);
-  const std::string job = Submit(Spec(1, 1));
+  v1::JobSpec spec = Spec(1, 1);
+  spec.mutable_checkpoint()->set_keep_last(0);  // no expiry events among the newest
+  const std::string job = Submit(spec);
   for (int step = 2; step <= 12; step += 2) {
     ASSERT_TRUE(Step(job, 1, 0, step).ok());
     ASSERT_TRUE(Checkpoint(job, 1, step, CkptPath(job, step)).ok());

@@ -290,6 +290,24 @@ TEST_F(CoordinatorTest, CheckpointRetentionDeletesOnlyTheCoordinatorsCopies) {
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(refused.status().message().find("is not crc32:xxxxxxxx"), std::string::npos) << bad;
   }
+  // Without an uploaded copy to take them from, the size and checksum are
+  // what every holder checks its copy against: both are needed.
+  for (const auto& [bytes, sum] : std::vector<std::pair<int64_t, std::string>>{
+           {0, "crc32:0000abcd"}, {4, ""}, {0, ""}}) {
+    v1::CheckpointRecord r;
+    r.mutable_ref()->set_job_id(id);
+    r.mutable_ref()->set_generation(1);
+    r.mutable_ref()->set_token(TokenOf(id, 1, 0));
+    r.set_step(50);
+    r.set_path(CkptPath(id, 50));
+    r.set_bytes(bytes);
+    r.set_checksum(sum);
+    auto refused = coord_->ReportCheckpoint(r);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bytes << sum;
+    EXPECT_NE(refused.status().message().find("needs its size (bytes > 0) and checksum"),
+              std::string::npos)
+        << refused.status();
+  }
   EXPECT_EQ(coord_->ListCheckpoints(id)->size(), 2u);
 }
 
@@ -426,6 +444,53 @@ TEST_F(CoordinatorTest, OnDemandAndTimedCheckpointsAreAheadOfProgress) {
   const std::string pending = Submit(Spec(5, 1));
   EXPECT_EQ(coord_->RequestCheckpoint(pending).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// A rank its worker fenced (cut off from the coordinator for the heartbeat
+// timeout) reported for the current generation: the coordinator never
+// noticed the worker's absence, so it was away itself (stopped, restarting).
+// The job restarts without using up max_restarts; a fenced report of a
+// generation already ended changes nothing; past kMaxUncountedRestarts such
+// restarts count again.
+TEST_F(CoordinatorTest, ARankFencedWhileCurrentRestartsWithoutCountingIt) {
+  AddWorker("w0", 1);
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_max_restarts(0);
+  const std::string id = Submit(spec);
+  auto fenced = [&](int64_t gen) {
+    v1::WorkerMessage m;
+    m.set_session_id(sessions_["w0"]);
+    auto* t = m.mutable_task_status();
+    t->mutable_ref()->set_job_id(id);
+    t->mutable_ref()->set_generation(gen);
+    t->set_rank(0);
+    t->set_state(v1::TASK_KILLED);
+    t->set_signal(9);
+    t->set_fenced(true);
+    ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
+  };
+  for (int64_t gen = 1; gen <= JobScheduler::kMaxUncountedRestarts; ++gen) {
+    ASSERT_EQ(Starts("w0").size(), 1u) << gen;
+    fenced(gen);
+    coord_->Tick();
+    v1::JobStatus st = Job(id);
+    ASSERT_EQ(st.state(), v1::RUNNING) << gen << " " << st.reason();
+    EXPECT_EQ(st.generation(), gen + 1);
+    EXPECT_EQ(st.restarts(), 0);
+    fenced(gen);  // the same report again: its generation has ended
+    EXPECT_EQ(Job(id).generation(), gen + 1);
+  }
+  EXPECT_NE(Job(id).last_cause().find("while the coordinator was stopped or restarting"),
+            std::string::npos)
+      << Job(id).last_cause();
+  ASSERT_EQ(Starts("w0").size(), 1u);
+  fenced(JobScheduler::kMaxUncountedRestarts + 1);  // bounded: this one counts
+  EXPECT_EQ(Job(id).state(), v1::FAILED);
+  // A rank killed otherwise (not fenced) counts as before.
+  const std::string other = Submit(spec);
+  ASSERT_EQ(Starts("w0").size(), 1u);
+  TaskState("w0", other, 1, 0, v1::TASK_KILLED, 0, 9);
+  EXPECT_EQ(Job(other).state(), v1::FAILED);
 }
 
 TEST_F(CoordinatorTest, HeartbeatTimeoutRestartsFromNewestCheckpointThenFails) {
@@ -819,9 +884,29 @@ TEST_F(CoordinatorTest, LogChunksComeOnlyFromTheWorkerThatRanTheRankThen) {
   EXPECT_TRUE(send(ran[1], 1, 1).ok());
   EXPECT_EQ(send(spare, 1, 0).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(send(ran[1], 1, 0).code(), absl::StatusCode::kInvalidArgument);
+  // Generation 0 in a chunk is the job's current generation, where it is
+  // checked and where it is written: generation 1's bytes at the same
+  // offsets do not make it look written already.
+  std::string now_rank0;
+  for (const char* w : {"w0", "w1", "w2"}) {
+    for (const auto& t : Starts(w))
+      if (t.ref().generation() == 2 && t.rank() == 0) now_rank0 = w;
+  }
+  ASSERT_FALSE(now_rank0.empty());
+  {
+    v1::WorkerMessage m;
+    m.set_session_id(session[now_rank0]);
+    m.mutable_log()->mutable_ref()->set_job_id(id);
+    m.mutable_log()->set_rank(0);
+    m.mutable_log()->set_stream("stdout");
+    m.mutable_log()->set_offset(0);
+    m.mutable_log()->set_data("generation two\n");
+    ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
+  }
   std::ifstream in(coord_->logs().Path(id, 0));
   const std::string text((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(text.find(spare + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("generation two\n"), std::string::npos) << text;
 }
 
 // Every stored chunk is receipted with the end of what the coordinator has

@@ -43,6 +43,12 @@ struct Job {
   v1::JobState state = v1::PENDING;
   int64_t generation = 0;
   int restarts = 0;
+  // Restarts not counted against max_restarts because the coordinator's
+  // own silence caused them (a rank fenced by its worker while current);
+  // past JobScheduler::kMaxUncountedRestarts they count (in memory only).
+  int uncounted_restarts = 0;
+  // The generation whose resume checkpoint had no copy left (ResumeFailed).
+  int64_t resume_failed_generation = 0;
   std::string reason;
   std::string warning;  // the newest rank warning (JobStatus.warning)
   // The newest failure's event message and time (JobStatus.last_cause);

@@ -239,8 +239,11 @@ void JobScheduler::RestoreLastCause(const std::string& job_id, const std::string
 // -------------------------------------------------------------- placement
 
 std::vector<std::string> JobScheduler::FreeWorkers(
-    int nproc, const std::vector<std::string>& exclude, int* capable) const {
-  const std::map<std::string, int> used = SlotsInUse();
+    int nproc, const std::vector<std::string>& exclude, int* capable,
+    const std::map<std::string, int>* in_use) const {
+  std::map<std::string, int> computed;
+  if (in_use == nullptr) computed = SlotsInUse();
+  const std::map<std::string, int>& used = in_use != nullptr ? *in_use : computed;
   std::vector<std::string> free;
   if (capable != nullptr) *capable = 0;
   for (const WorkerRegistry::Worker* w : workers_.All()) {
@@ -282,10 +285,13 @@ void JobScheduler::Schedule() {
     return a->seq < b->seq;
   });
   bool waiting = false;
+  // Slots in use, walked once per pass (not once per queued job) and again
+  // only after a generation started.
+  std::map<std::string, int> used = SlotsInUse();
   for (Job* job : queue) {
     int capable = 0;
     std::vector<std::string> free =
-        FreeWorkers(job->spec.nproc_per_node(), {}, &capable);
+        FreeWorkers(job->spec.nproc_per_node(), {}, &capable, &used);
     // Not on the worker the last failure named before it is heard again.
     if (const WorkerRegistry::Worker* w = workers_.Find(job->implicated);
         w != nullptr && !workers_.HeardLately(*w, job->implicated_at)) {
@@ -299,6 +305,7 @@ void JobScheduler::Schedule() {
     if (static_cast<int>(free.size()) > job->spec.nodes_max())
       free.resize(job->spec.nodes_max());
     if (!StartGeneration(*job, free)) break;
+    used = SlotsInUse();
     waiting = false;
   }
   // Free capacity goes to queued jobs first, then to growing ones.
@@ -460,7 +467,7 @@ void JobScheduler::LeaveRunning(Job& job) {
   job.grow_at = 0;
 }
 
-void JobScheduler::FailGeneration(Job& job, v1::Event cause) {
+void JobScheduler::FailGeneration(Job& job, v1::Event cause, bool counted) {
   if (job.state != v1::RUNNING) return;
   const absl::Time now = clock_.Now();
   const std::string reason = cause.message();
@@ -473,7 +480,12 @@ void JobScheduler::FailGeneration(Job& job, v1::Event cause) {
   job.implicated_at = now;
   events_.Emit(std::move(cause));
   KillAll(job);
-  if (job.restarts < job.spec.max_restarts()) {
+  if (job.resume_failed_generation == job.generation) counted = false;  // ResumeFailed
+  if (!counted && job.uncounted_restarts < kMaxUncountedRestarts) {
+    job.uncounted_restarts++;
+    job.state = v1::RESTARTING;
+    job.reason = absl::StrCat(reason, " (a restart not counted against max_restarts)");
+  } else if (job.restarts < job.spec.max_restarts()) {
     job.restarts++;
     job.state = v1::RESTARTING;
     job.reason = absl::StrCat(reason, " (restart ", job.restarts, " of ",
@@ -639,12 +651,20 @@ void JobScheduler::HandleTaskStatus(const std::string& worker,
       if (job->progress.AllDone()) Succeed(*job);
       return;
     case v1::TASK_KILLED: {
+      // Fenced while current: its worker was cut off for the heartbeat
+      // timeout and this coordinator never noticed (it would have ended the
+      // generation first), so the coordinator itself was away.
       v1::Event cause = Cause(
-          "rank_failed", absl::StrCat("rank ", t.rank(), " killed by signal ", t.signal(), where),
+          "rank_failed",
+          t.fenced()
+              ? absl::StrCat("rank ", t.rank(), " killed by its worker ", worker,
+                             ", cut off from the coordinator for the job's heartbeat timeout "
+                             "while the coordinator was stopped or restarting")
+              : absl::StrCat("rank ", t.rank(), " killed by signal ", t.signal(), where),
           t.rank());
       cause.set_signal(t.signal());
       cause.set_worker(worker);
-      FailGeneration(*job, std::move(cause));
+      FailGeneration(*job, std::move(cause), /*counted=*/!t.fenced());
       return;
     }
     case v1::TASK_START_FAILED: {
@@ -922,6 +942,10 @@ absl::StatusOr<const Job*> JobScheduler::CheckpointTarget(
         "saves the job's checkpoints (every rank loads them)"));
   }
   return job;
+}
+
+void JobScheduler::ResumeFailed(const std::string& job_id) {
+  if (Job* job = FindMutable(job_id)) job->resume_failed_generation = job->generation;
 }
 
 void JobScheduler::CheckpointRecorded(const std::string& job_id, int64_t step) {

@@ -162,6 +162,9 @@ class JobScheduler {
   // keeps at most 4,096: trainer/step_reporter.h, the Python Reporter's
   // MAX_QUEUED) merge however far apart the ranks send them.
   static constexpr size_t kDeferredMemorySteps = 4096 + 1024;
+  // Restarts a job may take without counting them, each caused by this
+  // coordinator's own absence (TaskStatus.fenced); past it they count.
+  static constexpr int kMaxUncountedRestarts = 16;
   absl::StatusOr<StepOutcome> ReportStep(const v1::StepMetrics& m, bool record_metrics);
   // The job a checkpoint of `ref` belongs to: NOT_FOUND, or ABORTED for an
   // older generation or a cancelled job; PERMISSION_DENIED without a token
@@ -172,6 +175,12 @@ class JobScheduler {
   // A checkpoint of `step` was recorded: the pending request it satisfies
   // is done, the every_n_minutes timer restarts.
   void CheckpointRecorded(const std::string& job_id, int64_t step);
+  // A rank of the job's current generation found no copy at all of the
+  // checkpoint it resumes from (no holder, no coordinator copy; its record
+  // is dropped): the failure of this generation that follows is not
+  // counted against max_restarts (the next resumes from the checkpoint
+  // before; bounded by the records and by kMaxUncountedRestarts).
+  void ResumeFailed(const std::string& job_id);
 
   // ---- Bounded growth (job_retention.cc) ----
   // Removes the jobs that ended (SUCCEEDED, FAILED, CANCELLED) before
@@ -210,9 +219,10 @@ class JobScheduler {
   bool StartGeneration(Job& job, const std::vector<std::string>& workers);
   // Schedulable workers with `nproc` free slots, not in `exclude`, in the
   // registry's order; `capable` (optional) counts those with enough slots
-  // at all.
+  // at all; `in_use` (optional): SlotsInUse() as the caller has it.
   std::vector<std::string> FreeWorkers(int nproc, const std::vector<std::string>& exclude,
-                                       int* capable = nullptr) const;
+                                       int* capable = nullptr,
+                                       const std::map<std::string, int>* in_use = nullptr) const;
   // Growth (job_growth.cc): asks growable jobs for their checkpoint;
   // grows `job` once the checkpoint of `step` is recorded.
   void PlanGrowth();
@@ -222,8 +232,10 @@ class JobScheduler {
   void KillAll(Job& job);
   // Ends the generation for `cause` (an event whose kind and details the
   // caller set; its message is the reason): emitted, kept as the job's
-  // last cause; restarts or FAILED.
-  void FailGeneration(Job& job, v1::Event cause);
+  // last cause; restarts or FAILED. `counted`: false when the coordinator's
+  // own absence caused it (the restart does not use up max_restarts, at
+  // most kMaxUncountedRestarts times per job).
+  void FailGeneration(Job& job, v1::Event cause, bool counted = true);
   // on_straggler: restart_without: ends the generation of a job whose
   // tracked straggler (NoteStragglers) has been flagged for its grace
   // period, its worker avoided for 10 minutes. True when it did.

@@ -53,9 +53,28 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
   if (req.running_size() > kMaxSlots)
     return absl::InvalidArgumentError(absl::StrCat(
         "worker reports ", req.running_size(), " running tasks; at most ", kMaxSlots));
-  if (req.held_size() > 1024)
+  // A task's state is one the protocol declares: running ones say RUNNING,
+  // ended ones how they ended (an unknown or unset state would be skipped
+  // and its rank taken as accounted for).
+  for (const v1::TaskStatus& t : req.running()) {
+    if (t.state() != v1::TASK_RUNNING) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker reports a running task (job '", PrintableLine(t.ref().job_id(), 64), "' rank ",
+          t.rank(), ") in state ", static_cast<int>(t.state()), ", not TASK_RUNNING"));
+    }
+  }
+  for (const v1::TaskStatus& t : req.ended()) {
+    if (t.state() != v1::TASK_EXITED && t.state() != v1::TASK_KILLED &&
+        t.state() != v1::TASK_START_FAILED) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "worker reports an ended task (job '", PrintableLine(t.ref().job_id(), 64), "' rank ",
+          t.rank(), ") in state ", static_cast<int>(t.state()),
+          "; ended tasks are TASK_EXITED, TASK_KILLED or TASK_START_FAILED"));
+    }
+  }
+  if (req.held_size() > kMaxHeld)
     return absl::InvalidArgumentError(absl::StrCat(
-        "worker reports ", req.held_size(), " held checkpoints; at most 1024"));
+        "worker reports ", req.held_size(), " held checkpoints; at most ", kMaxHeld));
   if (req.instance().size() > 128)
     return absl::InvalidArgumentError("worker instance must be at most 128 bytes");
   if (auto it = workers_.find(req.name()); it != workers_.end()) {
@@ -107,6 +126,13 @@ absl::StatusOr<WorkerRegistry::Worker*> WorkerRegistry::BySession(
 absl::Status WorkerRegistry::Attach(const std::string& session_id) {
   absl::StatusOr<Worker*> w = BySession(session_id);
   if (!w.ok()) return w.status();
+  // One stream per session: a second would share the first's outbox and
+  // get its own pacing, and its end would mark the live one detached.
+  if ((*w)->attached) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session '", PrintableLine(session_id, 64),
+        "' already has a live stream; a worker opens one per registration"));
+  }
   (*w)->attached = true;
   (*w)->last_seen = clock_.Now();
   notify_.insert(session_id);

@@ -61,6 +61,9 @@ class WorkerRegistry {
   };
   // Limits on what a worker may declare.
   static constexpr int kMaxSlots = kMaxWorkerSlots;
+  // Held checkpoints a registration may list (a worker holds fewer:
+  // worker/checkpoint_holdings.h).
+  static constexpr int kMaxHeld = 1024;
   static constexpr size_t kMaxAddressBytes = 255;
   struct Worker {
     std::string name;
@@ -101,7 +104,8 @@ class WorkerRegistry {
   // last_seen); nothing changes for a worker already known.
   void Expect(const std::string& name, absl::Time deadline);
 
-  // The session's stream opened (refreshes liveness).
+  // The session's stream opened (refreshes liveness). FAILED_PRECONDITION
+  // while the session has a live stream already (one stream per session).
   absl::Status Attach(const std::string& session_id);
   // The session's stream closed; unknown sessions are ignored.
   void Detach(const std::string& session_id);

@@ -74,6 +74,14 @@ TEST_F(WorkerRegistryTest, RegisterValidatesAndReplacesTheSession) {
   ASSERT_EQ(registry_.All().size(), 1u);
   EXPECT_EQ(registry_.Find("w0")->slots, 4);
   EXPECT_FALSE(registry_.Find("w0")->attached);  // the new session is not yet
+  // One stream per session: a second is refused while the first is live.
+  ASSERT_TRUE(registry_.Attach(*s2).ok());
+  absl::Status again = registry_.Attach(*s2);
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.message().find("already has a live stream"), std::string::npos) << again;
+  EXPECT_TRUE(registry_.Find("w0")->attached);
+  registry_.Detach(*s2);
+  EXPECT_TRUE(registry_.Attach(*s2).ok()) << "once the first ended";
 }
 
 TEST_F(WorkerRegistryTest, NamesOfTheCertificateRuleAreTaken) {
@@ -337,6 +345,31 @@ TEST_F(WorkerRegistryTest, DeclaredSlotsAddressAndInstanceAreBounded) {
   r = Req("w1", 1);
   for (int i = 0; i <= WorkerRegistry::kMaxSlots; ++i) r.add_running();
   EXPECT_EQ(registry_.Register(r).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A task the worker lists is in a state the protocol declares: a running
+// one RUNNING, an ended one how it ended. Unset (0) or unknown states were
+// skipped while their rank counted as reported.
+TEST_F(WorkerRegistryTest, ListedTasksCarryADeclaredState) {
+  for (int state : {0, 2, 7}) {
+    v1::RegisterWorkerRequest r = Req("w0", 1);
+    r.add_running()->set_state(static_cast<v1::TaskState>(state));
+    absl::StatusOr<std::string> s = registry_.Register(r);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << state;
+    EXPECT_NE(s.status().message().find("not TASK_RUNNING"), std::string::npos) << s.status();
+  }
+  for (int state : {0, 1, 9}) {
+    v1::RegisterWorkerRequest r = Req("w0", 1);
+    r.add_ended()->set_state(static_cast<v1::TaskState>(state));
+    absl::StatusOr<std::string> s = registry_.Register(r);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << state;
+    EXPECT_NE(s.status().message().find("ended tasks are TASK_EXITED"), std::string::npos)
+        << s.status();
+  }
+  v1::RegisterWorkerRequest r = Req("w0", 1);
+  r.add_running()->set_state(v1::TASK_RUNNING);
+  r.add_ended()->set_state(v1::TASK_KILLED);
+  EXPECT_TRUE(registry_.Register(r).ok());
 }
 
 }  // namespace frameworm::coordinator

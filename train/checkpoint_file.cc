@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -274,20 +276,42 @@ absl::StatusOr<CheckpointFileInfo> WriteCheckpointFile(
   return (*w)->Commit();
 }
 
+namespace {
+
+bool AllDigits(const std::string& s, size_t max_size) {
+  return !s.empty() && s.size() <= max_size && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// The pid of the process that writes `name`, one of a checkpoint's
+// temporary names (`<ckpt>.tmp.<pid>`, `<ckpt>.download-<pid>`,
+// `<ckpt>.refetch-<pid>`, `<ckpt>.rank<r>-<pid>`); 0 for any other name.
+pid_t WriterOf(const std::string& name) {
+  for (const char* marker : {".tmp.", ".download-", ".refetch-"}) {
+    const size_t at = name.rfind(marker);
+    if (at == std::string::npos || at == 0) continue;
+    const std::string pid_text = name.substr(at + std::strlen(marker));
+    if (AllDigits(pid_text, 9)) return static_cast<pid_t>(std::stol(pid_text));
+  }
+  const size_t at = name.rfind(".rank");
+  if (at == std::string::npos || at == 0) return 0;
+  const std::string rest = name.substr(at + 5);  // <r>-<pid>
+  const size_t dash = rest.find('-');
+  if (dash == std::string::npos || !AllDigits(rest.substr(0, dash), 9) ||
+      !AllDigits(rest.substr(dash + 1), 9)) {
+    return 0;
+  }
+  return static_cast<pid_t>(std::stol(rest.substr(dash + 1)));
+}
+
+}  // namespace
+
 int RemoveStaleCheckpointTemps(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return 0;
   int removed = 0;
   while (dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    const size_t at = name.rfind(".tmp.");
-    if (at == std::string::npos || at == 0) continue;
-    const std::string pid_text = name.substr(at + 5);
-    if (pid_text.empty() || pid_text.size() > 9 ||
-        pid_text.find_first_not_of("0123456789") != std::string::npos) {
-      continue;
-    }
-    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    const pid_t pid = WriterOf(name);
     if (pid == ::getpid() || pid <= 0) continue;
     if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its writer may still run
     const std::string full = dir + "/" + name;
@@ -365,7 +389,16 @@ absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path) {
   // Exactly the payload, read once into the string returned (no second
   // copy of a checkpoint of several GB); one byte more tells whether the
   // file changed size since fstat.
-  std::string payload(len + 1, '\0');
+  std::string payload;
+  try {
+    payload.assign(len + 1, '\0');
+  } catch (const std::bad_alloc&) {  // larger than this host's memory
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "checkpoint ", path, " holds ", len, " payload bytes, more than this host can allocate"));
+  } catch (const std::length_error&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "checkpoint ", path, " holds ", len, " payload bytes, more than this host can allocate"));
+  }
   const ssize_t got = ReadUpTo(fd, payload.data(), len + 1);
   if (got < 0) return Errno("read", path);
   if (static_cast<uint64_t>(got) < len) {

@@ -23,8 +23,11 @@
 // writes only.
 // WriteCheckpointFile is Open + Append + Commit.
 //
-// RemoveStaleCheckpointTemps deletes `<name>.tmp.<pid>` files of writers
-// that died mid-write (their pid is gone) directly in a directory.
+// RemoveStaleCheckpointTemps deletes the temporary files of writers that
+// died mid-write (their pid is gone) directly in a directory:
+// `<name>.tmp.<pid>` (a save), `<name>.download-<pid>` (a copy fetched from
+// the coordinator), `<name>.refetch-<pid>` (a damaged file's replacement),
+// `<name>.rank<r>-<pid>` (another rank's private copy of a resume file).
 //
 // Thread safety: free functions; a writer is used by one thread at a time;
 // concurrent writers to one path are not supported.

@@ -34,6 +34,21 @@ std::string Slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
+// Limits this process's address space to what it maps now plus `spare_kb`
+// (run in a fresh process: no freed memory at hand). False when it cannot.
+bool LimitAddressSpace(long spare_kb) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  long vm_kb = 0;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmSize:", 0) == 0) vm_kb = std::atol(line.c_str() + 7);
+  }
+  if (vm_kb <= 0) return false;
+  rlimit r{};
+  r.rlim_cur = r.rlim_max = static_cast<rlim_t>(vm_kb + spare_kb) * 1024;
+  return ::setrlimit(RLIMIT_AS, &r) == 0;
+}
+
 std::string SelfExe() {
   char exe[4096] = {};
   return ::readlink("/proc/self/exe", exe, sizeof(exe) - 1) > 0 ? exe : "";
@@ -122,16 +137,7 @@ TEST(CheckpointFileTest, AFilesystemWithoutDirectIoGetsBufferedWrites) {
 TEST(CheckpointFileTest, NoMemoryForBuffersIsANamedErrorAndLeavesNoFile) {
   if (const char* dir = std::getenv("FRAMEWORM_NOMEM_DIR")) {
     const std::string path = std::string(dir) + "/ckpt-1.pt";
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    long vm_kb = 0;
-    while (std::getline(status, line)) {
-      if (line.rfind("VmSize:", 0) == 0) vm_kb = std::atol(line.c_str() + 7);
-    }
-    ASSERT_GT(vm_kb, 0);
-    rlimit r{};
-    r.rlim_cur = r.rlim_max = static_cast<rlim_t>(vm_kb + 2048) * 1024;  // 2 MiB to spare
-    ASSERT_EQ(::setrlimit(RLIMIT_AS, &r), 0);
+    ASSERT_TRUE(LimitAddressSpace(2048));  // 2 MiB to spare
     auto w = CheckpointFileWriter::Open(path);
     ASSERT_FALSE(w.ok());
     EXPECT_EQ(w.status().code(), absl::StatusCode::kResourceExhausted) << w.status();
@@ -149,6 +155,64 @@ TEST(CheckpointFileTest, NoMemoryForBuffersIsANamedErrorAndLeavesNoFile) {
   EXPECT_EQ(rc, 0) << log;
   EXPECT_NE(log.find("[  PASSED  ] 1 test"), std::string::npos) << log;
   EXPECT_FALSE(std::ifstream(dir + "/ckpt-1.pt").good());
+  testutil::RemoveTree(dir);
+}
+
+// What writers that died left in a checkpoint directory (their pids are
+// gone) goes, whichever temporary name they wrote under; the files of a
+// live writer, checkpoints and other names stay.
+TEST(CheckpointFileTest, StaleTemporaryFilesOfEveryKindAreRemoved) {
+  const std::string dir = testutil::MakeTempDir("ckstale");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  const std::string dead = std::to_string(child), live = std::to_string(::getppid());
+  const std::vector<std::string> stale = {"ckpt-4.pt.tmp." + dead, "ckpt-4.pt.download-" + dead,
+                                          "ckpt-4.pt.refetch-" + dead, "ckpt-4.pt.rank3-" + dead};
+  const std::vector<std::string> kept = {"ckpt-4.pt", "ckpt-4.pt.tmp." + live,
+                                         "ckpt-4.pt.download-" + live, "ckpt-4.pt.rank1-" + live,
+                                         "ckpt-4.pt.rank-" + dead, "ckpt-4.pt.rankx-" + dead,
+                                         "notes.download-", ".tmp." + dead};
+  for (const auto& n : stale) std::ofstream(dir + "/" + n) << "x";
+  for (const auto& n : kept) std::ofstream(dir + "/" + n) << "x";
+  EXPECT_EQ(RemoveStaleCheckpointTemps(dir), static_cast<int>(stale.size()));
+  for (const auto& n : stale) EXPECT_FALSE(std::ifstream(dir + "/" + n).good()) << n;
+  for (const auto& n : kept) EXPECT_TRUE(std::ifstream(dir + "/" + n).good()) << n;
+  testutil::RemoveTree(dir);
+}
+
+// A checkpoint whose payload is larger than the memory this process may
+// take (a sparse 1 GiB file with a valid header, read under an address-space
+// limit in a fresh process): RESOURCE_EXHAUSTED naming the file, no abort.
+TEST(CheckpointFileTest, APayloadLargerThanMemoryIsANamedErrorNotAnAbort) {
+  if (const char* file = std::getenv("FRAMEWORM_BIGCKPT_FILE")) {
+    ASSERT_TRUE(LimitAddressSpace(64 * 1024));  // 64 MiB to spare
+    auto back = ReadCheckpointFile(file);
+    ASSERT_FALSE(back.ok());
+    EXPECT_EQ(back.status().code(), absl::StatusCode::kResourceExhausted) << back.status();
+    EXPECT_NE(back.status().message().find(file), std::string::npos) << back.status();
+    return;
+  }
+  const std::string dir = testutil::MakeTempDir("ckbig");
+  const std::string path = dir + "/ckpt-1.pt";
+  const uint64_t len = uint64_t{1} << 30;
+  char header[24] = {'F', 'W', 'C', 'K', 'P', 'T', '0', '1'};
+  for (int i = 0; i < 8; ++i) header[8 + i] = static_cast<char>((len >> (8 * i)) & 0xff);
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(header, sizeof(header));
+  }
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(sizeof(header) + len)), 0);
+  const std::string cmd = "FRAMEWORM_BIGCKPT_FILE=" + path + " " + SelfExe() +
+                          " --gtest_filter=CheckpointFileTest."
+                          "APayloadLargerThanMemoryIsANamedErrorNotAnAbort > " + dir + ".log 2>&1";
+  const int rc = std::system(cmd.c_str());
+  const std::string log = Slurp(dir + ".log");
+  std::remove((dir + ".log").c_str());
+  EXPECT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("[  PASSED  ] 1 test"), std::string::npos) << log;
   testutil::RemoveTree(dir);
 }
 

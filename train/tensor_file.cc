@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <vector>
 
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -36,7 +37,13 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ReadTensorFile(const std::s
                                                      " bytes; at most ", max_bytes,
                                                      " are read into memory"));
   }
-  std::vector<char> bytes(size);
+  std::vector<char> bytes;
+  try {
+    bytes.resize(size);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("data file ", path, " has ", size,
+                                                     " bytes, more than this host can allocate"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) {
     return absl::NotFoundError(absl::StrCat("data file ", path, " cannot be read"));

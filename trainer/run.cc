@@ -269,7 +269,14 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     // file can resume from it; a checkpoint it has no copy of is not reported.
     // A coordinator that is away (restarting) gets 3 more tries, 1 s apart.
     // In-memory checkpoints stay in memory: the workers copy them.
+    // Away: unreachable; for the report (idempotent: the same file
+    // reported again is recorded once, and its deadline is short) also
+    // paused or slow past its deadline. An upload past its deadline (sized
+    // for the file) would only time out again.
     auto away = [](const absl::Status& s) { return s.code() == absl::StatusCode::kUnavailable; };
+    auto report_away = [&](const absl::Status& s) {
+      return away(s) || s.code() == absl::StatusCode::kDeadlineExceeded;
+    };
     auto pause = [] { std::this_thread::sleep_for(std::chrono::seconds(1)); };
     absl::Status up = cr.memory ? absl::OkStatus() : channel->UploadCheckpoint(step, path);
     for (int i = 0; i < 3 && away(up); ++i) {
@@ -282,7 +289,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
       return;
     }
     absl::StatusOr<std::vector<std::string>> expired = channel->ReportCheckpoint(cr);
-    for (int i = 0; i < 3 && away(expired.status()); ++i) {
+    for (int i = 0; i < 3 && report_away(expired.status()); ++i) {
       pause();
       expired = channel->ReportCheckpoint(cr);
     }
@@ -339,8 +346,9 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   }
   std::string load_from = resume;
   bool private_copy = false;
+  std::error_code resume_ec;  // unreadable here (EACCES, a loop): fetched too
   if (!resume.empty() && channel && !env.resume_from.empty() &&
-      !std::filesystem::exists(resume)) {
+      !std::filesystem::exists(resume, resume_ec)) {
     // Not on this host's disk (written on another host): fetch the
     // coordinator's copy. Rank 0 keeps it where the job's checkpoints live
     // (its retention applies there); any other rank fetches a private copy

@@ -167,7 +167,10 @@ std::vector<TaskKey> Supervisor::Fence(absl::Duration cut_off) {
     if (t.fence_after <= absl::ZeroDuration() || cut_off < t.fence_after) continue;
     out.push_back(key);
   }
-  for (const TaskKey& key : out) Kill(key.job_id, key.generation, key.rank, absl::ZeroDuration());
+  for (const TaskKey& key : out) {
+    tasks_[key].fenced = true;
+    Kill(key.job_id, key.generation, key.rank, absl::ZeroDuration());
+  }
   return out;
 }
 
@@ -186,6 +189,12 @@ std::vector<TaskStatusInfo> Supervisor::Poll() {
                                       sigabbrev_np(e.signal) ? sigabbrev_np(e.signal) : "?", ")");
       if (t.sigkill_sent && e.signal == SIGKILL && t.term_sent) {
         absl::StrAppend(&t.status.message, " after the grace period");
+      }
+      if (t.fenced && e.signal == SIGKILL) {
+        t.status.fenced = true;
+        absl::StrAppend(&t.status.message,
+                        ": fenced, its worker cut off from the coordinator for the job's "
+                        "heartbeat timeout");
       }
     } else {
       t.status.state = TaskState::kExited;
@@ -218,6 +227,18 @@ std::string Supervisor::FreeGpu() const {
     if (!held) return id;
   }
   return "";
+}
+
+bool Supervisor::GpuFreedSoon() const {
+  if (options_.gpus.empty() || !FreeGpu().empty()) return false;
+  const absl::Time now = clock_.Now();
+  for (const auto& [key, t] : tasks_) {
+    if (t.status.state == TaskState::kRunning && !t.gpu.empty() && t.kill_at &&
+        now < *t.kill_at + kGpuReapWait) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::vector<TaskStatusInfo> Supervisor::Running() const {

@@ -43,6 +43,7 @@ struct TaskStatusInfo {
   // line of its stderr (at most 256 bytes, control characters as '?'), so
   // the job's failure reason says why ("cannot reach ... at ...").
   std::string stderr_tail;
+  bool fenced = false;  // killed by Fence() (TaskStatus.fenced)
   bool final() const { return state != TaskState::kRunning; }
 };
 
@@ -108,6 +109,14 @@ class Supervisor {
   void Forget(const TaskKey& key);
   // The earliest pending SIGKILL escalation, if any.
   std::optional<absl::Time> NextDeadline() const;
+  // True when a start now would find every GPU slot held but one of them
+  // is held by a task already being killed (KillTask, Fence, KillAll) and
+  // its SIGKILL is at most kGpuReapWait old: the slot frees once that task
+  // is reaped, so a start (a restart on the same node) should wait for it
+  // instead of failing; a task SIGKILL does not end (stuck in the kernel
+  // after a GPU fault) stops the wait, and the start fails "no free GPU".
+  bool GpuFreedSoon() const;
+  static constexpr absl::Duration kGpuReapWait = absl::Seconds(10);
 
   std::string StdoutPath(const TaskKey& key) const;
   std::string StderrPath(const TaskKey& key) const;
@@ -129,6 +138,7 @@ class Supervisor {
     std::optional<absl::Time> kill_at;  // SIGKILL when still running then
     bool sigkill_sent = false;
     bool term_sent = false;
+    bool fenced = false;
     absl::Duration fence_after = absl::ZeroDuration();
   };
 

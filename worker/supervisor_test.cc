@@ -277,6 +277,23 @@ TEST_F(SupervisorTest, WithoutGpuSlotsTheEnvironmentDecides) {
   EXPECT_EQ(launcher_.specs.at(st.pid).env.at("CUDA_VISIBLE_DEVICES"), "1");
 }
 
+// A start waits for a GPU only while its holder is being killed, and only
+// until kGpuReapWait past that holder's SIGKILL: a task the kill does not end
+// (stuck in the kernel) stops the wait.
+TEST_F(SupervisorTest, AGpuIsAwaitedOnlyWhileItsHolderIsBeingKilled) {
+  Supervisor sup({"/work", "10.0.0.1:7070", {}, {"0"}}, clock_, launcher_);
+  EXPECT_FALSE(sup.GpuFreedSoon()) << "a GPU is free";
+  ASSERT_EQ(sup.Start(Launch("job-1", 1, 0)).state, TaskState::kRunning);
+  EXPECT_FALSE(sup.GpuFreedSoon()) << "held, nobody is being killed";
+  EXPECT_EQ(sup.Start(Launch("job-2", 1, 0)).state, TaskState::kStartFailed);
+  ASSERT_EQ(sup.Kill("job-1", 1, 0, absl::Seconds(5)), 1);
+  EXPECT_TRUE(sup.GpuFreedSoon());
+  clock_.Advance(absl::Seconds(5) + Supervisor::kGpuReapWait - absl::Seconds(1));
+  EXPECT_TRUE(sup.GpuFreedSoon());
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_FALSE(sup.GpuFreedSoon()) << "its SIGKILL did not end it: waiting stops";
+}
+
 TEST_F(SupervisorTest, FenceKillsTasksCutOffLongerThanTheirTimeout) {
   TaskLaunch slow = Launch("job-1", 1, 0);
   slow.fence_after = absl::Seconds(10);
@@ -299,7 +316,16 @@ TEST_F(SupervisorTest, FenceKillsTasksCutOffLongerThanTheirTimeout) {
   EXPECT_TRUE(launcher_.alive.count(c.pid));
   std::vector<TaskStatusInfo> changes = sup_.Poll();
   ASSERT_EQ(changes.size(), 2u);
-  for (const auto& ch : changes) EXPECT_EQ(ch.state, TaskState::kKilled);
+  for (const auto& ch : changes) {
+    EXPECT_EQ(ch.state, TaskState::kKilled);
+    EXPECT_TRUE(ch.fenced) << ch.message;  // the coordinator tells its own silence by it
+    EXPECT_NE(ch.message.find("fenced"), std::string::npos) << ch.message;
+  }
+  // A task killed otherwise is not fenced.
+  sup_.Kill("job-3", 1, 0, absl::ZeroDuration());
+  changes = sup_.Poll();
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_FALSE(changes[0].fenced);
 }
 
 }  // namespace

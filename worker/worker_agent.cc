@@ -50,6 +50,7 @@ v1::TaskStatus ToProto(const TaskStatusInfo& s) {
   p.set_exit_code(s.exit_code);
   p.set_signal(s.signal);
   p.set_pid(s.pid);
+  p.set_fenced(s.fenced);
   // Proto3 strings: valid UTF-8 or the coordinator drops the message (and
   // with it this worker's session); bounded.
   p.set_message(PrintableLine(s.message, 1024));
@@ -256,8 +257,16 @@ class WorkerAgentImpl final : public WorkerAgent {
   void Apply(const v1::CoordinatorMessage& c) {
     if (c.has_start()) {
       TaskLaunch l = FromProto(c.start().task());
-      if (!l.rank_env.resume_from.empty() && fetcher_.Pending(l.rank_env.resume_from)) {
-        deferred_.push_back(std::move(l));  // started once its checkpoint is here
+      // Started once its checkpoint is here, and once a GPU that a task
+      // being killed holds (the generation before, on this node) is free.
+      if (!Startable(l)) {
+        Event(absl::StrCat("frameworm-worker ", options_.name, ": rank ", l.key().rank, " of job ",
+                           l.key().job_id, " generation ", l.key().generation,
+                           " waits to start: ",
+                           supervisor_.GpuFreedSoon()
+                               ? "for the GPU a task being killed holds"
+                               : "for its checkpoint's fetch"));
+        deferred_.push_back(std::move(l));
         return;
       }
       Launch(l);
@@ -438,13 +447,18 @@ class WorkerAgentImpl final : public WorkerAgent {
       if (killing) {
         ReportNotStarted(it->key());
         it = deferred_.erase(it);
-      } else if (!fetcher_.Pending(it->rank_env.resume_from)) {
+      } else if (Startable(*it)) {
         Launch(*it);
         it = deferred_.erase(it);
       } else {
         ++it;
       }
     }
+  }
+
+  bool Startable(const TaskLaunch& l) const {
+    if (!l.rank_env.resume_from.empty() && fetcher_.Pending(l.rank_env.resume_from)) return false;
+    return !supervisor_.GpuFreedSoon();
   }
 
   // KillTask's match (KillTask: generation <= `generation`, 0 any; rank -1 any).
@@ -466,7 +480,8 @@ class WorkerAgentImpl final : public WorkerAgent {
     st.key = k;
     st.state = TaskState::kKilled;
     st.signal = SIGKILL;
-    st.message = "killed while waiting for its checkpoint to be fetched";
+    st.message = "killed before it started, while waiting for its checkpoint to be fetched "
+                 "or for a GPU its previous generation held";
     Report(st);
   }
 
@@ -634,6 +649,16 @@ class WorkerAgentImpl final : public WorkerAgent {
     }
     for (const TaskStatusInfo& s : supervisor_.Running()) {
       *req.add_running() = ToProto(s);
+    }
+    // A task that waits to start (its checkpoint's fetch, a GPU) is this
+    // worker's too: a coordinator restarted meanwhile must not take its rank
+    // for lost. No pid yet (0).
+    for (const TaskLaunch& l : deferred_) {
+      TaskStatusInfo waiting;
+      waiting.key = l.key();
+      waiting.state = TaskState::kRunning;
+      waiting.message = "waiting to start";
+      *req.add_running() = ToProto(waiting);
     }
     for (const Final& f : finals_) {
       if (!f.delivered) *req.add_ended() = ToProto(f.status);

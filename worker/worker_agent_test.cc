@@ -246,6 +246,11 @@ class WorkerAgentTest : public ::testing::Test {
   // StartAgent with `fetch_timeout`, beside a source that never answers
   // (ListenSilently): its fd, to close at the end (-1: it could not listen).
   int StartAgentBesideASilentSource(absl::Duration fetch_timeout, std::string* source);
+  // StartAgentBesideASilentSource, then a hold of job-1's step 5 at `*copy`
+  // from that source and rank 0 started resuming from it (so it waits for
+  // the fetch). The silent source's fd (-1: it could not listen).
+  int StartARankWaitingForAFetch(absl::Duration fetch_timeout, std::string* source,
+                                 std::string* copy);
   void StartAgent() {
     WorkerAgent::Options o;
     o.coordinator = absl::StrCat("127.0.0.1:", port_);
@@ -266,6 +271,7 @@ class WorkerAgentTest : public ::testing::Test {
     launcher_ = NewPosixProcessLauncher({dir_});
     o.peer_listen = peer_listen_;
     o.fetch_timeout = fetch_timeout_;
+    o.gpus = gpus_;
     auto agent = WorkerAgent::Create(o, *launcher_);
     ASSERT_TRUE(agent.ok()) << agent.status();
     agent_ = *std::move(agent);
@@ -289,6 +295,7 @@ class WorkerAgentTest : public ::testing::Test {
   int64_t max_log_bytes_ = int64_t{64} << 20;
   std::string peer_listen_ = "127.0.0.1:0";
   absl::Duration fetch_timeout_ = absl::Minutes(1);
+  std::vector<std::string> gpus_;
   std::unique_ptr<TestCoordinator> coord_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
@@ -581,6 +588,21 @@ v1::CoordinatorMessage HoldCmd(const std::string& path, int64_t step, const std:
   return m;
 }
 
+int WorkerAgentTest::StartARankWaitingForAFetch(absl::Duration fetch_timeout, std::string* source,
+                                                std::string* copy) {
+  const int silent = StartAgentBesideASilentSource(fetch_timeout, source);
+  if (silent < 0) return silent;
+  *copy = dir_ + "/ck/ckpt-5.pt";
+  RankEnv env = TaskEnv(0);
+  env.resume_from = *copy;
+  if (!coord_->SendWhenConnected(HoldCmd(*copy, 5, "abc", {*source})) ||
+      !coord_->SendWhenConnected(StartCmd("exit 0", env))) {
+    ::close(silent);
+    return -1;
+  }
+  return silent;
+}
+
 const v1::CheckpointHeld* FindHeld(const std::vector<v1::WorkerMessage>& ms, int64_t step) {
   for (const auto& m : ms)
     if (m.has_held() && m.held().step() == step) return &m.held();
@@ -695,14 +717,9 @@ TEST_F(WorkerAgentTest, HoldsServeFetchAndDropCheckpointCopies) {
 // killed before it ever started when the coordinator says so, and the hold
 // is answered with an error naming the source once the fetch gives up.
 TEST_F(WorkerAgentTest, ARankWaitingForAFetchCanBeKilledAndAFailedFetchIsAnswered) {
-  std::string source;
-  const int silent = StartAgentBesideASilentSource(absl::Seconds(3), &source);
+  std::string source, copy;
+  const int silent = StartARankWaitingForAFetch(absl::Seconds(3), &source, &copy);
   ASSERT_GE(silent, 0);
-  const std::string copy = dir_ + "/ck/ckpt-5.pt";
-  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(copy, 5, "abc", {source})));
-  RankEnv env = TaskEnv(0);
-  env.resume_from = copy;
-  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("exit 0", env)));
   v1::CoordinatorMessage kill;
   kill.mutable_kill()->mutable_ref()->set_job_id("job-1");
   kill.mutable_kill()->set_rank(-1);
@@ -716,6 +733,74 @@ TEST_F(WorkerAgentTest, ARankWaitingForAFetchCanBeKilledAndAFailedFetchIsAnswere
   EXPECT_FALSE(FindHeld(ms, 5)->ok());
   EXPECT_THAT(FindHeld(ms, 5)->error(), HasSubstr(source));
   EXPECT_FALSE(std::filesystem::exists(copy));
+  ::close(silent);
+}
+
+// A restart on the same node: the coordinator sends KillTask for the old
+// generation and StartTask for the new one at once. With every GPU slot
+// held by the dying rank, the start waits until that rank is reaped (its
+// SIGTERM grace) instead of failing with "no free GPU".
+TEST_F(WorkerAgentTest, AStartWaitsForTheGpuOfARankBeingKilled) {
+  gpus_ = {"3"};
+  StartAgent();
+  // Takes its time to exit on SIGTERM, as a trainer saving state would.
+  const std::string slow_exit = "trap 'sleep 0.5; exit 0' TERM; while :; do sleep 0.05; done";
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd(slow_exit, 0)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindStatus(ms, 0, v1::TASK_RUNNING); }));
+  v1::CoordinatorMessage kill;
+  kill.mutable_kill()->mutable_ref()->set_job_id("job-1");
+  kill.mutable_kill()->mutable_ref()->set_generation(1);
+  kill.mutable_kill()->set_rank(-1);
+  kill.mutable_kill()->set_grace_s(5);
+  RankEnv next = TaskEnv(0);
+  next.generation = 2;
+  ASSERT_TRUE(coord_->SendWhenConnected(kill));
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("echo $CUDA_VISIBLE_DEVICES; exit 0", next)));
+  auto of_generation = [](const std::vector<v1::WorkerMessage>& ms, int64_t gen,
+                          v1::TaskState state) -> const v1::TaskStatus* {
+    for (const auto& m : ms) {
+      if (m.has_task_status() && m.task_status().ref().generation() == gen &&
+          m.task_status().state() == state)
+        return &m.task_status();
+    }
+    return nullptr;
+  };
+  ASSERT_TRUE(coord_->Await([&](auto& ms, auto&) {
+    return of_generation(ms, 2, v1::TASK_EXITED) || of_generation(ms, 2, v1::TASK_START_FAILED);
+  }));
+  auto ms = coord_->messages();
+  EXPECT_EQ(of_generation(ms, 2, v1::TASK_START_FAILED), nullptr)
+      << of_generation(ms, 2, v1::TASK_START_FAILED)->message();
+  ASSERT_NE(of_generation(ms, 1, v1::TASK_EXITED), nullptr);  // its trap exits 0
+  ASSERT_NE(of_generation(ms, 2, v1::TASK_EXITED), nullptr);
+  EXPECT_EQ(of_generation(ms, 2, v1::TASK_EXITED)->exit_code(), 0);
+  EXPECT_THAT(events(), ::testing::Contains(HasSubstr("waits to start: for the GPU")));
+}
+
+// A rank waiting for its checkpoint's fetch when the coordinator restarts
+// is listed as running (no pid yet) in the re-registration, so the
+// restarted coordinator does not take it for lost.
+TEST_F(WorkerAgentTest, ARankWaitingForItsFetchIsListedWhenReRegistering) {
+  std::string source, copy;
+  const int silent = StartARankWaitingForAFetch(absl::Seconds(5), &source, &copy);
+  ASSERT_GE(silent, 0);
+  auto deferred = [&] {
+    for (const std::string& e : events())
+      if (e.find("waits to start: for its checkpoint's fetch") != std::string::npos) return true;
+    return false;
+  };
+  for (int i = 0; i < 500 && !deferred(); ++i) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(deferred()) << "the start was not deferred behind the fetch";
+  const int port = port_;
+  StopCoordinator();
+  StartCoordinator(port);
+  ASSERT_TRUE(coord_->Await([](auto&, auto& regs) { return !regs.empty(); }));
+  auto regs = coord_->registrations();
+  ASSERT_EQ(regs[0].running_size(), 1) << regs[0].ShortDebugString();
+  EXPECT_EQ(regs[0].running(0).rank(), 0);
+  EXPECT_EQ(regs[0].running(0).ref().generation(), 1);
+  EXPECT_EQ(regs[0].running(0).state(), v1::TASK_RUNNING);
+  EXPECT_EQ(regs[0].running(0).pid(), 0);
   ::close(silent);
 }
 

@@ -505,6 +505,40 @@ TEST(ClusterE2E, APythonEntrypointsReportsSurviveACoordinatorRestart) {
   EXPECT_NE(logs.output.find("done at step 300"), std::string::npos) << logs.output;
 }
 
+// The coordinator down for longer than the job's heartbeat timeout: the
+// workers cannot tell that from a partition and fence (kill) their
+// trainers, but the coordinator never declared them lost, so once it is
+// back the job resumes from its newest checkpoint in a new generation that
+// is not counted: with max_restarts 0 it still succeeds.
+TEST(ClusterE2E, ACoordinatorDownLongerThanTheHeartbeatTimeoutCostsNoRestart) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::string spec = TrainJob("long-outage", 600, 100, "cnn", 2, 1, /*heartbeat_timeout=*/3,
+                              /*memory_every=*/10);
+  spec.replace(spec.find("max_restarts: 1"), 15, "max_restarts: 0");
+  auto id = (*c)->Submit(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto st = (*c)->WaitFor(*id, [](const v1::JobStatus& s) { return s.step() >= 40 || IsFinal(s.state()); },
+                          absl::Seconds(120));
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_EQ(st->state(), v1::RUNNING) << st->ShortDebugString();
+  std::vector<pid_t> pids = TrainerPidsWithJobId(*id);
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_TRUE((*c)->RestartCoordinator(absl::Seconds(10)).ok());  // > 3 s + the fence's notice
+  for (pid_t p : pids) EXPECT_NE(kill(p, 0), 0) << "generation 1's trainer " << p << " was not fenced";
+  st = (*c)->WaitForFinal(*id, absl::Seconds(150));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  EXPECT_EQ(st->restarts(), 0) << st->ShortDebugString();
+  EXPECT_GE(st->generation(), 2) << st->ShortDebugString();
+  EXPECT_NE(st->last_cause().find("while the coordinator was stopped or restarting"),
+            std::string::npos)
+      << st->ShortDebugString();
+  RunResult logs = (*c)->Cli({"logs", *id, "--rank", "0"});
+  EXPECT_NE(logs.output.find("\"event\":\"resumed\""), std::string::npos)
+      << logs.output.substr(0, 4000);
+}
+
 TEST(ClusterE2E, CancelLeavesNoTrainerBehind) {
   auto c = Cluster::Start({});
   ASSERT_TRUE(c.ok()) << c.status();
