@@ -104,6 +104,12 @@ void GenerationProgress::MaybeTimedCheckpoint(absl::Time now,
     checkpoint_at_ = max_step_ + lead;
 }
 
+void GenerationProgress::MaybeSteppedCheckpoint(int64_t every, int lead) {
+  if (every <= 0 || !any_report_ || checkpoint_at_ != 0) return;
+  const int64_t from = max_step_ + std::max(lead, 1);
+  checkpoint_at_ = (from + every - 1) / every * every;
+}
+
 std::optional<std::string> GenerationProgress::Hung(
     absl::Time now, absl::Duration timeout, std::optional<absl::Duration> startup,
     int* rank) const {

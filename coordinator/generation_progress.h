@@ -82,6 +82,11 @@ class GenerationProgress {
   // Requests a checkpoint (max step + `lead`) when `every` > 0 has passed
   // since the last one and nothing is pending; only once ranks report.
   void MaybeTimedCheckpoint(absl::Time now, absl::Duration every, int lead);
+  // Requests a checkpoint at the next multiple of `every` > 0 steps at
+  // least `lead` past the max step, when nothing is pending; only once
+  // ranks report (checkpoint.every_n_steps for a program that is not the
+  // built-in trainer, which takes it as a flag: its Directive.checkpoint).
+  void MaybeSteppedCheckpoint(int64_t every, int lead);
   int64_t checkpoint_at() const { return checkpoint_at_; }
   // Some rank sent a step report this generation (or it was reloaded after
   // reports, ExpectReportsSince).

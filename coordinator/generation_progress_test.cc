@@ -101,6 +101,33 @@ TEST(GenerationProgressTest, TimedCheckpointOnlyOnceRanksReport) {
   EXPECT_EQ(p.checkpoint_at(), 12);
 }
 
+// checkpoint.every_n_steps for a program that is not the built-in trainer:
+// the next multiple at least `lead` ahead, one at a time, the next once
+// it is recorded or passed.
+TEST(GenerationProgressTest, SteppedCheckpointsAreAskedAtMultiplesAhead) {
+  SimulatedClock clock;
+  GenerationProgress p;
+  p.Start(2, clock.Now());
+  p.MaybeSteppedCheckpoint(100, kLead);
+  EXPECT_EQ(p.checkpoint_at(), 0);  // nobody reported
+  p.Step(0, 10, 0, clock.Now());
+  p.MaybeSteppedCheckpoint(0, kLead);
+  EXPECT_EQ(p.checkpoint_at(), 0);  // not configured
+  p.MaybeSteppedCheckpoint(100, kLead);
+  EXPECT_EQ(p.checkpoint_at(), 100);
+  p.Step(0, 99, 0, clock.Now());
+  p.MaybeSteppedCheckpoint(100, kLead);
+  EXPECT_EQ(p.checkpoint_at(), 100) << "one pending at a time";
+  p.CheckpointRecorded(100, clock.Now());
+  p.Step(0, 100, 0, clock.Now());
+  p.MaybeSteppedCheckpoint(100, kLead);
+  EXPECT_EQ(p.checkpoint_at(), 200);
+  p.CheckpointRecorded(200, clock.Now());
+  p.Step(0, 199, 0, clock.Now());  // too close to 200 to ask for it in time
+  p.MaybeSteppedCheckpoint(100, kLead);
+  EXPECT_EQ(p.checkpoint_at(), 300);
+}
+
 TEST(GenerationProgressTest, NewGenerationResetsRanksButKeepsMaxStep) {
   SimulatedClock clock;
   GenerationProgress p;

@@ -783,6 +783,12 @@ void JobScheduler::Supervise() {
     job.progress.MaybeTimedCheckpoint(
         now, absl::Seconds(job.spec.checkpoint().every_n_minutes() * 60),
         options_.checkpoint_lead_steps);
+    // The built-in trainer takes every_n_steps as a flag; another program
+    // is asked through its Directive.
+    if (!UsesBuiltInTrainer(job.spec)) {
+      job.progress.MaybeSteppedCheckpoint(job.spec.checkpoint().every_n_steps(),
+                                          options_.checkpoint_lead_steps);
+    }
   }
 }
 

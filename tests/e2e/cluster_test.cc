@@ -482,6 +482,7 @@ TEST(ClusterE2E, APythonEntrypointsReportsSurviveACoordinatorRestart) {
   constexpr int kSteps = 300;  // about 25 ms each
   auto id = c->Submit(absl::StrCat(
       "name: py-coordinator-restart\nnodes: 2\nmax_restarts: 1\n"
+      "checkpoint:\n  every_n_steps: 100\n"
       "env:\n  PYTHONPATH: ", site, "\n"
       "entrypoint: [\"", python, "\", \"", src, "/tests/e2e/torchrun_reporting.py\", \"", kSteps,
       "\"]\n"));
@@ -503,6 +504,16 @@ TEST(ClusterE2E, APythonEntrypointsReportsSurviveACoordinatorRestart) {
   for (int64_t step = 1; step <= kSteps; ++step) EXPECT_EQ(reported[step], 2) << "step " << step;
   RunResult logs = c->Cli({"logs", *id, "--rank", "1"});
   EXPECT_NE(logs.output.find("done at step 300"), std::string::npos) << logs.output;
+  // checkpoint.every_n_steps reaches such a program as its Directive: it
+  // was asked for the multiples, and its rank 0 saved when asked (at that
+  // step, or at the step its answer came).
+  RunResult rank0 = c->Cli({"logs", *id, "--rank", "0"});
+  for (const char* asked : {"checkpoint asked for step 100 taken", "checkpoint asked for step 200 taken"}) {
+    EXPECT_NE(rank0.output.find(asked), std::string::npos) << asked << "\n" << rank0.output.substr(0, 4000);
+  }
+  int disk = 0;
+  for (const auto& r : Checkpoints(*c, *id)) disk += r.memory() ? 0 : 1;
+  EXPECT_GE(disk, 2) << "every_n_steps 100 over 300 steps";
 }
 
 // The coordinator down for longer than the job's heartbeat timeout: the
