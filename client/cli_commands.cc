@@ -132,8 +132,6 @@ int Status(const Invocation& c) {
 // generation, otherwise at most one per refresh interval (a log stays
 // short); on a terminal one line rewritten in place.
 int Watch(const Invocation& c) {
-  grpc::ClientContext ctx;
-  auto reader = c.stub.WatchJob(&ctx, ForJob<v1::WatchJobRequest>(c));
   const bool json = c.flags.json, live = c.options.live;
   const absl::Duration refresh =
       live ? absl::Milliseconds(200) : absl::Seconds(5);
@@ -142,29 +140,57 @@ int Watch(const Invocation& c) {
   absl::Time last_print = absl::InfinitePast();
   v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
   int64_t last_generation = -1;
-  while (reader->Read(&st)) {
-    any = true;
-    final_seen = st.state() == v1::SUCCEEDED || st.state() == v1::FAILED ||
-                 st.state() == v1::CANCELLED;
-    const bool changed =
-        st.state() != last_state || st.generation() != last_generation;
-    if (json || final_seen || changed || absl::Now() - last_print >= refresh) {
-      if (json) {
-        c.out << ToJson(st) << "\n";
-      } else if (live) {
-        c.out << "\r\033[K" << FormatProgress(st);
-      } else {
-        c.out << FormatProgress(st) << "\n";
+  // One stream: the job's updates until it ends or the stream does.
+  // Whether it read anything, and how it ended.
+  auto stream = [&](bool* read_any) {
+    grpc::ClientContext ctx;
+    auto reader = c.stub.WatchJob(&ctx, ForJob<v1::WatchJobRequest>(c));
+    while (reader->Read(&st)) {
+      *read_any = any = true;
+      final_seen = st.state() == v1::SUCCEEDED || st.state() == v1::FAILED ||
+                   st.state() == v1::CANCELLED;
+      const bool changed =
+          st.state() != last_state || st.generation() != last_generation;
+      if (json || final_seen || changed || absl::Now() - last_print >= refresh) {
+        if (json) {
+          c.out << ToJson(st) << "\n";
+        } else if (live) {
+          c.out << "\r\033[K" << FormatProgress(st);
+        } else {
+          c.out << FormatProgress(st) << "\n";
+        }
+        c.out.flush();
+        last_print = absl::Now();
+        last_state = st.state();
+        last_generation = st.generation();
       }
-      c.out.flush();
-      last_print = absl::Now();
-      last_state = st.state();
-      last_generation = st.generation();
+      if (final_seen) break;
     }
-    if (final_seen) break;
+    if (final_seen) ctx.TryCancel();
+    return reader->Finish();
+  };
+  // A coordinator restart ends the stream (UNAVAILABLE, or its end before
+  // the job's): the job goes on, so the watch reconnects, as long as the
+  // coordinator stays away for less than watch_reconnect_for.
+  std::optional<absl::Time> away_since;
+  grpc::Status s;
+  for (;;) {
+    bool read_any = false;
+    s = stream(&read_any);
+    if (final_seen || (!s.ok() && s.error_code() != grpc::StatusCode::UNAVAILABLE)) break;
+    if (read_any) away_since.reset();
+    const absl::Time now = absl::Now();
+    if (!away_since) {
+      if (live && any && !json) c.out << "\n";
+      c.err << "frameworm-cli: watch: the coordinator is unavailable ("
+            << (s.ok() ? std::string("its stream ended") : s.error_message())
+            << "); reconnecting for up to " << absl::FormatDuration(c.options.watch_reconnect_for)
+            << std::endl;
+      away_since = now;
+    }
+    if (now - *away_since >= c.options.watch_reconnect_for) break;
+    absl::SleepFor(absl::Seconds(1));
   }
-  if (final_seen) ctx.TryCancel();
-  grpc::Status s = reader->Finish();
   if (live && any && !json) c.out << "\n";
   if (!final_seen) {
     if (!s.ok()) return Fail(c, s);

@@ -141,11 +141,22 @@ std::string FormatJobStatus(const v1::JobStatus& j) {
   kv("step", j.total_steps() > 0
                  ? absl::StrCat(j.step(), "/", j.total_steps())
                  : absl::StrCat(j.step()));
-  kv("ranks", absl::StrCat(j.spec().nodes_max(), " node(s) x ",
-                           j.spec().nproc_per_node(), " process(es)"));
+  // An elastic job: the nodes it runs on now, of its range.
+  const std::string nodes =
+      j.spec().nodes_min() == j.spec().nodes_max() || j.spec().nodes_min() == 0
+          ? absl::StrCat(j.spec().nodes_max())
+          : j.workers().empty()
+                ? absl::StrCat(j.spec().nodes_min(), "..", j.spec().nodes_max())
+                : absl::StrCat(j.workers_size(), " (of ", j.spec().nodes_min(), "..",
+                               j.spec().nodes_max(), ")");
+  kv("ranks", absl::StrCat(nodes, " node(s) x ", j.spec().nproc_per_node(), " process(es)"));
   kv("workers", j.workers().empty() ? "-" : absl::StrJoin(j.workers(), ", "));
   std::map<std::string, double> mean(j.last().mean().begin(), j.last().mean().end());
   for (const auto& [k, v] : mean) kv(k, Num(v));
+  if (!j.last().stragglers().empty()) {
+    kv("stragglers", absl::StrCat("rank(s) ", absl::StrJoin(j.last().stragglers(), ", "),
+                                  " at step ", j.last().step()));
+  }
   if (j.samples_per_second() > 0) {
     kv("samples/s", absl::StrFormat("%.1f", j.samples_per_second()));
   }

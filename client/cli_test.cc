@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -75,6 +76,19 @@ TEST(CliFormat, EventsAndTheLastCause) {
   j.set_last_cause("job job-1 generation 2: rank 1 killed by signal 9");
   EXPECT_THAT(FormatJobStatus(j),
               HasSubstr("last cause: job job-1 generation 2: rank 1 killed by signal 9 (-)\n"));
+  // The flag README promises in status: the ranks flagged slow at the last
+  // step; an elastic job's nodes now, of its range.
+  EXPECT_THAT(FormatJobStatus(j), Not(HasSubstr("stragglers")));
+  j.mutable_last()->add_stragglers(1);
+  j.mutable_last()->add_stragglers(3);
+  EXPECT_THAT(FormatJobStatus(j), HasSubstr("stragglers: rank(s) 1, 3 at step "));
+  j.mutable_spec()->set_nodes_min(2);
+  j.mutable_spec()->set_nodes_max(4);
+  j.clear_workers();
+  j.add_workers("w1");
+  j.add_workers("w2");
+  j.add_workers("w3");
+  EXPECT_THAT(FormatJobStatus(j), HasSubstr("ranks: 3 (of 2..4) node(s) x "));
 }
 
 TEST(CliFormat, Durations) {
@@ -225,7 +239,21 @@ class TestJobService final : public v1::JobService::CallbackService {
       grpc::CallbackServerContext*, const v1::WatchJobRequest* req) override {
     class Writer : public grpc::ServerWriteReactor<v1::JobStatus> {
      public:
-      explicit Writer(const std::string& id) {
+      Writer(const std::string& id, int call) {
+        // "restarting": its first stream ends UNAVAILABLE after one update
+        // (a coordinator restart), the next ends the job; "gone": every
+        // stream UNAVAILABLE at once.
+        if (id == "gone" || (id == "restarting" && call == 0)) {
+          if (id == "restarting") updates_ = {Job(id, v1::RUNNING, 100)};
+          end_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection reset");
+          Next();
+          return;
+        }
+        if (id == "restarting") {
+          updates_ = {Job(id, v1::SUCCEEDED, 300)};
+          Next();
+          return;
+        }
         if (id != "good" && id != "bad") {
           Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + id + "'"));
           return;
@@ -247,16 +275,18 @@ class TestJobService final : public v1::JobService::CallbackService {
      private:
       void Next() {
         if (i_ == updates_.size()) {
-          Finish(grpc::Status::OK);
+          Finish(end_);
           return;
         }
         StartWrite(&updates_[i_++]);
       }
       std::vector<v1::JobStatus> updates_;
       size_t i_ = 0;
+      grpc::Status end_ = grpc::Status::OK;
     };
-    return new Writer(req->job_id());
+    return new Writer(req->job_id(), req->job_id() == "restarting" ? restarting_calls_++ : 0);
   }
+  std::atomic<int> restarting_calls_{0};
   // "good": step 7, 3 MiB in 1 MiB chunks with the right checksum; "torn":
   // the same bytes announced with another checksum; others NOT_FOUND.
   grpc::ServerWriteReactor<v1::CheckpointData>* GetCheckpoint(
@@ -402,6 +432,22 @@ TEST_F(CliTest, WatchExitsWithJobOutcome) {
             "frameworm-cli: watch: job bad FAILED: rank 0 exited with code 3\n");
   EXPECT_EQ(Run({"watch", "nope"}), 1);
   EXPECT_EQ(err_.str(), "frameworm-cli: watch: NOT_FOUND: no job 'nope'\n");
+}
+
+// A coordinator restart ends the watch's stream (UNAVAILABLE); the job goes
+// on, so the watch reconnects and still exits with the job's outcome; a
+// coordinator away for longer than watch_reconnect_for ends it with the
+// error.
+TEST_F(CliTest, WatchOutlivesACoordinatorRestart) {
+  EXPECT_EQ(Run({"watch", "restarting"}), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("restarting SUCCEEDED"));
+  EXPECT_THAT(err_.str(), HasSubstr("the coordinator is unavailable (connection reset); "
+                                    "reconnecting"));
+  opts_.watch_reconnect_for = absl::Seconds(2);
+  const absl::Time began = absl::Now();
+  EXPECT_EQ(Run({"watch", "gone"}), 1);
+  EXPECT_GE(absl::Now() - began, absl::Seconds(2));
+  EXPECT_THAT(err_.str(), HasSubstr("frameworm-cli: watch: UNAVAILABLE: connection reset"));
 }
 
 // --dry-run checks a job file with the coordinator's rules and prints

@@ -281,6 +281,20 @@ TEST_F(CoordinatorFlagsTest, AdminCaIssuesCertificatesThatDaemonsCheck) {
   r = RunTool("frameworm-cli", {"list", "--tls-dir", dir_ + "/nowhere"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output, HasSubstr("--tls-dir: cannot read " + dir_ + "/nowhere/ca.crt"));
+  // admin ca dials nobody: a $FRAMEWORM_TLS_DIR that does not load (an
+  // expired user certificate) does not keep it from issuing a new one.
+  r = RunTool("frameworm-cli",
+              {"admin", "ca", "issue", "--ca-dir", ca, "--role", "user", "--name", "bob", "--out",
+               dir_ + "/bob"},
+              {{"FRAMEWORM_TLS_DIR", dir_ + "/nowhere"}});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // The coordinator takes --tls-dir from $FRAMEWORM_TLS_DIR too (README):
+  // a user's directory there is refused as it is on the command line.
+  r = RunTool("frameworm-coordinator",
+              {absl::StrCat("--state-dir=", dir_, "/state"), "--listen=0.0.0.0:0"},
+              {{"FRAMEWORM_TLS_DIR", dir_ + "/alice"}});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("not a coordinator certificate"));
   // Daemons take only their own role's certificate.
   r = Coordinator({"--listen=0.0.0.0:0", "--tls-dir=" + dir_ + "/alice"});
   EXPECT_EQ(r.exit_code, 2);

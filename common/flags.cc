@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/time.h"
 #include "common/closest_match.h"
 
 #ifndef FRAMEWORM_VERSION
@@ -61,8 +62,22 @@ absl::Status Set(absl::CommandLineFlag* f, absl::string_view value,
                  absl::string_view source) {
   std::string error;
   if (f->ParseFrom(value, &error)) return absl::OkStatus();
-  // absl's own text only repeats the value and the flag's name.
-  if (absl::StartsWith(error, "Illegal value")) error.clear();
+  // absl's own text only repeats the value and the flag's name: say the
+  // form the flag takes instead.
+  if (absl::StartsWith(error, "Illegal value") || error.empty()) {
+    if (f->IsOfType<absl::Duration>()) {
+      error = "want a duration with its unit, such as 10s, 500ms or 5m";
+    } else if (f->IsOfType<double>()) {
+      error = "want a plain number (no unit)";
+    } else if (f->IsOfType<int64_t>() || f->IsOfType<int>() || f->IsOfType<uint64_t>() ||
+               f->IsOfType<uint32_t>() || f->IsOfType<size_t>()) {
+      error = "want a plain integer (no unit)";
+    } else if (f->IsOfType<bool>()) {
+      error = "want true or false";
+    } else {
+      error.clear();
+    }
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       source, ": bad value '", value, "'", error.empty() ? "" : ": ", error));
 }

@@ -2,12 +2,15 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 ABSL_FLAG(std::string, state_dir, "./state", "where state lives");
 ABSL_FLAG(int, port, 7070, "port to listen on");
 ABSL_FLAG(bool, follow, false, "follow the output");
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator address");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(10), "a duration");
+ABSL_FLAG(double, interval, 1, "seconds");
 
 namespace frameworm {
 namespace {
@@ -61,9 +64,13 @@ TEST_F(FlagsTest, BadFlagsAreNamed) {
       {{"--stat-dir=/x"}, "unknown flag --stat-dir (did you mean --state-dir?)"},
       {{"--zzzzzzzzzz"}, "unknown flag --zzzzzzzzzz"},
       {{"-x"}, "unknown flag -x"},
-      {{"--port=abc"}, "--port: bad value 'abc'"},
+      {{"--port=abc"}, "--port: bad value 'abc': want a plain integer (no unit)"},
       {{"--port"}, "flag --port needs a value"},
-      {{"--follow=maybe"}, "--follow: bad value 'maybe'"},
+      {{"--follow=maybe"}, "--follow: bad value 'maybe': want true or false"},
+      // The form the flag takes is named: a unit where none belongs, none
+      // where one is needed.
+      {{"--interval=1s"}, "--interval: bad value '1s': want a plain number (no unit)"},
+      {{"--timeout=10"}, "--timeout: bad value '10': want a duration with its unit, such as 10s"},
   };
   for (const Case& c : cases) {
     auto r = ParseFlags(c.args, Config(), NoEnv());

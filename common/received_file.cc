@@ -23,8 +23,11 @@ std::string Crc32Text(uint32_t crc) { return absl::StrFormat("crc32:%08x", crc);
 
 bool IsCrc32Text(const std::string& text) {
   if (text.size() != 14 || text.compare(0, 6, "crc32:") != 0) return false;
-  return std::all_of(text.begin() + 6, text.end(),
-                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+  // Lower-case only, as Crc32Text writes it: every copy is compared with
+  // that text, so "crc32:ABCD0123" would fail every check after the copy.
+  return std::all_of(text.begin() + 6, text.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  });
 }
 
 uint32_t UpdateCrc32(uint32_t crc, const std::string& data) {

@@ -38,7 +38,7 @@ inline constexpr int64_t kMaxChunkBytes = 1 << 20;
 
 // "crc32:xxxxxxxx" for zlib's crc32 `crc`.
 std::string Crc32Text(uint32_t crc);
-// True when `text` has that form ("crc32:" and 8 hex digits).
+// True when `text` has that form ("crc32:" and 8 lower-case hex digits).
 bool IsCrc32Text(const std::string& text);
 // `crc` (zlib's crc32) continued over `data`.
 uint32_t UpdateCrc32(uint32_t crc, const std::string& data);

@@ -908,7 +908,7 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
     if (!in.checksum().empty() && !IsCrc32Text(in.checksum())) {  // empty: not given
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint record checksum '", PrintableLine(in.checksum(), 40),
-                       "' is not crc32:xxxxxxxx (8 hex digits)"));
+                       "' is not crc32:xxxxxxxx (8 lower-case hex digits)"));
     }
     if (in.memory() && memory_root_.empty()) {
       return absl::InvalidArgumentError("this coordinator takes no in-memory checkpoints");

@@ -277,7 +277,7 @@ TEST_F(CoordinatorTest, CheckpointRetentionDeletesOnlyTheCoordinatorsCopies) {
   // The checksum is the text every copy is checked against: any other
   // form would make every worker refuse to hold the file.
   for (const std::string bad : {std::string("abc"), std::string("crc32:xyz00000"),
-                                std::string("crc32:0000abcd0")}) {
+                                std::string("crc32:0000abcd0"), std::string("crc32:0000ABCD")}) {
     v1::CheckpointRecord r;
     r.mutable_ref()->set_job_id(id);
     r.mutable_ref()->set_generation(1);

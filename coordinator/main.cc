@@ -45,8 +45,8 @@ ABSL_FLAG(std::string, tls_dir, "",
           "(`frameworm-cli admin ca issue --role coordinator --name NAME`): every client "
           "must present a certificate of that CA");
 ABSL_FLAG(bool, insecure, false,
-          "allow a --listen address off loopback in plaintext (no TLS yet: "
-          "whoever reaches the port can run jobs); private networks only");
+          "allow a --listen address off loopback in plaintext, without --tls-dir "
+          "(whoever reaches the port can run jobs); private networks only");
 ABSL_FLAG(std::string, checkpoint_root, "",
           "comma-separated absolute directories a job's checkpoint.dir may be "
           "in (e.g. a shared filesystem); empty: <state-dir>/checkpoints");
@@ -59,7 +59,7 @@ ABSL_FLAG(std::string, advertise, "",
 ABSL_FLAG(std::string, port_range, "29500-29999",
           "MASTER_PORT range for jobs, LO-HI within 1-65535");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(10),
-          "default worker/rank timeout, a positive duration like 10s");
+          "default worker/rank timeout, a duration with its unit, at least 2s");
 ABSL_FLAG(absl::Duration, startup_timeout, absl::Minutes(5),
           "a built-in trainer that has not reported this long after its start "
           "is hung (restarted); 0 turns it off");
@@ -106,7 +106,7 @@ const frameworm::FlagsConfig& Config() {
       "frameworm-coordinator",
       "usage: frameworm-coordinator [flags]\n"
       "The cluster's coordinator: job queue, scheduling, restarts, metrics.\n",
-      {},
+      {{"tls_dir", "FRAMEWORM_TLS_DIR"}},
       {}};
   return *config;
 }

@@ -42,7 +42,9 @@ const std::vector<TrainFlag>& TrainFlags() {
     auto* v = new std::vector<TrainFlag>{
         {.name = "async-checkpoint", .kind = K::kBool},
         {.name = "autocast", .kind = K::kString, .choices = {"off", "bf16"}},
-        {.name = "backend", .kind = K::kString, .choices = {"", "gloo", "nccl", "mpi"}},
+        // c10d's mpi too, but no build has it (LibTorch from the PyPI wheel
+        // is built without MPI): refused here, before anything starts.
+        {.name = "backend", .kind = K::kString, .choices = {"", "gloo", "nccl"}},
         {.name = "batch-size", .kind = K::kInt64, .min = 1, .max = kMaxBatchSize},
         {.name = "checkpoint-dir", .kind = K::kString},
         {.name = "checkpoint-every", .kind = K::kInt64, .min = 0},

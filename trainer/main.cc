@@ -15,6 +15,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/commandlineflag.h"
+#include "absl/flags/marshalling.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -96,7 +97,7 @@ ABSL_FLAG(bool, scale_lr, Defaults().scale_lr,
 ABSL_FLAG(int64_t, grad_accum, Defaults().grad_accum,
           "micro-batches per optimizer step (>= 1)");
 ABSL_FLAG(std::string, backend, Defaults().backend,
-          "gloo, nccl or mpi; empty: nccl with CUDA, else gloo");
+          "gloo or nccl (no build has MPI); empty: nccl with CUDA, else gloo");
 ABSL_FLAG(std::string, checkpoint_dir, Defaults().checkpoint_dir,
           "where ckpt-<step>.pt files go");
 ABSL_FLAG(int64_t, checkpoint_every, Defaults().checkpoint_every,
@@ -222,7 +223,10 @@ TrainConfig ConfigFromFlags() {
   if (const std::string every = absl::GetFlag(FLAGS_memory_checkpoint_every); every == "auto") {
     c.memory_checkpoint_every = -1;
   } else {
-    absl::SimpleAtoi(every, &c.memory_checkpoint_every);  // an integer >= 0: checked above
+    // An integer >= 0, checked above by the flag table's parser (which takes
+    // 0x10 as 16): parsed by the same one.
+    std::string unused;
+    absl::ParseFlag(every, &c.memory_checkpoint_every, &unused);
   }
   c.resume = absl::GetFlag(FLAGS_resume);
   c.seed = absl::GetFlag(FLAGS_seed);

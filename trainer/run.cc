@@ -36,15 +36,21 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return absl::NotFoundError(absl::StrCat("no checkpoint directory ", dir));
   int64_t best = -1;
+  std::string best_name;  // as it is on disk (ckpt-007.pt is step 7)
   while (dirent* e = ::readdir(d)) {
     std::string n = e->d_name;
     if (n.rfind("ckpt-", 0) != 0 || n.size() < 9 || n.substr(n.size() - 3) != ".pt") continue;
+    const std::string digits = n.substr(5, n.size() - 8);
     int64_t s = 0;
-    if (absl::SimpleAtoi(n.substr(5, n.size() - 8), &s) && s > best) best = s;
+    if (digits.find_first_not_of("0123456789") == std::string::npos &&
+        absl::SimpleAtoi(digits, &s) && s > best) {
+      best = s;
+      best_name = n;
+    }
   }
   ::closedir(d);
   if (best < 0) return absl::NotFoundError(absl::StrCat("no ckpt-<step>.pt in ", dir));
-  return absl::StrCat(dir, "/ckpt-", best, ".pt");
+  return absl::StrCat(dir, "/", best_name);
 }
 
 // Retention on rank 0's disk: deletes `path` only when it is a

@@ -61,8 +61,8 @@ ABSL_FLAG(std::string, user, "",
           "read the worker's key; the work dir must be the user's; empty: stay the user that "
           "started it");
 ABSL_FLAG(bool, insecure, false,
-          "allow a --coordinator off loopback in plaintext (no TLS yet: a man "
-          "in the middle could run commands here); private networks only");
+          "allow a --coordinator off loopback in plaintext, without --tls-dir (a "
+          "man in the middle could run commands here); private networks only");
 ABSL_FLAG(std::string, pass_env, "",
           "comma-separated variables (or PREFIX*) of this worker's environment "
           "that trainers inherit besides the default allow-list (README)");

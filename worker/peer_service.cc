@@ -96,7 +96,8 @@ absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const 
   std::unique_ptr<QueuedFile> file;
   absl::Status failed;
   while (failed.ok() && reader->Read(&chunk)) {
-    guard.Progress();
+    // Progress is bytes: a source that sends empty chunks stalls all the same.
+    if (!chunk.data().empty()) guard.Progress();
     if (stop.load()) {
       failed = absl::CancelledError("the worker is shutting down");
       break;
@@ -165,7 +166,8 @@ absl::Status FetchRange(const std::string& source, const HeldCheckpoint& h, cons
   bool first = true;
   absl::Status failed;
   while (failed.ok() && reader->Read(&chunk)) {
-    guard.Progress();
+    // Progress is bytes: a source that sends empty chunks stalls all the same.
+    if (!chunk.data().empty()) guard.Progress();
     if (stop.load()) {
       failed = absl::CancelledError("the worker is shutting down");
     } else if (abort.load()) {

@@ -361,6 +361,13 @@ class WorkerAgentImpl final : public WorkerAgent {
     }
     if (std::optional<HeldCheckpoint> have = holdings_.Find(h.job_id, h.step);
         have && have->path == h.path && have->checksum == h.checksum) {
+      // Held already: the answer shows this hold's secret, so peers must be
+      // served with it too (a restarted coordinator's, say).
+      if (have->secret != h.secret) {
+        have->secret = h.secret;
+        if (absl::Status s = holdings_.Add(*have); !s.ok()) return AnswerHold(h, s);
+        PersistHoldings();
+      }
       return AnswerHold(h, absl::OkStatus());
     }
     // Queued even when a fetch of that path is pending: this hold is

@@ -682,6 +682,27 @@ TEST_F(WorkerAgentTest, HoldsServeFetchAndDropCheckpointCopies) {
                                                      : grpc::StatusCode::NOT_FOUND)
           << secret << ": " << st.error_message();
     }
+    // The same copy held again with another secret (a coordinator that
+    // restarted): peers are served with the secret the answer showed.
+    v1::CoordinatorMessage again = HoldCmd(copy, 10, data, {agent_->peer_endpoint()});
+    again.mutable_hold()->set_secret("n3w-secret");
+    ASSERT_TRUE(coord_->SendWhenConnected(again));
+    grpc::StatusCode got = grpc::StatusCode::UNKNOWN;
+    for (int i = 0; i < 100 && got != grpc::StatusCode::OK; ++i) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      v1::FetchCheckpointRequest req;
+      req.set_job_id("job-1");
+      req.set_step(10);
+      req.set_secret("n3w-secret");
+      auto reader = peer->FetchCheckpoint(&ctx, req);
+      v1::CheckpointChunk chunk;
+      while (reader->Read(&chunk)) {
+      }
+      got = reader->Finish().error_code();
+      if (got != grpc::StatusCode::OK) absl::SleepFor(absl::Milliseconds(50));
+    }
+    EXPECT_EQ(got, grpc::StatusCode::OK) << "the new secret is not served";
   }
 
   v1::CoordinatorMessage drop;
@@ -744,9 +765,13 @@ TEST_F(WorkerAgentTest, AStartWaitsForTheGpuOfARankBeingKilled) {
   gpus_ = {"3"};
   StartAgent();
   // Takes its time to exit on SIGTERM, as a trainer saving state would.
-  const std::string slow_exit = "trap 'sleep 0.5; exit 0' TERM; while :; do sleep 0.05; done";
+  // (Its trap set before the kill comes: "ready" in its log.)
+  const std::string slow_exit =
+      "trap 'sleep 0.5; exit 0' TERM; echo ready; while :; do sleep 0.05; done";
   ASSERT_TRUE(coord_->SendWhenConnected(StartCmd(slow_exit, 0)));
-  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindStatus(ms, 0, v1::TASK_RUNNING); }));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) {
+    return FindStatus(ms, 0, v1::TASK_RUNNING) && LogText(ms, 0, "stdout") == "ready\n";
+  }));
   v1::CoordinatorMessage kill;
   kill.mutable_kill()->mutable_ref()->set_job_id("job-1");
   kill.mutable_kill()->mutable_ref()->set_generation(1);

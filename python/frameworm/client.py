@@ -144,23 +144,43 @@ class Client:
                 return out
             token = resp.next_page_token
 
-    def watch(self, job_id, on_update=None, timeout=None):
+    def watch(self, job_id, on_update=None, timeout=None, reconnect_for=300.0):
         """Follows the job until it ends; calls on_update(status dict) for
         each update. Returns the final status dict. FramewormError
-        DEADLINE_EXCEEDED after `timeout` seconds (None: no limit)."""
-        call = self._stub.WatchJob(job_service_pb2.WatchJobRequest(job_id=job_id), timeout=timeout)
-        try:
-            for st in call:
-                d = _as_dict(st)
-                if on_update:
-                    on_update(d)
-                if d.get("state") in FINAL_STATES:
-                    call.cancel()
-                    return d
-        except grpc.RpcError as e:
-            if e.code() != grpc.StatusCode.CANCELLED:
-                raise FramewormError(e.code().name, e.details()) from None
-        raise FramewormError("UNAVAILABLE", f"the watch of {job_id} ended before the job did")
+        DEADLINE_EXCEEDED after `timeout` seconds (None: no limit). A
+        coordinator restart ends the stream (UNAVAILABLE, or its end before
+        the job's) while the job goes on: the watch reconnects, and raises
+        UNAVAILABLE only once the coordinator stayed away `reconnect_for`
+        seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        away_since = None
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            call = self._stub.WatchJob(job_service_pb2.WatchJobRequest(job_id=job_id), timeout=left)
+            read_any, why = False, "its stream ended"
+            try:
+                for st in call:
+                    read_any = True
+                    d = _as_dict(st)
+                    if on_update:
+                        on_update(d)
+                    if d.get("state") in FINAL_STATES:
+                        call.cancel()
+                        return d
+            except grpc.RpcError as e:
+                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+                    raise FramewormError(e.code().name, e.details()) from None
+                why = e.details() or e.code().name
+            now = time.monotonic()
+            if read_any or away_since is None:
+                away_since = now
+            if now - away_since >= reconnect_for:
+                raise FramewormError("UNAVAILABLE", f"the watch of {job_id} ended before the job "
+                                                    f"did and the coordinator stayed away for "
+                                                    f"{reconnect_for:g} s: {why}")
+            if deadline is not None and now >= deadline:
+                raise FramewormError("DEADLINE_EXCEEDED", f"the watch of {job_id} timed out")
+            time.sleep(min(1.0, max(0.0, reconnect_for - (now - away_since))))
 
     def metrics(self, job_id, since_step=0):
         """Aggregated steps after since_step as rows: step, epoch, ranks,

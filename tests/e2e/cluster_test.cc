@@ -840,6 +840,11 @@ TEST(ClusterE2E, ThePythonClientSubmitsWatchesAndReadsMetrics) {
                    "not HOST:PORT (the port must be 1..65535)\""),
             std::string::npos)
       << o;
+  // A watch whose coordinator stays away gives up after reconnect_for (2 s),
+  // not at once.
+  EXPECT_NE(o.find("\"watch_gone\": \"UNAVAILABLE\""), std::string::npos) << o;
+  EXPECT_EQ(o.find("\"watch_gone_after_s\": 0."), std::string::npos) << o;
+  EXPECT_EQ(o.find("\"watch_gone_after_s\": 1."), std::string::npos) << o;
   // A Reporter whose coordinator does not answer redials once after 2 s
   // (not sooner, not twice within the next 0.5 s) and step() never waits.
   EXPECT_NE(o.find("\"away_redials\": 1"), std::string::npos) << o;

@@ -70,6 +70,16 @@ def main():
         out["bad_port"] = "allowed"
     except frameworm.FramewormError as e:
         out["bad_port"] = f"{e.code}: {e.message}"
+    # A watch whose coordinator stays away (nothing listens on port 1)
+    # reconnects for reconnect_for seconds, then raises UNAVAILABLE.
+    with frameworm.Client("127.0.0.1:1") as gone:
+        start = time.monotonic()
+        try:
+            gone.watch("job-000099", reconnect_for=2)
+            out["watch_gone"] = "returned"
+        except frameworm.FramewormError as e:
+            out["watch_gone"] = e.code
+        out["watch_gone_after_s"] = round(time.monotonic() - start, 1)
     # A Reporter whose coordinator does not answer (nothing listens on port
     # 1): after 2 s of failed report calls it dials a new channel, at most
     # one per 2 s, and the training loop is never held up.
