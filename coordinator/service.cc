@@ -213,7 +213,9 @@ class SessionReactor final
     // here. A heartbeat never queues one (HandleWorkerMessage's fast path),
     // a task status may (the listener also pokes, this is cheap insurance).
     if (first || !in_.has_heartbeat()) Poke();
-    if (in_.has_heartbeat()) {
+    // A message without a kind counts as a heartbeat (HandleWorkerMessage)
+    // and is paced as one.
+    if (in_.has_heartbeat() || in_.kind_case() == v1::WorkerMessage::KIND_NOT_SET) {
       // A flood of heartbeats: stop reading this stream for a while (the
       // hold keeps Finish, hence OnDone, from running meanwhile).
       const absl::Duration wait = pacer_.Admit(absl::Now());
@@ -394,11 +396,16 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
         }
         if (absl::Status s = impl_->AcquireUpload(chunk_.ref().job_id()); !s.ok()) return Fail(s);
         slot_ = chunk_.ref().job_id();
+        ref_ = chunk_.ref();
       }
       auto in = impl_->core->BeginCheckpointUpload(chunk_.ref(), chunk_.step(),
                                                    chunk_.total_bytes());
       if (!in.ok()) return Fail(in.status());
       incoming_ = *std::move(in);
+    } else if (absl::Status s = impl_->core->CheckCheckpointUpload(ref_); !s.ok()) {
+      // A slot is held only while the generation that took it runs: an
+      // upload trickled past its generation's end (or its job's) is cut.
+      return Fail(s);
     }
     std::string data;
     data.swap(*chunk_.mutable_data());
@@ -430,6 +437,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
   v1::CheckpointChunk chunk_;
   std::unique_ptr<ReceivedFile> incoming_ ABSL_GUARDED_BY(mu_);
   std::optional<std::string> slot_ ABSL_GUARDED_BY(mu_);  // the job counted in impl_
+  v1::JobRef ref_ ABSL_GUARDED_BY(mu_);  // the first chunk's: checked again at each chunk
   std::string checksum_ ABSL_GUARDED_BY(mu_);
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -606,6 +606,36 @@ TEST_F(ServiceTest, CheckpointUploadsInFlightAreBoundedPerJob) {
   (void)second.w->Finish();
 }
 
+// An upload holds its slot only while its generation runs: one trickled on
+// after the generation ended is cut at its next chunk, and nothing of it is
+// kept.
+TEST_F(ServiceTest, AnUploadEndsWithItsGeneration) {
+  grpc::ClientContext c0;
+  std::unique_ptr<Stream> s0;
+  const std::string session = Connect("w0", &c0, &s0);
+  const std::string id = Submit(Spec(1));
+  v1::CoordinatorMessage start;
+  ASSERT_TRUE(s0->Read(&start));
+  Held h;
+  ASSERT_TRUE(OpenUpload(id, h));
+  absl::SleepFor(absl::Milliseconds(300));  // the server took its first chunk (and a slot)
+  v1::WorkerMessage exit;
+  exit.set_session_id(session);
+  auto* ts = exit.mutable_task_status();
+  ts->mutable_ref()->set_job_id(id);
+  ts->mutable_ref()->set_generation(1);
+  ts->set_rank(0);
+  ts->set_state(v1::TASK_EXITED);
+  ts->set_exit_code(1);
+  ASSERT_TRUE(s0->Write(exit));
+  ASSERT_EQ(WaitFor(id, [](const v1::JobStatus& s) { return s.state() == v1::FAILED; }).state(),
+            v1::FAILED);
+  // Refused as a new upload for that generation would be now.
+  const grpc::StatusCode code = FinishUpload(h);
+  EXPECT_TRUE(code == grpc::ABORTED || code == grpc::PERMISSION_DENIED) << code;
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/checkpoint-copies/" + id + "/ckpt-10.pt"));
+}
+
 // An upload that sends a first chunk and then nothing holds its slot only
 // until it has been silent for the service's upload_idle (1 s here): then
 // its call is cancelled and another upload of the job goes in.
@@ -1061,11 +1091,12 @@ TEST_F(ServiceTest, AHeartbeatFloodIsPacedPerSession) {
     return all;
   };
   const absl::Time start = absl::Now();
-  v1::WorkerMessage hb;
+  v1::WorkerMessage hb, empty;  // a message without a kind counts as a heartbeat too
   hb.set_session_id(sa);
+  empty.set_session_id(sa);
   for (int i = 0; i < 40; ++i) {
     hb.mutable_heartbeat()->set_unix_ms(2 + i);
-    ASSERT_TRUE(a->Write(hb));
+    ASSERT_TRUE(a->Write(i % 2 == 0 ? hb : empty));
   }
   ASSERT_TRUE(a->Write(log_line(sa, 1 - rank_b, "from the flooder\n")));
   ASSERT_TRUE(b->Write(log_line(sb, rank_b, "from the calm one\n")));
