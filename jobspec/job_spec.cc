@@ -50,6 +50,36 @@ constexpr size_t kMaxExpandedBytes = 4 * kMaxTotalBytes + (64 << 10);
 // have, its NUL included (execve fails with E2BIG past it, on every rank).
 constexpr size_t kMaxArgStrlen = 131072;
 
+// The 1-based line of the first content of a second YAML document in
+// `yaml`, if there is one. Documents are delimited by the markers "---"
+// and "..." at the start of a line (YAML forbids them inside scalars); a
+// "---" before any content starts the first document; blank lines,
+// comments and directives are no content, so a trailing marker holds none.
+std::optional<int> SecondDocumentLine(absl::string_view yaml) {
+  int doc = 0, line_no = 0;
+  bool started = false;
+  for (absl::string_view line : absl::StrSplit(yaml, '\n')) {
+    ++line_no;
+    const auto is_marker = [&](absl::string_view m) {
+      return absl::StartsWith(line, m) &&
+             (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r');
+    };
+    absl::string_view rest = line;
+    if (is_marker("---") || is_marker("...")) {
+      if (started) ++doc;
+      started = true;
+      rest = line.substr(3);  // "--- {name: x}": content on the marker's line
+    }
+    rest = absl::StripAsciiWhitespace(rest);
+    if (rest.empty() || rest.front() == '#' || (rest.data() == line.data() && rest.front() == '%')) {
+      continue;
+    }
+    if (doc >= 1) return line_no;
+    started = true;
+  }
+  return std::nullopt;
+}
+
 bool IsEnvName(const std::string& k) {
   if (k.empty() || !(absl::ascii_isalpha(k[0]) || k[0] == '_')) return false;
   return std::all_of(k.begin(), k.end(), [](char c) {
@@ -738,18 +768,15 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml,
   const std::string src = source_name.empty() ? "<job spec>" : source_name;
   YAML::Node root;
   try {
-    // Every document, so that a second one is refused rather than ignored
-    // (a file of two jobs would submit the first alone). Empty documents
-    // after the first (a trailing "---") hold nothing to ignore.
-    std::vector<YAML::Node> docs = YAML::LoadAll(yaml);
-    for (size_t i = 1; i < docs.size(); ++i) {
-      if (docs[i].IsNull()) continue;
-      const int line = docs[i].Mark().line < 0 ? 0 : docs[i].Mark().line + 1;
+    root = YAML::Load(yaml);
+    // A second document is refused rather than ignored (a file of two jobs
+    // would submit the first alone). Found by its markers, not by
+    // YAML::LoadAll, which loops forever on some inputs ("!,").
+    if (std::optional<int> line = SecondDocumentLine(yaml)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          src, ":", line, ": a second YAML document (after '---'); a job spec file holds one "
+          src, ":", *line, ": a second YAML document (after '---'); a job spec file holds one "
           "job, in one document"));
     }
-    if (!docs.empty()) root = docs.front();
   } catch (const YAML::ParserException& e) {
     return absl::InvalidArgumentError(absl::StrCat(
         src, ":", e.mark.line + 1, ": malformed YAML: ", e.msg));

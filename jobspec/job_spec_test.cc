@@ -625,6 +625,12 @@ TEST(JobSpec, MoreThanOneYamlDocumentIsRefused) {
   EXPECT_THAT(ParseErr("name: a\n...\n---\nname: b\n").message(),
               HasSubstr("job.yaml:4: a second YAML document"));
   EXPECT_THAT(ParseErr("---\n---\nname: b\n").message(), HasSubstr("a second YAML document"));
+  // Inputs on which YAML::LoadAll never returned (job_spec_fuzzer's
+  // timeout, fuzz/corpus/job_spec/loadall-loop): one document, refused as
+  // that document is.
+  for (const char* loops : {"!,", "!,\n---\n!,", "name: a\n!,"}) {
+    EXPECT_FALSE(ParseJobSpecYaml(loops, "job.yaml").ok()) << loops;
+  }
   // A document start marker, an end marker and a trailing "---" hold one.
   for (const char* one :
        {"---\nname: a\n", "name: a\n...\n", "name: a\n---\n", "---\nname: a\n---\n# end\n"}) {
