@@ -91,7 +91,8 @@ class CoordinatorTest : public ::testing::Test {
     ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
   }
   void TaskState(const std::string& worker, const std::string& job,
-                 int64_t gen, int rank, v1::TaskState state, int code = 0, int signal = 0) {
+                 int64_t gen, int rank, v1::TaskState state, int code = 0, int signal = 0,
+                 bool fenced = false) {
     v1::WorkerMessage m;
     m.set_session_id(sessions_[worker]);
     auto* t = m.mutable_task_status();
@@ -101,6 +102,7 @@ class CoordinatorTest : public ::testing::Test {
     t->set_state(state);
     t->set_exit_code(code);
     t->set_signal(signal);
+    t->set_fenced(fenced);
     ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
   }
   // Moves every session's queued commands to pending_, noting each started

@@ -457,18 +457,7 @@ TEST_F(CoordinatorTest, ARankFencedWhileCurrentRestartsWithoutCountingIt) {
   v1::JobSpec spec = Spec(1, 1);
   spec.set_max_restarts(0);
   const std::string id = Submit(spec);
-  auto fenced = [&](int64_t gen) {
-    v1::WorkerMessage m;
-    m.set_session_id(sessions_["w0"]);
-    auto* t = m.mutable_task_status();
-    t->mutable_ref()->set_job_id(id);
-    t->mutable_ref()->set_generation(gen);
-    t->set_rank(0);
-    t->set_state(v1::TASK_KILLED);
-    t->set_signal(9);
-    t->set_fenced(true);
-    ASSERT_TRUE(coord_->HandleWorkerMessage(m).ok());
-  };
+  auto fenced = [&](int64_t gen) { TaskState("w0", id, gen, 0, v1::TASK_KILLED, 0, 9, true); };
   for (int64_t gen = 1; gen <= JobScheduler::kMaxUncountedRestarts; ++gen) {
     ASSERT_EQ(Starts("w0").size(), 1u) << gen;
     fenced(gen);

@@ -187,6 +187,20 @@ class ServiceTest : public ::testing::Test {
     ch.set_data("1234");
     return h.w->Write(ch);
   }
+  // The final status a worker sends on `session` when rank `rank` of job
+  // `id`'s generation 1 exits with `code`.
+  static v1::WorkerMessage RankExited(const std::string& session, const std::string& id,
+                                      int rank, int code) {
+    v1::WorkerMessage m;
+    m.set_session_id(session);
+    auto* ts = m.mutable_task_status();
+    ts->mutable_ref()->set_job_id(id);
+    ts->mutable_ref()->set_generation(1);
+    ts->set_rank(rank);
+    ts->set_state(v1::TASK_EXITED);
+    ts->set_exit_code(code);
+    return m;
+  }
   static grpc::StatusCode FinishUpload(Held& h) {
     v1::CheckpointChunk last;
     last.set_data("5678");
@@ -619,15 +633,7 @@ TEST_F(ServiceTest, AnUploadEndsWithItsGeneration) {
   Held h;
   ASSERT_TRUE(OpenUpload(id, h));
   absl::SleepFor(absl::Milliseconds(300));  // the server took its first chunk (and a slot)
-  v1::WorkerMessage exit;
-  exit.set_session_id(session);
-  auto* ts = exit.mutable_task_status();
-  ts->mutable_ref()->set_job_id(id);
-  ts->mutable_ref()->set_generation(1);
-  ts->set_rank(0);
-  ts->set_state(v1::TASK_EXITED);
-  ts->set_exit_code(1);
-  ASSERT_TRUE(s0->Write(exit));
+  ASSERT_TRUE(s0->Write(RankExited(session, id, 0, 1)));
   ASSERT_EQ(WaitFor(id, [](const v1::JobStatus& s) { return s.state() == v1::FAILED; }).state(),
             v1::FAILED);
   // Refused as a new upload for that generation would be now.
@@ -728,15 +734,7 @@ TEST_F(ServiceTest, StaleGenerationIsAbortedAndMetricsAggregate) {
     EXPECT_EQ(resp.checkpoint_at_step(), 3);
   }
   // Rank 0 crashes: the worker reports it on its session.
-  v1::WorkerMessage exit;
-  exit.set_session_id(sess0);
-  auto* ts = exit.mutable_task_status();
-  ts->mutable_ref()->set_job_id(id);
-  ts->mutable_ref()->set_generation(1);
-  ts->set_rank(0);
-  ts->set_state(v1::TASK_EXITED);
-  ts->set_exit_code(1);
-  ASSERT_TRUE(s0->Write(exit));
+  ASSERT_TRUE(s0->Write(RankExited(sess0, id, 0, 1)));
   v1::JobStatus st =
       WaitFor(id, [](const v1::JobStatus& s) { return s.generation() == 2; });
   ASSERT_EQ(st.generation(), 2);
@@ -1000,14 +998,7 @@ TEST_F(ServiceTest, WatchStreamsUntilFinalAndLogsAreServed) {
     EXPECT_TRUE(tail->Finish().ok());
   }
 
-  v1::WorkerMessage exit;
-  exit.set_session_id(session);
-  auto* ts = exit.mutable_task_status();
-  ts->mutable_ref()->set_job_id(id);
-  ts->mutable_ref()->set_generation(1);
-  ts->set_rank(0);
-  ts->set_state(v1::TASK_EXITED);
-  ASSERT_TRUE(stream->Write(exit));
+  ASSERT_TRUE(stream->Write(RankExited(session, id, 0, 0)));
   v1::JobState last = v1::RUNNING;
   while (watch->Read(&st)) last = st.state();
   EXPECT_EQ(last, v1::SUCCEEDED);

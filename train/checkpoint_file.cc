@@ -10,8 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-#include <new>
-#include <stdexcept>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -392,10 +391,7 @@ absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path) {
   std::string payload;
   try {
     payload.assign(len + 1, '\0');
-  } catch (const std::bad_alloc&) {  // larger than this host's memory
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "checkpoint ", path, " holds ", len, " payload bytes, more than this host can allocate"));
-  } catch (const std::length_error&) {
+  } catch (const std::exception&) {  // bad_alloc, length_error: larger than this host's memory
     return absl::ResourceExhaustedError(absl::StrCat(
         "checkpoint ", path, " holds ", len, " payload bytes, more than this host can allocate"));
   }

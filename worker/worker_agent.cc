@@ -260,12 +260,12 @@ class WorkerAgentImpl final : public WorkerAgent {
       // Started once its checkpoint is here, and once a GPU that a task
       // being killed holds (the generation before, on this node) is free.
       if (!Startable(l)) {
+        const bool fetching =
+            !l.rank_env.resume_from.empty() && fetcher_.Pending(l.rank_env.resume_from);
         Event(absl::StrCat("frameworm-worker ", options_.name, ": rank ", l.key().rank, " of job ",
-                           l.key().job_id, " generation ", l.key().generation,
-                           " waits to start: ",
-                           supervisor_.GpuFreedSoon()
-                               ? "for the GPU a task being killed holds"
-                               : "for its checkpoint's fetch"));
+                           l.key().job_id, " generation ", l.key().generation, " waits to start: ",
+                           fetching ? "for its checkpoint's fetch"
+                                    : "for the GPU a task being killed holds"));
         deferred_.push_back(std::move(l));
         return;
       }
