@@ -28,6 +28,7 @@
 #include "coordinator/collective_report.h"
 #include "coordinator/paging.h"
 #include "rpc/file_stream.h"
+#include "rpc/idle_call_reaper.h"
 #include "rpc/status_util.h"
 #include "rpc/tls.h"
 
@@ -35,23 +36,19 @@ namespace frameworm::coordinator {
 namespace {
 
 constexpr size_t kLogChunkBytes = 64 << 10;
+// How many worker messages other than heartbeats one session may send a
+// second (HeartbeatPacer's bucket): task statuses, log chunks and holds.
+constexpr int kWorkerMessagesPerSecond = 1000;
 
 }  // namespace
 
 // Shared state of the three services; reactors hold a pointer to it.
 struct CoordinatorService::Impl {
-  Impl(Coordinator* c, absl::Duration idle) : core(c), upload_idle(idle) {
-    reaper = std::thread([this] { ReapIdleUploads(); });
-  }
-  ~Impl() {
-    {
-      absl::MutexLock l(&mu);
-      stopping = true;
-    }
-    reaper.join();
-  }
+  Impl(Coordinator* c, absl::Duration idle) : core(c), idle_calls(idle) {}
   Coordinator* const core;
-  const absl::Duration upload_idle;
+  // Checkpoint streams (uploads, DownloadCheckpoint, GetCheckpoint) that
+  // move no chunk for the service's stream idle time are cancelled.
+  IdleCallReaper idle_calls;
 
   absl::Mutex mu;
   std::map<std::string, Pokeable*> sessions ABSL_GUARDED_BY(mu);
@@ -84,41 +81,6 @@ struct CoordinatorService::Impl {
     if (auto it = uploads.find(job); it != uploads.end() && --it->second <= 0) uploads.erase(it);
     --uploads_total;
   }
-  // Upload streams open, by their contexts, and when each last received a
-  // chunk (or opened): one silent for upload_idle is cancelled, so a
-  // trainer that sends a first chunk and nothing more cannot hold a slot
-  // for ever. A reactor unregisters in OnDone (under `mu`) before it is
-  // deleted, so the reaper's TryCancel never reaches a deleted call.
-  std::map<grpc::CallbackServerContext*, absl::Time> upload_seen ABSL_GUARDED_BY(mu);
-  bool stopping ABSL_GUARDED_BY(mu) = false;
-  std::thread reaper;
-  void UploadSeen(grpc::CallbackServerContext* ctx) {
-    absl::MutexLock l(&mu);
-    upload_seen[ctx] = absl::Now();
-  }
-  void UploadGone(grpc::CallbackServerContext* ctx) {
-    absl::MutexLock l(&mu);
-    upload_seen.erase(ctx);
-  }
-  void ReapIdleUploads() {
-    const absl::Duration every = std::min(absl::Seconds(1), upload_idle / 4);
-    absl::MutexLock l(&mu);
-    while (!mu.AwaitWithTimeout(absl::Condition(&stopping), every)) {
-      const absl::Time now = absl::Now();
-      for (auto it = upload_seen.begin(); it != upload_seen.end();) {
-        if (now - it->second < upload_idle) {
-          ++it;
-          continue;
-        }
-        // Under `mu` (the call is alive until its OnDone unregisters); the
-        // reactor's reactions run on gRPC's executor, never inside TryCancel,
-        // so none waits for `mu` here. The pending read ends: it finishes.
-        it->first->TryCancel();
-        it = upload_seen.erase(it);
-      }
-    }
-  }
-
   void AddSession(const std::string& id, Pokeable* p) {
     absl::MutexLock l(&mu);
     sessions[id] = p;
@@ -214,19 +176,21 @@ class SessionReactor final
     // a task status may (the listener also pokes, this is cheap insurance).
     if (first || !in_.has_heartbeat()) Poke();
     // A message without a kind counts as a heartbeat (HandleWorkerMessage)
-    // and is paced as one.
-    if (in_.has_heartbeat() || in_.kind_case() == v1::WorkerMessage::KIND_NOT_SET) {
-      // A flood of heartbeats: stop reading this stream for a while (the
-      // hold keeps Finish, hence OnDone, from running meanwhile).
-      const absl::Duration wait = pacer_.Admit(absl::Now());
-      if (wait > absl::ZeroDuration()) {
-        Hold();
-        alarm_.Set(absl::ToChronoTime(absl::Now() + wait), [this](bool fired) {
-          if (fired && !FinishRequested()) StartRead(&in_);
-          Release();
-        });
-        return;
-      }
+    // and is paced as one; task statuses, log chunks and holds have a
+    // budget of their own, far above what a worker sends.
+    const bool heartbeat =
+        in_.has_heartbeat() || in_.kind_case() == v1::WorkerMessage::KIND_NOT_SET;
+    const absl::Duration wait =
+        heartbeat ? pacer_.Admit(absl::Now()) : other_pacer_.Admit(absl::Now());
+    if (wait > absl::ZeroDuration()) {
+      // A flood: stop reading this stream for a while (the hold keeps
+      // Finish, hence OnDone, from running meanwhile).
+      Hold();
+      alarm_.Set(absl::ToChronoTime(absl::Now() + wait), [this](bool fired) {
+        if (fired && !FinishRequested()) StartRead(&in_);
+        Release();
+      });
+      return;
     }
     StartRead(&in_);
   }
@@ -262,6 +226,9 @@ class SessionReactor final
   Impl* const impl_;
   v1::WorkerMessage in_;  // only touched by the read chain
   HeartbeatPacer pacer_{impl_->core->heartbeat_interval()};  // read chain only
+  // Every other kind: kWorkerMessagesPerSecond a second, as many at once (a
+  // worker drains a 64 MiB log backlog in 1,024 chunks of 64 KiB).
+  HeartbeatPacer other_pacer_{absl::Seconds(1), kWorkerMessagesPerSecond};  // read chain only
   LineBudget log_budget_{/*per_second=*/5, /*burst=*/20};    // read chain only
   grpc::Alarm alarm_;  // the read chain's pause (heartbeat flood)
   std::string session_ ABSL_GUARDED_BY(mu_);
@@ -369,7 +336,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
  public:
   UploadReactor(Impl* impl, grpc::CallbackServerContext* ctx, v1::UploadCheckpointResponse* resp)
       : impl_(impl), ctx_(ctx), resp_(resp) {
-    impl_->UploadSeen(ctx_);
+    impl_->idle_calls.Seen(ctx_);
     StartRead(&chunk_);
   }
   // The next chunk is read while this one is appended (its bytes are moved
@@ -378,7 +345,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
   void OnReadDone(bool ok) override {
     absl::MutexLock l(&mu_);
     if (failed_) return;
-    if (ok) impl_->UploadSeen(ctx_);
+    if (ok) impl_->idle_calls.Seen(ctx_);
     if (!ok && ctx_->IsCancelled()) {  // by the client, or idle (ReapIdleUploads): no commit
       return Fail(absl::CancelledError("checkpoint upload cancelled"));
     }
@@ -414,7 +381,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
     if (absl::Status s = incoming_->Append(data); !s.ok()) return Fail(s);
   }
   void OnDone() override {
-    impl_->UploadGone(ctx_);
+    impl_->idle_calls.Gone(ctx_);
     {
       absl::MutexLock l(&mu_);
       if (slot_) impl_->ReleaseUpload(*slot_);
@@ -584,8 +551,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
     v1::CheckpointData head;
     head.set_step(found->first.step());
     head.set_checksum(found->first.checksum());
-    return new FileSendReactor<v1::CheckpointData>(found->second, "the checkpoint copy",
-                                                   std::move(head));
+    return new FileSendReactor<v1::CheckpointData>(ctx, &impl_->idle_calls, found->second,
+                                                   "the checkpoint copy", std::move(head));
   }
   grpc::ServerUnaryReactor* GetMetrics(grpc::CallbackServerContext* ctx,
                                        const v1::GetMetricsRequest* req,
@@ -737,7 +704,8 @@ class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
     if (!path.ok()) {
       return new Refused<grpc::ServerWriteReactor<v1::CheckpointChunk>>(path.status());
     }
-    return new FileSendReactor<v1::CheckpointChunk>(*path, "the checkpoint copy");
+    return new FileSendReactor<v1::CheckpointChunk>(ctx, &impl_->idle_calls, *path,
+                                                    "the checkpoint copy");
   }
 
  private:
@@ -770,8 +738,8 @@ struct CoordinatorService::Services {
   TrainerServiceImpl trainer;
 };
 
-CoordinatorService::CoordinatorService(Coordinator* core, absl::Duration upload_idle)
-    : impl_(std::make_unique<Impl>(core, upload_idle)),
+CoordinatorService::CoordinatorService(Coordinator* core, absl::Duration stream_idle)
+    : impl_(std::make_unique<Impl>(core, stream_idle)),
       services_(std::make_unique<Services>(impl_.get())) {
   core->SetListener(this);
 }

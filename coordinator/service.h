@@ -37,10 +37,12 @@ namespace frameworm::coordinator {
 
 class CoordinatorService final : public Coordinator::Listener {
  public:
-  // `core` is not owned and must outlive this object. A checkpoint upload
-  // that receives no chunk for `upload_idle` is cancelled (the client sees
-  // CANCELLED, no file is left, its slot is free again).
-  explicit CoordinatorService(Coordinator* core, absl::Duration upload_idle = absl::Seconds(60));
+  // `core` is not owned and must outlive this object. A checkpoint stream
+  // that moves no chunk for `stream_idle` is cancelled: an upload that
+  // receives none (the client sees CANCELLED, no file is left, its slot is
+  // free again) and a download (DownloadCheckpoint, GetCheckpoint) whose
+  // client takes none (the buffer and the file are released).
+  explicit CoordinatorService(Coordinator* core, absl::Duration stream_idle = absl::Seconds(60));
   ~CoordinatorService() override;
   CoordinatorService(const CoordinatorService&) = delete;
   CoordinatorService& operator=(const CoordinatorService&) = delete;

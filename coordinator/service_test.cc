@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -41,7 +42,7 @@ class ServiceTest : public ::testing::Test {
     auto c = Coordinator::Create(o, RealClock::Real());
     ASSERT_TRUE(c.ok()) << c.status();
     core_ = std::move(c).value();
-    service_ = std::make_unique<CoordinatorService>(core_.get(), upload_idle_);
+    service_ = std::make_unique<CoordinatorService>(core_.get(), stream_idle_);
     auto server = StartServer(ServerOptions{}, service_->services());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server->server);
@@ -201,6 +202,78 @@ class ServiceTest : public ::testing::Test {
     ts->set_exit_code(code);
     return m;
   }
+  // A log chunk of job `id`'s rank `rank` (generation 1) on `session`.
+  static v1::WorkerMessage LogLine(const std::string& id, const std::string& session, int rank,
+                                   const std::string& text) {
+    v1::WorkerMessage m;
+    m.set_session_id(session);
+    m.mutable_log()->mutable_ref()->set_job_id(id);
+    m.mutable_log()->set_rank(rank);
+    m.mutable_log()->set_data(text);
+    return m;
+  }
+  // Every rank's log of job `id` as it is now.
+  std::string AllLogs(const std::string& id) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::GetLogsRequest req;
+    req.set_job_id(id);
+    req.set_rank(-1);
+    auto r = jobs_->GetLogs(&ctx, req);
+    std::string all;
+    v1::LogChunk c;
+    while (r->Read(&c)) all += c.data();
+    r->Finish().IgnoreError();
+    return all;
+  }
+  // Polls every rank's log of job `id` (every 20 ms, for up to 20 s from
+  // `start`) until `last` is there: when `first` and `last` appeared
+  // (InfiniteFuture: never).
+  std::pair<absl::Time, absl::Time> WhenLogged(const std::string& id, absl::Time start,
+                                               const std::string& first,
+                                               const std::string& last) {
+    absl::Time first_at = absl::InfiniteFuture(), last_at = absl::InfiniteFuture();
+    while (absl::Now() - start < absl::Seconds(20) && last_at == absl::InfiniteFuture()) {
+      const std::string all = AllLogs(id);
+      const absl::Time now = absl::Now();
+      if (first_at == absl::InfiniteFuture() && all.find(first) != std::string::npos)
+        first_at = now;
+      if (all.find(last) != std::string::npos) last_at = now;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return {first_at, last_at};
+  }
+  // Two workers' sessions, "flooder" (a) and "calm" (b), running a 2-rank
+  // job `id`; rank_b is the calm one's rank.
+  struct TwoSessions {
+    grpc::ClientContext actx, bctx;
+    std::unique_ptr<Stream> a, b;
+    std::string sa, sb, id;
+    int rank_b = -1;
+  };
+  void StartTwo(TwoSessions& t) {
+    t.sa = Connect("flooder", &t.actx, &t.a);
+    t.sb = Connect("calm", &t.bctx, &t.b);
+    t.id = Submit(Spec(2));
+    v1::CoordinatorMessage msg;
+    ASSERT_TRUE(t.a->Read(&msg));
+    ASSERT_TRUE(t.b->Read(&msg));
+    ASSERT_TRUE(msg.has_start());
+    t.rank_b = msg.start().task().rank();
+  }
+  // Rank 0 of job `id`'s generation 1 reports its checkpoint of step 10.
+  grpc::Status ReportStep10(const std::string& id) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::CheckpointRecord rec;
+    rec.mutable_ref()->set_job_id(id);
+    rec.mutable_ref()->set_generation(1);
+    rec.mutable_ref()->set_token(TokenOf(id, 1, 0));
+    rec.set_step(10);
+    rec.set_path(dir_ + "/checkpoints/" + id + "/ckpt-10.pt");
+    v1::ReportCheckpointResponse r;
+    return trainers_->ReportCheckpoint(&ctx, rec, &r);
+  }
   static grpc::StatusCode FinishUpload(Held& h) {
     v1::CheckpointChunk last;
     last.set_data("5678");
@@ -212,7 +285,7 @@ class ServiceTest : public ::testing::Test {
     return h.w->Finish().error_code();
   }
 
-  absl::Duration upload_idle_ = absl::Seconds(60);
+  absl::Duration stream_idle_ = absl::Seconds(60);
   std::string dir_;
   std::unique_ptr<Coordinator> core_;
   std::unique_ptr<CoordinatorService> service_;
@@ -511,18 +584,7 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
   const std::string path = dir_ + "/checkpoints/" + id + "/ckpt-10.pt";
   // Not reported yet: no download.
   EXPECT_EQ(download(1, path, &got).error_code(), grpc::NOT_FOUND);
-  {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::CheckpointRecord rec;
-    rec.mutable_ref()->set_job_id(id);
-    rec.mutable_ref()->set_generation(1);
-    rec.mutable_ref()->set_token(TokenOf(id, 1, 0));
-    rec.set_step(10);
-    rec.set_path(path);
-    v1::ReportCheckpointResponse r;
-    ASSERT_TRUE(trainers_->ReportCheckpoint(&ctx, rec, &r).ok());
-  }
+  ASSERT_TRUE(ReportStep10(id).ok());
   {
     // Its size was not given: the record has the uploaded copy's.
     grpc::ClientContext ctx;
@@ -643,11 +705,11 @@ TEST_F(ServiceTest, AnUploadEndsWithItsGeneration) {
 }
 
 // An upload that sends a first chunk and then nothing holds its slot only
-// until it has been silent for the service's upload_idle (1 s here): then
+// until it has been silent for the service's stream_idle (1 s here): then
 // its call is cancelled and another upload of the job goes in.
 class ShortUploadIdleTest : public ServiceTest {
  protected:
-  ShortUploadIdleTest() { upload_idle_ = absl::Seconds(1); }
+  ShortUploadIdleTest() { stream_idle_ = absl::Seconds(1); }
 };
 
 TEST_F(ShortUploadIdleTest, ASilentCheckpointUploadIsCancelledAndFreesItsSlot) {
@@ -680,6 +742,80 @@ TEST_F(ShortUploadIdleTest, ASilentCheckpointUploadIsCancelledAndFreesItsSlot) {
     const grpc::Status st = h->w->Finish();
     EXPECT_EQ(st.error_code(), grpc::CANCELLED) << st.error_message();
   }
+}
+
+// A user who takes the first chunk of a checkpoint and then stops reading
+// holds the coordinator's chunk and its copy open only until the stream
+// has moved no chunk for the service's stream_idle (1 s here): then the
+// call is cancelled and the copy closed. The copy is larger than what
+// HTTP/2 flow control lets the coordinator send ahead.
+TEST_F(ShortUploadIdleTest, ADownloadThatStopsReadingIsCutOffAndTheCopyClosed) {
+  grpc::ClientContext c0;
+  std::unique_ptr<Stream> s0;
+  const std::string id = StartOnW0(&c0, &s0);
+  const size_t size = size_t{96} << 20;
+  std::string payload(size, '\0');
+  for (size_t i = 0; i < size; ++i) payload[i] = static_cast<char>(i * 7 + 3);
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::UploadCheckpointResponse resp;
+    auto w = trainers_->UploadCheckpoint(&ctx, &resp);
+    for (size_t at = 0; at < size; at += 1 << 20) {
+      v1::CheckpointChunk ch;
+      if (at == 0) {
+        ch.mutable_ref()->set_job_id(id);
+        ch.mutable_ref()->set_generation(1);
+        ch.mutable_ref()->set_token(TokenOf(id, 1, 0));
+        ch.set_step(10);
+        ch.set_total_bytes(static_cast<int64_t>(size));
+      }
+      ch.set_data(payload.substr(at, 1 << 20));
+      if (at + (1 << 20) >= size) {
+        ch.set_checksum(absl::StrFormat(
+            "crc32:%08x", static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0),
+                                                       reinterpret_cast<const Bytef*>(payload.data()),
+                                                       payload.size()))));
+      }
+      ASSERT_TRUE(w->Write(ch));
+    }
+    w->WritesDone();
+    const grpc::Status up = w->Finish();
+    ASSERT_TRUE(up.ok()) << up.error_message();
+  }
+  ASSERT_TRUE(ReportStep10(id).ok());
+  // Descriptors of this process open on a file of the job's copies.
+  const std::string copies = dir_ + "/checkpoint-copies/" + id + "/";
+  auto open_copies = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc/self/fd", ec)) {
+      std::error_code lec;
+      n += absl::StartsWith(fs::read_symlink(e.path(), lec).string(), copies) ? 1 : 0;
+    }
+    return n;
+  };
+  grpc::ClientContext ctx;  // no deadline: only the server ends this call
+  v1::GetCheckpointRequest req;
+  req.set_job_id(id);
+  req.set_step(10);
+  auto r = jobs_->GetCheckpoint(&ctx, req);
+  v1::CheckpointData ch;
+  ASSERT_TRUE(r->Read(&ch));
+  size_t got = ch.data().size();
+  const absl::Time stopped = absl::Now();
+  EXPECT_EQ(open_copies(), 1) << "the coordinator sends from its copy";
+  int open = 1;
+  for (int i = 0; i < 100 && open > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    open = open_copies();
+  }
+  EXPECT_EQ(open, 0) << "the stalled download still holds the copy";
+  EXPECT_GE(absl::Now() - stopped, absl::Milliseconds(900));
+  while (r->Read(&ch)) got += ch.data().size();
+  const grpc::Status st = r->Finish();
+  EXPECT_EQ(st.error_code(), grpc::CANCELLED) << st.error_message();
+  EXPECT_LT(got, size);
 }
 
 TEST_F(ServiceTest, StaleGenerationIsAbortedAndMetricsAggregate) {
@@ -1050,37 +1186,10 @@ TEST_F(ServiceTest, WatchStreamsUntilFinalAndLogsAreServed) {
 // at once: the flooder's log line, sent after 40 heartbeats, lands after
 // the other worker's line sent later, and no sooner than the pacing allows.
 TEST_F(ServiceTest, AHeartbeatFloodIsPacedPerSession) {
-  grpc::ClientContext actx, bctx;
-  std::unique_ptr<Stream> a, b;
-  const std::string sa = Connect("flooder", &actx, &a);
-  const std::string sb = Connect("calm", &bctx, &b);
-  const std::string id = Submit(Spec(2));
+  TwoSessions t;
+  ASSERT_NO_FATAL_FAILURE(StartTwo(t));
+  auto& [actx, bctx, a, b, sa, sb, id, rank_b] = t;
   v1::CoordinatorMessage msg;
-  ASSERT_TRUE(a->Read(&msg));
-  ASSERT_TRUE(b->Read(&msg));
-  ASSERT_TRUE(msg.has_start());
-  const int rank_b = msg.start().task().rank();
-  auto log_line = [&](const std::string& session, int rank, const std::string& text) {
-    v1::WorkerMessage m;
-    m.set_session_id(session);
-    m.mutable_log()->mutable_ref()->set_job_id(id);
-    m.mutable_log()->set_rank(rank);
-    m.mutable_log()->set_data(text);
-    return m;
-  };
-  auto logs_now = [&] {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::GetLogsRequest req;
-    req.set_job_id(id);
-    req.set_rank(-1);
-    auto r = jobs_->GetLogs(&ctx, req);
-    std::string all;
-    v1::LogChunk c;
-    while (r->Read(&c)) all += c.data();
-    r->Finish().IgnoreError();
-    return all;
-  };
   const absl::Time start = absl::Now();
   v1::WorkerMessage hb, empty;  // a message without a kind counts as a heartbeat too
   hb.set_session_id(sa);
@@ -1089,17 +1198,9 @@ TEST_F(ServiceTest, AHeartbeatFloodIsPacedPerSession) {
     hb.mutable_heartbeat()->set_unix_ms(2 + i);
     ASSERT_TRUE(a->Write(i % 2 == 0 ? hb : empty));
   }
-  ASSERT_TRUE(a->Write(log_line(sa, 1 - rank_b, "from the flooder\n")));
-  ASSERT_TRUE(b->Write(log_line(sb, rank_b, "from the calm one\n")));
-  absl::Time calm_at = absl::InfiniteFuture(), flooder_at = absl::InfiniteFuture();
-  while (absl::Now() - start < absl::Seconds(20) && flooder_at == absl::InfiniteFuture()) {
-    const std::string all = logs_now();
-    const absl::Time now = absl::Now();
-    if (calm_at == absl::InfiniteFuture() && all.find("from the calm one") != std::string::npos)
-      calm_at = now;
-    if (all.find("from the flooder") != std::string::npos) flooder_at = now;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(a->Write(LogLine(id, sa, 1 - rank_b, "from the flooder\n")));
+  ASSERT_TRUE(b->Write(LogLine(id, sb, rank_b, "from the calm one\n")));
+  const auto [calm_at, flooder_at] = WhenLogged(id, start, "from the calm one", "from the flooder");
   ASSERT_NE(flooder_at, absl::InfiniteFuture()) << "the flooder's stream was never read on";
   EXPECT_LT(calm_at, flooder_at) << "the other session waited behind the flood";
   // 10 read at once, then one per 100 ms: the 31 behind them take 3 s.
@@ -1114,6 +1215,43 @@ TEST_F(ServiceTest, AHeartbeatFloodIsPacedPerSession) {
   while (a->Read(&msg)) receipts += msg.has_receipt() ? 1 : 100;
   while (b->Read(&msg)) receipts += msg.has_receipt() ? 1 : 100;
   EXPECT_LE(receipts, 2);
+  a->Finish().IgnoreError();
+  b->Finish().IgnoreError();
+}
+
+// Messages of the other kinds are paced too, with a budget far above what
+// a worker sends (kWorkerMessagesPerSecond, 1,000 a second and at once):
+// 2,500 claims of holds nobody asked for are read 1,000 at once, then 1,000
+// a second, so the flooder's log line after them comes 1.5 s late, while
+// another session's is read at once.
+TEST_F(ServiceTest, AFloodOfOtherWorkerMessagesIsPacedPerSession) {
+  TwoSessions t;
+  ASSERT_NO_FATAL_FAILURE(StartTwo(t));
+  auto& [actx, bctx, a, b, sa, sb, id, rank_b] = t;
+  const absl::Time start = absl::Now();
+  std::thread flood([&] {
+    v1::WorkerMessage held;
+    held.set_session_id(sa);
+    held.mutable_held()->set_job_id(id);
+    held.mutable_held()->set_ok(true);
+    held.mutable_held()->set_secret("not asked for");
+    for (int i = 0; i < 2500; ++i) {
+      held.mutable_held()->set_step(1000 + i);
+      if (!a->Write(held)) return;
+    }
+    a->Write(LogLine(id, sa, 1 - rank_b, "from the flooder\n"));
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(b->Write(LogLine(id, sb, rank_b, "from the calm one\n")));
+  const auto [calm_at, flooder_at] = WhenLogged(id, start, "from the calm one", "from the flooder");
+  flood.join();
+  ASSERT_NE(flooder_at, absl::InfiniteFuture()) << "the flooder's stream was never read on";
+  EXPECT_LT(calm_at, flooder_at) << "the other session waited behind the flood";
+  EXPECT_GE(flooder_at - start, absl::Milliseconds(1300));
+  a->WritesDone();
+  b->WritesDone();
+  actx.TryCancel();
+  bctx.TryCancel();
   a->Finish().IgnoreError();
   b->Finish().IgnoreError();
 }

@@ -9,7 +9,10 @@
 //
 // `Chunk` is a message with set_total_bytes(int64) and mutable_data().
 // Errors end the call: INTERNAL "cannot read <what>" when the file cannot be
-// opened or read. A client that goes away ends it quietly.
+// opened or read. A client that goes away ends it quietly. With a `reaper`
+// (rpc/idle_call_reaper.h), a client that stops reading (a chunk not taken
+// for the reaper's idle time) has its call cancelled: a stream cannot pin
+// its chunk's buffer and the file's descriptor for ever.
 // Thread safety: gRPC's reactor rules (one write in flight).
 #ifndef FRAMEWORM_RPC_FILE_STREAM_H_
 #define FRAMEWORM_RPC_FILE_STREAM_H_
@@ -23,6 +26,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/received_file.h"
+#include "rpc/idle_call_reaper.h"
 #include "grpcpp/grpcpp.h"
 
 namespace frameworm {
@@ -41,10 +45,12 @@ template <typename Chunk>
 class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
  public:
   // `what` names the file in errors without showing its path; `head`'s
-  // fields other than the data go out with the first chunk.
-  FileSendReactor(const std::string& path, const std::string& what, Chunk head = Chunk(),
+  // fields other than the data go out with the first chunk. `reaper` (may
+  // be null: never cut) must outlive the call; `ctx` is the call's.
+  FileSendReactor(grpc::CallbackServerContext* ctx, IdleCallReaper* reaper,
+                  const std::string& path, const std::string& what, Chunk head = Chunk(),
                   int64_t offset = 0, int64_t length = 0)
-      : what_(what), chunk_(std::move(head)) {
+      : ctx_(ctx), reaper_(reaper), what_(what), chunk_(std::move(head)) {
     in_.open(path, std::ios::binary);
     std::error_code ec;
     const int64_t size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
@@ -66,14 +72,20 @@ class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
     sent_ = offset;
     total_ = length > 0 ? offset + length : size;  // where this call stops
     chunk_.set_total_bytes(size);
+    if (reaper_ != nullptr) reaper_->Seen(ctx_);
     Next();
   }
   void OnWriteDone(bool ok) override {
-    if (!ok) return this->Finish(grpc::Status::OK);  // the client went away
+    // The client went away, or stopped reading and the reaper cut it.
+    if (!ok) return this->Finish(grpc::Status::OK);
+    if (reaper_ != nullptr) reaper_->Seen(ctx_);
     ClearAllButData(chunk_);
     Next();
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (reaper_ != nullptr) reaper_->Gone(ctx_);
+    delete this;
+  }
 
  private:
   void Next() {
@@ -90,6 +102,8 @@ class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
     this->StartWrite(&chunk_);
   }
 
+  grpc::CallbackServerContext* const ctx_;
+  IdleCallReaper* const reaper_;
   const std::string what_;
   std::ifstream in_;
   int64_t total_ = 0, sent_ = 0;  // the end of what is sent, and where it is

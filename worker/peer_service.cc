@@ -64,7 +64,8 @@ grpc::ServerWriteReactor<v1::CheckpointChunk>* PeerServiceImpl::FetchCheckpoint(
   }
   absl::StatusOr<int> fd = OpenHeld(*h);
   if (!fd.ok()) return new Refused<Writer>(fd.status());
-  auto* r = new FileSendReactor<v1::CheckpointChunk>(absl::StrCat("/proc/self/fd/", *fd),
+  auto* r = new FileSendReactor<v1::CheckpointChunk>(ctx, &idle_calls_,
+                                                     absl::StrCat("/proc/self/fd/", *fd),
                                                      "this worker's copy of the checkpoint",
                                                      v1::CheckpointChunk(), req->offset(),
                                                      req->length());

@@ -29,7 +29,9 @@
 // (UNAVAILABLE, NOT_FOUND, INVALID_ARGUMENT for a size or checksum
 // mismatch, INTERNAL for the local disk).
 // Thread safety: the service is gRPC's (any thread); FetchCheckpointFrom
-// blocks and may run on any thread.
+// blocks and may run on any thread. A fetcher that stops reading (no chunk
+// taken for `stream_idle`) has its call cancelled, so it cannot pin the
+// chunk's buffer and the held file's descriptor (rpc/idle_call_reaper.h).
 #ifndef FRAMEWORM_WORKER_PEER_SERVICE_H_
 #define FRAMEWORM_WORKER_PEER_SERVICE_H_
 
@@ -38,6 +40,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "frameworm/v1/peer_service.grpc.pb.h"
+#include "rpc/idle_call_reaper.h"
 #include "rpc/tls.h"
 #include "worker/checkpoint_holdings.h"
 #include "worker/fetch_stall_guard.h"
@@ -47,12 +50,15 @@ namespace frameworm {
 class PeerServiceImpl final : public v1::PeerService::CallbackService {
  public:
   // `holdings` is not owned and must outlive the service.
-  explicit PeerServiceImpl(const CheckpointHoldings& holdings) : holdings_(holdings) {}
+  explicit PeerServiceImpl(const CheckpointHoldings& holdings,
+                           absl::Duration stream_idle = absl::Seconds(60))
+      : holdings_(holdings), idle_calls_(stream_idle) {}
   grpc::ServerWriteReactor<v1::CheckpointChunk>* FetchCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::FetchCheckpointRequest* req) override;
 
  private:
   const CheckpointHoldings& holdings_;
+  IdleCallReaper idle_calls_;
 };
 
 // `stop`: once set, the fetch ends with CANCELLED within 0.1 s, even while

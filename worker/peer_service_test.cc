@@ -418,6 +418,57 @@ TEST_F(PeerServiceTest, ARangeOutsideTheFileIsRefused) {
   }
 }
 
+// Descriptors of this process open on `path`.
+int OpenFdsOn(const std::string& path) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd", ec)) {
+    std::error_code lec;
+    if (fs::read_symlink(e.path(), lec) == fs::path(path)) ++n;
+  }
+  return n;
+}
+
+// A fetcher that takes the first chunk and then stops reading (the file
+// is larger than what HTTP/2 flow control lets the server send ahead)
+// holds the server's chunk and the held file open only until its stream
+// has moved no chunk for the service's stream_idle (1 s here): then the
+// call is cancelled and the file closed. Without the cut the descriptor
+// stays open as long as the client keeps the call.
+TEST_F(PeerServiceTest, AFetcherThatStopsReadingIsCutOffAndTheFileClosed) {
+  CheckpointHoldings a;
+  const int64_t size = int64_t{96} << 20;
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, size);
+  ASSERT_TRUE(a.Add(src).ok());
+  services_.push_back(std::make_unique<PeerServiceImpl>(a, absl::Seconds(1)));
+  const TlsFiles tls = Tls("b");
+  auto stub = v1::PeerService::NewStub(
+      MakeChannel(ServeService(services_.back().get(), "a"), &tls, kWorkerTlsName));
+  grpc::ClientContext ctx;
+  v1::FetchCheckpointRequest req;
+  req.set_job_id(src.job_id);
+  req.set_step(src.step);
+  req.set_secret(src.secret);
+  auto reader = stub->FetchCheckpoint(&ctx, req);
+  v1::CheckpointChunk c;
+  ASSERT_TRUE(reader->Read(&c));
+  int64_t got = static_cast<int64_t>(c.data().size());
+  const absl::Time stopped = absl::Now();
+  EXPECT_EQ(OpenFdsOn(src.path), 1) << "the server sends from the held file";
+  int open = 1;
+  for (int i = 0; i < 100 && open > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    open = OpenFdsOn(src.path);
+  }
+  EXPECT_EQ(open, 0) << "the stalled stream still holds the file";
+  EXPECT_GE(absl::Now() - stopped, absl::Milliseconds(900));
+  // What was under way arrives, then the cut.
+  while (reader->Read(&c)) got += static_cast<int64_t>(c.data().size());
+  const grpc::Status st = reader->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::CANCELLED) << st.error_message();
+  EXPECT_LT(got, size);
+}
+
 // A peer that ignores ranges (an older worker, or another implementation
 // that always sends the whole file): the fetch notices that a stream sent
 // more than its range and takes the file in one stream instead.
@@ -427,7 +478,7 @@ TEST_F(PeerServiceTest, APeerThatIgnoresRangesIsFetchedInOneStream) {
     explicit WholeFile(std::string path) : path_(std::move(path)) {}
     grpc::ServerWriteReactor<v1::CheckpointChunk>* FetchCheckpoint(
         grpc::CallbackServerContext*, const v1::FetchCheckpointRequest*) override {
-      return new FileSendReactor<v1::CheckpointChunk>(path_, "the whole file");
+      return new FileSendReactor<v1::CheckpointChunk>(nullptr, nullptr, path_, "the whole file");
     }
 
    private:
