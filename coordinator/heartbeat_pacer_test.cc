@@ -45,6 +45,18 @@ TEST(HeartbeatPacerTest, AClockGoingBackwardsGivesNothingAndBreaksNothing) {
   EXPECT_EQ(p.Admit(kT0 + absl::Seconds(5)), absl::ZeroDuration());
 }
 
+// A message that weighs several tokens (a log chunk: one per 64 KiB
+// begun) takes them all: a budget of 4,096 a second lets 4,096 one-token
+// chunks through at once but only 1,024 four-token ones, and the next
+// waits as long as its weight takes to refill.
+TEST(HeartbeatPacerTest, AHeavierMessageCostsItsWeight) {
+  HeartbeatPacer light(absl::Seconds(1), 4096), heavy(absl::Seconds(1), 4096);
+  for (int i = 0; i < 4096; ++i) EXPECT_EQ(light.Admit(kT0), absl::ZeroDuration()) << i;
+  for (int i = 0; i < 1024; ++i) EXPECT_EQ(heavy.Admit(kT0, 4), absl::ZeroDuration()) << i;
+  EXPECT_GT(light.Admit(kT0), absl::ZeroDuration());
+  EXPECT_EQ(heavy.Admit(kT0, 4), absl::Seconds(4.0 / 4096));
+}
+
 TEST(HeartbeatPacerTest, OffWhenTheIntervalIsNotPositive) {
   HeartbeatPacer p(absl::ZeroDuration());
   for (int i = 0; i < 1000; ++i) EXPECT_EQ(p.Admit(kT0), absl::ZeroDuration());

@@ -36,9 +36,15 @@ namespace frameworm::coordinator {
 namespace {
 
 constexpr size_t kLogChunkBytes = 64 << 10;
-// How many worker messages other than heartbeats one session may send a
-// second (HeartbeatPacer's bucket): task statuses, log chunks and holds.
+// How many task statuses and holds one worker session may send a second,
+// and as many at once (HeartbeatPacer's bucket; a worker sends a few).
 constexpr int kWorkerMessagesPerSecond = 1000;
+// A session's log chunks: kLogUnitsPerSecond units a second and as many at
+// once, a chunk costing one unit per 64 KiB begun: 256 MiB/s of full
+// chunks (a worker's shutdown drains 2 streams x 64 MiB per task), 4,096
+// tiny ones a second.
+constexpr int kLogUnitsPerSecond = 4096;
+constexpr size_t kLogUnitBytes = 64 << 10;
 
 }  // namespace
 
@@ -176,12 +182,18 @@ class SessionReactor final
     // a task status may (the listener also pokes, this is cheap insurance).
     if (first || !in_.has_heartbeat()) Poke();
     // A message without a kind counts as a heartbeat (HandleWorkerMessage)
-    // and is paced as one; task statuses, log chunks and holds have a
-    // budget of their own, far above what a worker sends.
-    const bool heartbeat =
-        in_.has_heartbeat() || in_.kind_case() == v1::WorkerMessage::KIND_NOT_SET;
-    const absl::Duration wait =
-        heartbeat ? pacer_.Admit(absl::Now()) : other_pacer_.Admit(absl::Now());
+    // and is paced as one; log chunks, and task statuses and holds, have
+    // budgets of their own, far above what a worker sends.
+    absl::Duration wait;
+    if (in_.has_log()) {
+      const size_t units = std::max<size_t>(
+          1, (in_.log().data().size() + kLogUnitBytes - 1) / kLogUnitBytes);
+      wait = log_pacer_.Admit(absl::Now(), static_cast<double>(units));
+    } else if (in_.has_task_status() || in_.has_held()) {
+      wait = other_pacer_.Admit(absl::Now());
+    } else {
+      wait = pacer_.Admit(absl::Now());
+    }
     if (wait > absl::ZeroDuration()) {
       // A flood: stop reading this stream for a while (the hold keeps
       // Finish, hence OnDone, from running meanwhile).
@@ -226,9 +238,8 @@ class SessionReactor final
   Impl* const impl_;
   v1::WorkerMessage in_;  // only touched by the read chain
   HeartbeatPacer pacer_{impl_->core->heartbeat_interval()};  // read chain only
-  // Every other kind: kWorkerMessagesPerSecond a second, as many at once (a
-  // worker drains a 64 MiB log backlog in 1,024 chunks of 64 KiB).
   HeartbeatPacer other_pacer_{absl::Seconds(1), kWorkerMessagesPerSecond};  // read chain only
+  HeartbeatPacer log_pacer_{absl::Seconds(1), kLogUnitsPerSecond};           // read chain only
   LineBudget log_budget_{/*per_second=*/5, /*burst=*/20};    // read chain only
   grpc::Alarm alarm_;  // the read chain's pause (heartbeat flood)
   std::string session_ ABSL_GUARDED_BY(mu_);
@@ -346,10 +357,13 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
     absl::MutexLock l(&mu_);
     if (failed_) return;
     if (ok) impl_->idle_calls.Seen(ctx_);
-    if (!ok && ctx_->IsCancelled()) {  // by the client, or idle (ReapIdleUploads): no commit
+    if (!ok && ctx_->IsCancelled()) {  // by the client, or idle (idle_calls): no commit
       return Fail(absl::CancelledError("checkpoint upload cancelled"));
     }
     if (!ok) {  // the client finished sending
+      // No longer idle whatever the commit's fsync takes (seconds for a
+      // large copy on a busy disk): the reaper must not cancel it now.
+      impl_->idle_calls.Gone(ctx_);
       if (!incoming_) return Finish(ToGrpcStatus(absl::InvalidArgumentError(
           "checkpoint upload sent no chunk")));
       absl::Status s = incoming_->Commit(checksum_);

@@ -4,18 +4,20 @@
 
 namespace frameworm {
 
-IdleCallReaper::IdleCallReaper(absl::Duration idle)
-    : idle_(idle), thread_([this] { Run(); }) {}
+IdleCallReaper::IdleCallReaper(absl::Duration idle) : idle_(idle) {
+  if (idle_ > absl::ZeroDuration()) thread_ = std::thread([this] { Run(); });
+}
 
 IdleCallReaper::~IdleCallReaper() {
   {
     absl::MutexLock l(&mu_);
     stopping_ = true;
   }
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void IdleCallReaper::Seen(grpc::CallbackServerContext* ctx) {
+  if (idle_ <= absl::ZeroDuration()) return;
   absl::MutexLock l(&mu_);
   seen_[ctx] = absl::Now();
 }

@@ -5,7 +5,8 @@
 // control) would hold them for ever. A reactor registers its call with
 // Seen() when it opens and at each chunk moved; a call last seen `idle`
 // ago is cancelled with TryCancel (its pending read or write then fails
-// and the reactor finishes), checked every min(1 s, idle / 4).
+// and the reactor finishes), checked every min(1 s, idle / 4). An idle
+// time <= 0 cuts nothing (no thread).
 //
 // Contract: a reactor calls Gone() in OnDone, before it is deleted, and
 // never Seen() after Gone(); the reaper cancels only calls it holds, under
@@ -49,7 +50,7 @@ class IdleCallReaper {
   std::map<grpc::CallbackServerContext*, absl::Time> seen_ ABSL_GUARDED_BY(mu_);
   int64_t cancelled_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // last: starts once the rest is built
+  std::thread thread_;  // last: started once the rest is built
 };
 
 }  // namespace frameworm
