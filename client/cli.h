@@ -59,9 +59,10 @@ struct CliOptions {
   EnvLookup env;
   bool live = false;  // stdout is a terminal: watch rewrites one line
   absl::Duration call_timeout = absl::Seconds(10);  // per unary call
-  // watch: how long the coordinator may stay unreachable (UNAVAILABLE: a
-  // restart) before watch gives up; it reconnects meanwhile.
-  absl::Duration watch_reconnect_for = absl::Minutes(5);
+  // watch, logs -f and events -f: how long the coordinator may stay
+  // unreachable (UNAVAILABLE: a restart) before they give up; they
+  // reconnect meanwhile, once a second.
+  absl::Duration reconnect_for = absl::Minutes(5);
 };
 
 // args excludes argv[0]. Returns the process exit code.

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -34,6 +36,40 @@ int Fail(const Invocation& c, const absl::Status& s) {
 int Fail(const Invocation& c, const grpc::Status& s) { return Fail(c, FromGrpcStatus(s)); }
 
 const std::string& JobId(const Invocation& c) { return c.args[0]; }
+
+// A follower's (watch, logs -f, events -f) reconnection across a
+// coordinator restart: after an attempt that ended with UNAVAILABLE (or,
+// for a stream, OK before its end), Again says the user once per outage
+// that it reconnects, waits a second and returns true, until the
+// coordinator has been away for options.reconnect_for; then, or for any
+// other error, false. An attempt that read anything ends the outage.
+class Reconnects {
+ public:
+  explicit Reconnects(const Invocation& c) : c_(c) {}
+  // `before_notice` runs before the notice (watch ends its live line).
+  bool Again(const grpc::Status& s, bool read_any,
+             const std::function<void()>& before_notice = nullptr) {
+    if (!s.ok() && s.error_code() != grpc::StatusCode::UNAVAILABLE) return false;
+    if (read_any) away_since_.reset();
+    const absl::Time now = absl::Now();
+    if (!away_since_) {
+      if (before_notice) before_notice();
+      c_.err << "frameworm-cli: " << c_.command << ": the coordinator is unavailable ("
+             << (s.ok() ? std::string("its stream ended") : s.error_message())
+             << "); reconnecting for up to " << absl::FormatDuration(c_.options.reconnect_for)
+             << std::endl;
+      away_since_ = now;
+    }
+    if (now - *away_since_ >= c_.options.reconnect_for) return false;
+    absl::SleepFor(absl::Seconds(1));
+    return true;
+  }
+  void Reached() { away_since_.reset(); }  // a call went through
+
+ private:
+  const Invocation& c_;
+  std::optional<absl::Time> away_since_;
+};
 
 // A request that names the command's job.
 template <typename Request>
@@ -171,25 +207,16 @@ int Watch(const Invocation& c) {
   };
   // A coordinator restart ends the stream (UNAVAILABLE, or its end before
   // the job's): the job goes on, so the watch reconnects, as long as the
-  // coordinator stays away for less than watch_reconnect_for.
-  std::optional<absl::Time> away_since;
+  // coordinator stays away for less than reconnect_for.
+  Reconnects reconnects(c);
   grpc::Status s;
   for (;;) {
     bool read_any = false;
     s = stream(&read_any);
-    if (final_seen || (!s.ok() && s.error_code() != grpc::StatusCode::UNAVAILABLE)) break;
-    if (read_any) away_since.reset();
-    const absl::Time now = absl::Now();
-    if (!away_since) {
-      if (live && any && !json) c.out << "\n";
-      c.err << "frameworm-cli: watch: the coordinator is unavailable ("
-            << (s.ok() ? std::string("its stream ended") : s.error_message())
-            << "); reconnecting for up to " << absl::FormatDuration(c.options.watch_reconnect_for)
-            << std::endl;
-      away_since = now;
-    }
-    if (now - *away_since >= c.options.watch_reconnect_for) break;
-    absl::SleepFor(absl::Seconds(1));
+    if (final_seen || !reconnects.Again(s, read_any, [&] {
+          if (live && any && !json) c.out << "\n";
+        }))
+      break;
   }
   if (live && any && !json) c.out << "\n";
   if (!final_seen) {
@@ -202,17 +229,17 @@ int Watch(const Invocation& c) {
                               st.reason().empty() ? "" : ": " + st.reason()));
 }
 
-// One rank: its raw bytes. Every rank: each line prefixed "[rank N] ",
-// tracked per (rank, stream) since chunks of several interleave.
-int Logs(const Invocation& c) {
-  v1::GetLogsRequest request = ForJob<v1::GetLogsRequest>(c);
-  request.set_rank(c.flags.rank);
-  request.set_follow(c.flags.follow);
+// One GetLogs call: prints its chunks and notes where each rank's ended.
+grpc::Status LogsOnce(const Invocation& c, const v1::GetLogsRequest& request,
+                      std::map<std::pair<int, std::string>, bool>* at_line_start_map,
+                      std::map<int, int64_t>* ends, bool* read_any) {
   grpc::ClientContext ctx;
   auto reader = c.stub.GetLogs(&ctx, request);
   v1::LogChunk chunk;
-  std::map<std::pair<int, std::string>, bool> at_line_start;
+  auto& at_line_start = *at_line_start_map;
   while (reader->Read(&chunk)) {
+    *read_any = true;
+    (*ends)[chunk.rank()] = chunk.end_offset();
     if (c.flags.json) {
       c.out << ToJson(chunk) << "\n";
     } else if (c.flags.rank >= 0) {
@@ -229,10 +256,36 @@ int Logs(const Invocation& c) {
     }
     c.out.flush();
   }
-  grpc::Status s = reader->Finish();
-  if (!s.ok()) return Fail(c, s);
-  return 0;
+  return reader->Finish();
 }
+
+// One rank: its raw bytes. Every rank: each line prefixed "[rank N] ",
+// tracked per (rank, stream) since chunks of several interleave.
+// With -f, a coordinator restart (UNAVAILABLE) is followed by a new call
+// from where each rank's log was left (its last chunk's end_offset), so no
+// byte is printed twice or lost.
+int Logs(const Invocation& c) {
+  v1::GetLogsRequest request = ForJob<v1::GetLogsRequest>(c);
+  request.set_rank(c.flags.rank);
+  request.set_follow(c.flags.follow);
+  std::map<std::pair<int, std::string>, bool> at_line_start;
+  std::map<int, int64_t> ends;  // each rank's end_offset so far
+  Reconnects reconnects(c);
+  for (;;) {
+    for (const auto& [rank, end] : ends) {
+      if (c.flags.rank >= 0) {
+        request.set_offset(end);
+      } else {
+        (*request.mutable_rank_offsets())[rank] = end;
+      }
+    }
+    bool read_any = false;
+    grpc::Status s = LogsOnce(c, request, &at_line_start, &ends, &read_any);
+    if (s.ok()) return 0;
+    if (!c.flags.follow || !reconnects.Again(s, read_any)) return Fail(c, s);
+  }
+}
+
 
 int Cancel(const Invocation& c) {
   return CallAndPrint(c, &Stub::CancelJob, ForJob<v1::CancelJobRequest>(c),
@@ -366,12 +419,17 @@ int Events(const Invocation& c) {
   if (!c.args.empty()) request.set_job_id(c.args[0]);
   const absl::Duration poll =
       c.options.live ? absl::Milliseconds(200) : absl::Seconds(1);
+  Reconnects reconnects(c);  // -f: across a coordinator restart
   for (;;) {
     v1::ListEventsResponse page;
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + c.options.call_timeout));
     grpc::Status s = c.stub.ListEvents(&ctx, request, &page);
-    if (!s.ok()) return Fail(c, s);
+    if (!s.ok()) {
+      if (c.flags.follow && reconnects.Again(s, false)) continue;
+      return Fail(c, s);
+    }
+    reconnects.Reached();
     bool finished = false;
     if (c.flags.json) {
       for (const auto& e : page.events()) c.out << ToJson(e) << "\n";

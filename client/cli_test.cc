@@ -194,6 +194,35 @@ TEST(CliFormat, TablesAndCsv) {
   EXPECT_THAT(ToJson(jobs), HasSubstr("\"job_id\":\"job-1\""));
 }
 
+// A server stream that writes `items` in order, then ends with `end`.
+template <typename Msg>
+class ListWriter final : public grpc::ServerWriteReactor<Msg> {
+ public:
+  explicit ListWriter(std::vector<Msg> items, grpc::Status end = grpc::Status::OK)
+      : items_(std::move(items)), end_(std::move(end)) {
+    Next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) return this->Finish(grpc::Status::CANCELLED);
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    if (i_ == items_.size()) return this->Finish(end_);
+    this->StartWrite(&items_[i_++]);
+  }
+  std::vector<Msg> items_;
+  size_t i_ = 0;
+  const grpc::Status end_;
+};
+
+grpc::Status NoJob(const std::string& id) {
+  return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + id + "'");
+}
+const grpc::Status kConnectionReset(grpc::StatusCode::UNAVAILABLE, "connection reset");
+
 // A JobService stand-in: job "good" succeeds, "bad" fails, others NOT_FOUND.
 class TestJobService final : public v1::JobService::CallbackService {
  public:
@@ -230,101 +259,104 @@ class TestJobService final : public v1::JobService::CallbackService {
       *resp = Job("good", v1::RUNNING, 3);
       r->Finish(grpc::Status::OK);
     } else {
-      r->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                             "no job '" + req->job_id() + "'"));
+      r->Finish(NoJob(req->job_id()));
     }
     return r;
   }
+  // "restarting": its first stream ends UNAVAILABLE after one update (a
+  // coordinator restart), the next ends the job; "gone": every stream
+  // UNAVAILABLE at once.
   grpc::ServerWriteReactor<v1::JobStatus>* WatchJob(
       grpc::CallbackServerContext*, const v1::WatchJobRequest* req) override {
-    class Writer : public grpc::ServerWriteReactor<v1::JobStatus> {
-     public:
-      Writer(const std::string& id, int call) {
-        // "restarting": its first stream ends UNAVAILABLE after one update
-        // (a coordinator restart), the next ends the job; "gone": every
-        // stream UNAVAILABLE at once.
-        if (id == "gone" || (id == "restarting" && call == 0)) {
-          if (id == "restarting") updates_ = {Job(id, v1::RUNNING, 100)};
-          end_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection reset");
-          Next();
-          return;
-        }
-        if (id == "restarting") {
-          updates_ = {Job(id, v1::SUCCEEDED, 300)};
-          Next();
-          return;
-        }
-        if (id != "good" && id != "bad") {
-          Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + id + "'"));
-          return;
-        }
-        updates_ = {Job(id, v1::RUNNING, 100), Job(id, v1::RUNNING, 200),
-                    Job(id, id == "good" ? v1::SUCCEEDED : v1::FAILED, 300)};
-        if (id == "bad") updates_.back().set_reason("rank 0 exited with code 3");
-        Next();
-      }
-      void OnWriteDone(bool ok) override {
-        if (!ok) {
-          Finish(grpc::Status::CANCELLED);
-          return;
-        }
-        Next();
-      }
-      void OnDone() override { delete this; }
-
-     private:
-      void Next() {
-        if (i_ == updates_.size()) {
-          Finish(end_);
-          return;
-        }
-        StartWrite(&updates_[i_++]);
-      }
-      std::vector<v1::JobStatus> updates_;
-      size_t i_ = 0;
-      grpc::Status end_ = grpc::Status::OK;
-    };
-    return new Writer(req->job_id(), req->job_id() == "restarting" ? restarting_calls_++ : 0);
+    const std::string& id = req->job_id();
+    using Writer = ListWriter<v1::JobStatus>;
+    if (id == "gone") return new Writer({}, kConnectionReset);
+    if (id == "restarting") {
+      if (restarting_calls_++ == 0) return new Writer({Job(id, v1::RUNNING, 100)}, kConnectionReset);
+      return new Writer({Job(id, v1::SUCCEEDED, 300)});
+    }
+    if (id != "good" && id != "bad") return new Writer({}, NoJob(id));
+    std::vector<v1::JobStatus> updates = {Job(id, v1::RUNNING, 100), Job(id, v1::RUNNING, 200),
+                                          Job(id, id == "good" ? v1::SUCCEEDED : v1::FAILED, 300)};
+    if (id == "bad") updates.back().set_reason("rank 0 exited with code 3");
+    return new Writer(std::move(updates));
   }
   std::atomic<int> restarting_calls_{0};
+  // "flaky": rank 0's log is "a0\na1\n", rank 1's "b0\nb1\n"; the first
+  // call sends each log from where the request says up to byte 3 and ends
+  // UNAVAILABLE (a coordinator restart), later calls send the rest from
+  // where the request says and end the job's logs. "gone": UNAVAILABLE at
+  // once. Others NOT_FOUND.
+  grpc::ServerWriteReactor<v1::LogChunk>* GetLogs(grpc::CallbackServerContext*,
+                                                  const v1::GetLogsRequest* req) override {
+    using Writer = ListWriter<v1::LogChunk>;
+    if (req->job_id() == "gone") return new Writer({}, kConnectionReset);
+    if (req->job_id() != "flaky") return new Writer({}, NoJob(req->job_id()));
+    const int call = flaky_calls_++;
+    const std::string logs[] = {"a0\na1\n", "b0\nb1\n"};
+    std::vector<v1::LogChunk> chunks;
+    for (int rank : {0, 1}) {
+      if (req->rank() >= 0 && req->rank() != rank) continue;
+      int64_t from = req->offset();
+      if (auto it = req->rank_offsets().find(rank); it != req->rank_offsets().end())
+        from = it->second;
+      const int64_t to = call == 0 ? 3 : static_cast<int64_t>(logs[rank].size());
+      if (from >= to) continue;
+      v1::LogChunk& c = chunks.emplace_back();
+      c.set_rank(rank);
+      c.set_data(logs[rank].substr(from, to - from));
+      c.set_end_offset(to);
+    }
+    return new Writer(std::move(chunks), call == 0 ? kConnectionReset : grpc::Status::OK);
+  }
+  std::atomic<int> flaky_calls_{0};
+  // "flaky": event 1 after seq 0; the next call UNAVAILABLE (a coordinator
+  // restart); then job_finished (seq 2) after seq 1, and nothing after
+  // any other seq. Others NOT_FOUND.
+  grpc::ServerUnaryReactor* ListEvents(grpc::CallbackServerContext* ctx,
+                                       const v1::ListEventsRequest* req,
+                                       v1::ListEventsResponse* resp) override {
+    auto* r = ctx->DefaultReactor();
+    if (req->job_id() != "flaky") {
+      r->Finish(NoJob(req->job_id()));
+      return r;
+    }
+    const int call = event_calls_++;
+    if (call == 1) {
+      r->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection reset"));
+      return r;
+    }
+    resp->set_next_after_seq(req->after_seq());
+    if (req->after_seq() < 2) {
+      v1::Event* e = resp->add_events();
+      e->set_seq(req->after_seq() + 1);
+      e->set_job_id("flaky");
+      e->set_kind(req->after_seq() == 0 ? "job_scheduled" : "job_finished");
+      e->set_message(absl::StrCat("event ", e->seq()));
+      resp->set_next_after_seq(e->seq());
+    }
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+  std::atomic<int> event_calls_{0};
   // "good": step 7, 3 MiB in 1 MiB chunks with the right checksum; "torn":
   // the same bytes announced with another checksum; others NOT_FOUND.
   grpc::ServerWriteReactor<v1::CheckpointData>* GetCheckpoint(
       grpc::CallbackServerContext*, const v1::GetCheckpointRequest* req) override {
-    class Writer : public grpc::ServerWriteReactor<v1::CheckpointData> {
-     public:
-      explicit Writer(const v1::GetCheckpointRequest& req) {
-        if (req.job_id() != "good" && req.job_id() != "torn") {
-          Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + req.job_id() + "'"));
-          return;
-        }
-        const std::string data = CheckpointBytes();
-        for (size_t at = 0; at < data.size(); at += 1 << 20) {
-          v1::CheckpointData c;
-          c.set_data(data.substr(at, 1 << 20));
-          chunks_.push_back(c);
-        }
-        chunks_[0].set_step(7);
-        chunks_[0].set_total_bytes(static_cast<int64_t>(data.size()));
-        chunks_[0].set_checksum(req.job_id() == "good" ? Crc32Text(UpdateCrc32(0, data))
-                                                       : "crc32:00000000");
-        Next();
-      }
-      void OnWriteDone(bool ok) override {
-        if (!ok) return Finish(grpc::Status::CANCELLED);
-        Next();
-      }
-      void OnDone() override { delete this; }
-
-     private:
-      void Next() {
-        if (i_ == chunks_.size()) return Finish(grpc::Status::OK);
-        StartWrite(&chunks_[i_++]);
-      }
-      std::vector<v1::CheckpointData> chunks_;
-      size_t i_ = 0;
-    };
-    return new Writer(*req);
+    using Writer = ListWriter<v1::CheckpointData>;
+    if (req->job_id() != "good" && req->job_id() != "torn") {
+      return new Writer({}, NoJob(req->job_id()));
+    }
+    const std::string data = CheckpointBytes();
+    std::vector<v1::CheckpointData> chunks;
+    for (size_t at = 0; at < data.size(); at += 1 << 20) {
+      chunks.emplace_back().set_data(data.substr(at, 1 << 20));
+    }
+    chunks[0].set_step(7);
+    chunks[0].set_total_bytes(static_cast<int64_t>(data.size()));
+    chunks[0].set_checksum(req->job_id() == "good" ? Crc32Text(UpdateCrc32(0, data))
+                                                   : "crc32:00000000");
+    return new Writer(std::move(chunks));
   }
   static std::string CheckpointBytes() {
     std::string data(3 << 20, '\0');
@@ -436,18 +468,57 @@ TEST_F(CliTest, WatchExitsWithJobOutcome) {
 
 // A coordinator restart ends the watch's stream (UNAVAILABLE); the job goes
 // on, so the watch reconnects and still exits with the job's outcome; a
-// coordinator away for longer than watch_reconnect_for ends it with the
+// coordinator away for longer than reconnect_for ends it with the
 // error.
 TEST_F(CliTest, WatchOutlivesACoordinatorRestart) {
   EXPECT_EQ(Run({"watch", "restarting"}), 0) << err_.str();
   EXPECT_THAT(out_.str(), HasSubstr("restarting SUCCEEDED"));
   EXPECT_THAT(err_.str(), HasSubstr("the coordinator is unavailable (connection reset); "
                                     "reconnecting"));
-  opts_.watch_reconnect_for = absl::Seconds(2);
+  opts_.reconnect_for = absl::Seconds(2);
   const absl::Time began = absl::Now();
   EXPECT_EQ(Run({"watch", "gone"}), 1);
   EXPECT_GE(absl::Now() - began, absl::Seconds(2));
   EXPECT_THAT(err_.str(), HasSubstr("frameworm-cli: watch: UNAVAILABLE: connection reset"));
+}
+
+// logs -f reconnects after a coordinator restart (UNAVAILABLE) from where
+// each rank's log was left: every byte once, for every rank and for one;
+// without -f the error ends it, and a coordinator away for longer than
+// reconnect_for ends -f with the error.
+TEST_F(CliTest, LogsFollowOutlivesACoordinatorRestart) {
+  EXPECT_EQ(Run({"logs", "flaky", "-f"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "[rank 0] a0\n[rank 1] b0\n[rank 0] a1\n[rank 1] b1\n");
+  EXPECT_THAT(err_.str(), HasSubstr("frameworm-cli: logs: the coordinator is unavailable "
+                                    "(connection reset); reconnecting"));
+  svc_.flaky_calls_ = 0;
+  EXPECT_EQ(Run({"logs", "flaky", "--rank", "1", "-f"}), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "b0\nb1\n");
+  svc_.flaky_calls_ = 0;
+  EXPECT_EQ(Run({"logs", "flaky"}), 1);
+  EXPECT_EQ(out_.str(), "[rank 0] a0\n[rank 1] b0\n");
+  EXPECT_EQ(err_.str(), "frameworm-cli: logs: UNAVAILABLE: connection reset\n");
+  opts_.reconnect_for = absl::Seconds(2);
+  const absl::Time began = absl::Now();
+  EXPECT_EQ(Run({"logs", "gone", "-f"}), 1);
+  EXPECT_GE(absl::Now() - began, absl::Seconds(2));
+  EXPECT_THAT(err_.str(), HasSubstr("frameworm-cli: logs: UNAVAILABLE: connection reset"));
+}
+
+// events -f polls on across a coordinator restart from the last event it
+// printed: each event once, until the job's job_finished; without -f the
+// error ends it.
+TEST_F(CliTest, EventsFollowOutlivesACoordinatorRestart) {
+  EXPECT_EQ(Run({"events", "flaky", "-f"}), 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("event 1\n"));
+  EXPECT_THAT(out_.str(), HasSubstr("event 2\n"));
+  EXPECT_EQ(out_.str().find("event 1"), out_.str().rfind("event 1"));
+  EXPECT_THAT(err_.str(), HasSubstr("frameworm-cli: events: the coordinator is unavailable "
+                                    "(connection reset); reconnecting"));
+  svc_.event_calls_ = 0;
+  EXPECT_EQ(Run({"events", "flaky"}), 1);
+  EXPECT_THAT(out_.str(), HasSubstr("event 1\n"));
+  EXPECT_EQ(err_.str(), "frameworm-cli: events: UNAVAILABLE: connection reset\n");
 }
 
 // --dry-run checks a job file with the coordinator's rules and prints

@@ -344,8 +344,8 @@ int64_t LargestWorld(const Job& job) {
 }
 }  // namespace
 
-absl::Status Coordinator::CheckLogRequest(const std::string& job_id, int rank,
-                                          int64_t offset) const {
+absl::Status Coordinator::CheckLogRequest(const std::string& job_id, int rank, int64_t offset,
+                                          const std::map<int, int64_t>& rank_offsets) const {
   absl::MutexLock l(&mu_);
   const Job* job = jobs_.Find(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job '", PrintableLine(job_id, 64), "'"));
@@ -356,6 +356,21 @@ absl::Status Coordinator::CheckLogRequest(const std::string& job_id, int rank,
   }
   if (offset < 0) {
     return absl::InvalidArgumentError(absl::StrCat("log offset must be >= 0, got ", offset));
+  }
+  if (!rank_offsets.empty() && rank != -1) {
+    return absl::InvalidArgumentError(
+        "rank_offsets are for every rank's log (rank -1); for one rank give offset");
+  }
+  for (const auto& [r, o] : rank_offsets) {
+    if (r < 0 || r >= LargestWorld(*job)) {
+      return absl::InvalidArgumentError(absl::StrCat("rank_offsets names rank ", r, ", but job ",
+                                                     job_id, " has ranks 0..",
+                                                     LargestWorld(*job) - 1));
+    }
+    if (o < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank_offsets: rank ", r, "'s offset must be >= 0, got ", o));
+    }
   }
   return absl::OkStatus();
 }

@@ -240,7 +240,10 @@ class Coordinator {
   // GetLogs' arguments: NOT_FOUND for an unknown job, INVALID_ARGUMENT for
   // a rank that is neither -1 (every rank) nor within the job's largest
   // world (nodes.max x nproc_per_node), or a negative offset.
-  absl::Status CheckLogRequest(const std::string& job_id, int rank, int64_t offset) const;
+  // `rank_offsets` (rank -1 only; INVALID_ARGUMENT with one rank): each key
+  // a rank of that world, each value >= 0.
+  absl::Status CheckLogRequest(const std::string& job_id, int rank, int64_t offset,
+                               const std::map<int, int64_t>& rank_offsets = {}) const;
   bool JobFinal(const std::string& job_id) const;
   // The rank logs (<state_dir>/logs); thread-safe, usable without any lock.
   const JobLogs& logs() const { return logs_; }

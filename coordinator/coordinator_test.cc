@@ -1433,6 +1433,17 @@ TEST_F(CoordinatorTest, LogUploadsAndLogRequestsAreBoundedToTheJobsRanks) {
   }
   EXPECT_EQ(coord_->CheckLogRequest(id, 0, -1).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(coord_->CheckLogRequest("nope", 0, 0).code(), absl::StatusCode::kNotFound);
+  // Where a reconnecting follower left each rank: ranks of the job, offsets
+  // >= 0, with every rank asked for only.
+  EXPECT_TRUE(coord_->CheckLogRequest(id, -1, 0, {{0, 123}}).ok());
+  for (const std::map<int, int64_t>& bad :
+       std::vector<std::map<int, int64_t>>{{{1, 0}}, {{-1, 0}}, {{0, -1}}, {{0, 0}, {7, 0}}}) {
+    const absl::Status s = coord_->CheckLogRequest(id, -1, 0, bad);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad.begin()->first;
+    EXPECT_NE(s.message().find("rank_offsets"), std::string::npos) << s;
+  }
+  EXPECT_EQ(coord_->CheckLogRequest(id, 0, 0, {{0, 5}}).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // A rank that finished while its worker could not reach the coordinator

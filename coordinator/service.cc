@@ -285,9 +285,10 @@ class WatchReactor final
 
 // -------------------------------------------------------------- get logs
 
-// Chunks of the job's rank logs (JobLogs) from the requested offset; with
-// `follow`, new data as it is appended, until the job has ended and every
-// byte is sent.
+// Chunks of the job's rank logs (JobLogs) from the requested offset (for
+// every rank, each listed rank from its rank_offsets entry); with `follow`,
+// new data as it is appended, until the job has ended and every byte is
+// sent.
 class LogsReactor final
     : public WritePump<grpc::ServerWriteReactor<v1::LogChunk>, v1::LogChunk> {
  public:
@@ -296,6 +297,9 @@ class LogsReactor final
     {
       absl::MutexLock l(&mu_);
       if (req_.rank() >= 0) offsets_[req_.rank()] = FirstOffset();
+      // Every rank: where the follower left each one (checked by
+      // CheckLogRequest: ranks of the job, offsets >= 0).
+      for (const auto& [rank, offset] : req_.rank_offsets()) offsets_[rank] = offset;
     }
     impl_->AddWatcher(req_.job_id(), this);
     Poke();
@@ -629,7 +633,10 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
       grpc::CallbackServerContext* ctx, const v1::GetLogsRequest* req) override {
     if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
       return new Refused<grpc::ServerWriteReactor<v1::LogChunk>>(s);
-    if (absl::Status s = impl_->core->CheckLogRequest(req->job_id(), req->rank(), req->offset());
+    const std::map<int, int64_t> rank_offsets(req->rank_offsets().begin(),
+                                              req->rank_offsets().end());
+    if (absl::Status s = impl_->core->CheckLogRequest(req->job_id(), req->rank(), req->offset(),
+                                                      rank_offsets);
         !s.ok()) {
       return new Refused<grpc::ServerWriteReactor<v1::LogChunk>>(s);
     }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -1132,6 +1133,35 @@ TEST_F(ServiceTest, WatchStreamsUntilFinalAndLogsAreServed) {
     EXPECT_EQ(t.end_offset(), 22);
     EXPECT_FALSE(tail->Read(&t));
     EXPECT_TRUE(tail->Finish().ok());
+  }
+  {  // Every rank, each from where a reconnecting follower left it.
+    grpc::ClientContext octx;
+    Deadline(&octx);
+    v1::GetLogsRequest from = lreq;
+    from.set_follow(false);
+    (*from.mutable_rank_offsets())[0] = 17;
+    auto tail = jobs_->GetLogs(&octx, from);
+    v1::LogChunk t;
+    ASSERT_TRUE(tail->Read(&t));
+    EXPECT_EQ(t.data(), "done\n");
+    EXPECT_FALSE(tail->Read(&t));
+    EXPECT_TRUE(tail->Finish().ok());
+  }
+  // Offsets of ranks the job does not have, negative ones, and with one rank
+  // asked for, are refused.
+  for (const auto& [rank, key, value] : std::vector<std::tuple<int, int, int64_t>>{
+           {-1, 1, 0}, {-1, -1, 0}, {-1, 0, -5}, {0, 0, 3}}) {
+    grpc::ClientContext bctx;
+    Deadline(&bctx);
+    v1::GetLogsRequest bad = lreq;
+    bad.set_rank(rank);
+    (*bad.mutable_rank_offsets())[key] = value;
+    auto r = jobs_->GetLogs(&bctx, bad);
+    v1::LogChunk t;
+    EXPECT_FALSE(r->Read(&t));
+    const grpc::Status st = r->Finish();
+    EXPECT_EQ(st.error_code(), grpc::INVALID_ARGUMENT) << rank << " " << key << " " << value;
+    EXPECT_NE(st.error_message().find("rank_offsets"), std::string::npos) << st.error_message();
   }
 
   ASSERT_TRUE(stream->Write(RankExited(session, id, 0, 0)));

@@ -199,12 +199,16 @@ absl::Status Cluster::RestartCoordinatorWithFlags(const std::vector<std::string>
   return RestartCoordinator();
 }
 
-RunResult Cluster::Cli(const std::vector<std::string>& args, absl::Duration timeout) {
+std::vector<std::string> Cluster::CliArgv(const std::vector<std::string>& args) const {
   std::vector<std::string> argv = {Bin("frameworm-cli"),
                                    absl::StrCat("--coordinator=", address_)};
   if (options_.tls) argv.push_back(absl::StrCat("--tls-dir=", admin_tls_.dir));
   argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv, {}, timeout);
+  return argv;
+}
+
+RunResult Cluster::Cli(const std::vector<std::string>& args, absl::Duration timeout) {
+  return RunCommand(CliArgv(args), {}, timeout);
 }
 
 absl::StatusOr<std::string> Cluster::Submit(const std::string& yaml) {

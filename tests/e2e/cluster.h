@@ -91,6 +91,9 @@ class Cluster {
   // frameworm-cli with --coordinator set.
   RunResult Cli(const std::vector<std::string>& args,
                 absl::Duration timeout = absl::Seconds(30));
+  // Its command line (with --coordinator and the admin's TLS directory),
+  // for a CLI that runs beside the test (ChildProcess).
+  std::vector<std::string> CliArgv(const std::vector<std::string>& args) const;
   // Writes `yaml` to a file and submits it with the CLI; the job id.
   absl::StatusOr<std::string> Submit(const std::string& yaml);
   // Polls GetJob until `done(status)` or timeout.

@@ -13,6 +13,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster.h"
@@ -445,6 +446,14 @@ TEST(ClusterE2E, CoordinatorRestartMidRunLosesNothing) {
   auto steps_before = Metrics(**c, *id);
   std::vector<pid_t> pids = TrainerPidsWithJobId(*id);
   ASSERT_EQ(pids.size(), 2u);
+  // A user following the logs across the restart.
+  auto follower = ChildProcess::Start((*c)->CliArgv({"logs", *id, "-f"}), {},
+                                      (*c)->dir() + "/logs-follow.out");
+  ASSERT_TRUE(follower.ok()) << follower.status();
+  {
+    auto line = (*follower)->WaitForLine("[rank 0] ", absl::Seconds(30));
+    ASSERT_TRUE(line.ok()) << line.status() << ": " << (*follower)->Output().substr(0, 2000);
+  }
   ASSERT_TRUE((*c)->RestartCoordinator().ok());
   // The trainers kept running across the restart.
   for (pid_t p : pids) EXPECT_EQ(kill(p, 0), 0);
@@ -452,6 +461,33 @@ TEST(ClusterE2E, CoordinatorRestartMidRunLosesNothing) {
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
   EXPECT_EQ(st->restarts(), 0);
+  // It reconnected and ended with the job, having printed every line of
+  // every rank once: what `logs` prints now, with its notice in between.
+  std::optional<RunResult> followed = (*follower)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(followed.has_value()) << "logs -f did not end with the job";
+  EXPECT_EQ(followed->exit_code, 0) << followed->output.substr(0, 2000);
+  std::string printed = followed->output;
+  const std::string notice = "frameworm-cli: logs: the coordinator is unavailable";
+  EXPECT_NE(printed.find(notice), std::string::npos) << printed.substr(0, 2000);
+  for (size_t at; (at = printed.find(notice)) != std::string::npos;) {
+    printed.erase(at, printed.find('\n', at) + 1 - at);
+  }
+  const RunResult all = (*c)->Cli({"logs", *id});
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  // Ranks interleave as they arrived: compare each rank's lines in order.
+  auto by_rank = [](const std::string& out) {
+    std::map<std::string, std::vector<std::string>> lines;
+    for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+      const size_t end = line.find("] ");
+      lines[std::string(line.substr(0, end))].emplace_back(line);
+    }
+    return lines;
+  };
+  auto followed_lines = by_rank(printed);
+  const auto all_lines = by_rank(all.output);
+  EXPECT_FALSE(followed_lines["[rank 0"].empty());  // rank 0 logs each step
+  EXPECT_TRUE(followed_lines == all_lines)
+      << printed.size() << " bytes followed, " << all.output.size() << " in the log";
   // Every acknowledged checkpoint record and metric is still there.
   auto cks_after = Checkpoints(**c, *id);
   std::set<int64_t> after_steps;
