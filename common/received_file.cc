@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/printable.h"
 #include "common/crc32.h"
+#include "common/disk_reservation.h"
 #include "common/token.h"
 
 namespace frameworm {
@@ -89,6 +90,10 @@ absl::StatusOr<std::unique_ptr<ReceivedFile>> ReceivedFile::Create(const std::st
   const fs::path dir = fs::path(path).parent_path();
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  absl::StatusOr<std::unique_ptr<DiskReservation>> room = DiskReservation::Take(
+      dir.string(), expected_bytes, fs::path(path).filename().string());
+  if (!room.ok()) return room.status();
+  in->room_ = *std::move(room);
   in->fd_ = ::open(in->partial_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                    0600);
   if (in->fd_ < 0) {
@@ -127,6 +132,7 @@ absl::Status ReceivedFile::Append(const std::string& data) {
   }
   crc_ = UpdateCrc32(crc_, data);
   received_ += static_cast<int64_t>(data.size());
+  room_->Used(static_cast<int64_t>(data.size()));
   return absl::OkStatus();
 }
 
@@ -151,6 +157,7 @@ absl::Status ReceivedFile::WriteAt(int64_t offset, const char* data, size_t n) {
     done += static_cast<size_t>(w);
   }
   written_at_ += static_cast<int64_t>(n);
+  room_->Used(static_cast<int64_t>(n));
   return absl::OkStatus();
 }
 

@@ -10,7 +10,9 @@
 // (coordinator/checkpoint_copies.h) and the workers' (worker/checkpoint_holdings.h).
 //
 // Limits: `expected_bytes` is declared up front; more bytes, a chunk over
-// kMaxChunkBytes, a short file or another checksum are refused.
+// kMaxChunkBytes, a short file or another checksum are refused, and so is
+// a size its filesystem has no room for (RESOURCE_EXHAUSTED, before any
+// byte is written: common/disk_reservation.h).
 // Errors: INVALID_ARGUMENT (naming the numbers), INTERNAL for filesystem
 // errors (naming the file), FAILED_PRECONDITION after the end.
 //
@@ -33,6 +35,8 @@
 #include "absl/status/statusor.h"
 
 namespace frameworm {
+
+class DiskReservation;
 
 inline constexpr int64_t kMaxChunkBytes = 1 << 20;
 
@@ -85,6 +89,7 @@ class ReceivedFile {
   // and renames.
   absl::Status Finish(int64_t written, uint32_t crc, const std::string& checksum);
   int fd_ = -1;
+  std::unique_ptr<DiskReservation> room_;  // the declared size's room on the disk
   std::atomic<int64_t> written_at_{0};  // bytes WriteAt wrote
   std::string partial_, final_;
   int64_t expected_ = 0, received_ = 0;

@@ -1,0 +1,83 @@
+#include "common/disk_reservation.h"
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace frameworm {
+namespace {
+
+absl::Mutex& Mu() {
+  static absl::Mutex* mu = new absl::Mutex;  // never destroyed
+  return *mu;
+}
+// Bytes reserved and not yet written, per filesystem (device).
+std::map<dev_t, int64_t>& Held() ABSL_EXCLUSIVE_LOCKS_REQUIRED(Mu()) {
+  static auto* held = new std::map<dev_t, int64_t>;  // never destroyed
+  return *held;
+}
+
+}  // namespace
+
+int64_t DiskReservation::KeptFree(int64_t size_bytes) {
+  return std::min<int64_t>(int64_t{1} << 30, size_bytes / 20);
+}
+
+absl::StatusOr<std::unique_ptr<DiskReservation>> DiskReservation::Take(const std::string& dir,
+                                                                       int64_t bytes,
+                                                                       const std::string& what) {
+  struct stat st {};
+  struct statvfs fs {};
+  if (::stat(dir.c_str(), &st) != 0 || ::statvfs(dir.c_str(), &fs) != 0) {
+    return std::unique_ptr<DiskReservation>(new DiskReservation(0, 0));  // not checked
+  }
+  const int64_t unit = static_cast<int64_t>(fs.f_frsize);
+  const int64_t free = static_cast<int64_t>(fs.f_bavail) * unit;
+  const int64_t keep = KeptFree(static_cast<int64_t>(fs.f_blocks) * unit);
+  absl::MutexLock l(&Mu());
+  int64_t& held = Held()[st.st_dev];
+  // free - held - keep, without overflow for any announced size.
+  const int64_t room = std::max<int64_t>(0, free - held - keep);
+  if (bytes > room) {
+    const int64_t others = held;
+    if (held == 0) Held().erase(st.st_dev);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no room for ", what, " (", bytes, " bytes) on the filesystem of ", dir, ": ", free,
+        " bytes free, ", others, " of them reserved for transfers in flight, ", keep,
+        " kept free"));
+  }
+  held += bytes;
+  return std::unique_ptr<DiskReservation>(new DiskReservation(st.st_dev, bytes));
+}
+
+void DiskReservation::Used(int64_t bytes) {
+  absl::MutexLock l(&Mu());
+  const int64_t n = std::min(std::max<int64_t>(0, bytes), left_);
+  if (n == 0) return;
+  left_ -= n;
+  Held()[dev_] -= n;
+}
+
+DiskReservation::~DiskReservation() {
+  absl::MutexLock l(&Mu());
+  if (left_ == 0) return;
+  auto it = Held().find(dev_);
+  if (it == Held().end()) return;
+  it->second -= left_;
+  if (it->second <= 0) Held().erase(it);
+}
+
+int64_t DiskReservation::HeldOn(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return 0;
+  absl::MutexLock l(&Mu());
+  auto it = Held().find(st.st_dev);
+  return it == Held().end() ? 0 : it->second;
+}
+
+}  // namespace frameworm
