@@ -11,6 +11,7 @@
 #include "absl/strings/strip.h"
 #include "coordinator/access.h"
 #include "coordinator/dashboard_page.h"
+#include "coordinator/paging.h"
 #include "frameworm/v1/job_service.pb.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -63,10 +64,29 @@ HttpResponse Dashboard::Handle(const HttpRequest& r) const {
   if (r.path == "/app.js") return HttpResponse{200, "text/javascript; charset=utf-8", kDashboardJs};
   if (absl::Status s = CheckJobClient(r.caller); !s.ok()) return Error(s);
   if (r.path == "/api/jobs") {
-    v1::ListJobsResponse out;
-    for (auto& j : core_->ListJobs()) {
-      if (SeesJob(r.caller, j.spec().owner())) *out.add_jobs() = std::move(j);
+    // Paged as ListJobs is (page_size, page_token): no response grows with
+    // the number of jobs the coordinator keeps.
+    int size = 0;
+    std::string token;
+    for (absl::string_view kv : absl::StrSplit(r.query, '&', absl::SkipEmpty())) {
+      if (absl::ConsumePrefix(&kv, "page_size=")) {
+        if (!absl::SimpleAtoi(kv, &size)) {
+          return Error(absl::InvalidArgumentError("page_size must be a number"));
+        }
+      } else if (absl::ConsumePrefix(&kv, "page_token=")) {
+        if (kv.size() > 64) return Error(absl::InvalidArgumentError("malformed page_token"));
+        token = std::string(kv);
+      }
     }
+    std::vector<v1::JobStatus> visible;
+    for (auto& j : core_->ListJobs()) {
+      if (SeesJob(r.caller, j.spec().owner())) visible.push_back(std::move(j));
+    }
+    auto page = TakeJobPage(std::move(visible), size, token);
+    if (!page.ok()) return Error(page.status());
+    v1::ListJobsResponse out;
+    for (auto& j : page->items) *out.add_jobs() = std::move(j);
+    out.set_next_page_token(page->next_token);
     return Json(out);
   }
   if (r.path == "/api/workers") {

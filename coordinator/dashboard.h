@@ -6,7 +6,10 @@
 // allows where its gRPC API is plaintext too).
 //
 //   GET /                          the page;  GET /app.js  its script
-//   GET /api/jobs                  {"jobs": [JobStatus...]} the caller may see
+//   GET /api/jobs                  {"jobs": [JobStatus...]} the caller may see,
+//                                  a page as ListJobs gives (?page_size=N,
+//                                  default 500, at most 1,000; ?page_token=
+//                                  the last page's next_page_token)
 //   GET /api/workers               ListWorkersResponse
 //   GET /api/jobs/ID               JobStatus
 //   GET /api/jobs/ID/metrics       GetMetricsResponse (every kept step)

@@ -75,10 +75,22 @@ function link(text, href) { const a = document.createElement("a"); a.textContent
 function time(ms) { return ms ? new Date(Number(ms)).toLocaleTimeString() : ""; }
 function loss(status) { const m = (status.last || {}).mean || {}; return m.loss === undefined ? "" : m.loss.toFixed(4); }
 
+// Every page of /api/jobs, in submission order (at most 50 pages of 1,000).
+async function allJobs() {
+  let jobs = [], token = "";
+  for (let i = 0; i < 50; i++) {
+    const page = await get("/api/jobs?page_size=1000" + (token ? "&page_token=" + encodeURIComponent(token) : ""));
+    jobs = jobs.concat(page.jobs || []);
+    token = page.next_page_token || "";
+    if (!token) break;
+  }
+  return jobs;
+}
+
 async function overview() {
-  const [jobs, workers] = await Promise.all([get("/api/jobs"), get("/api/workers")]);
+  const [jobs, workers] = await Promise.all([allJobs(), get("/api/workers")]);
   clear("jobs");
-  for (const j of jobs.jobs || []) {
+  for (const j of jobs) {
     row("jobs", [link(j.job_id, "#job/" + j.job_id), (j.spec || {}).name, j.state, j.generation || 0,
                  j.restarts || 0, (j.step || 0) + (j.total_steps ? "/" + j.total_steps : ""), loss(j),
                  (j.workers || []).join(", ")], [null, null, "state-" + j.state]);

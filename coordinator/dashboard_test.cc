@@ -3,6 +3,9 @@
 // tests/e2e/dashboard_test.cc.
 #include "coordinator/dashboard.h"
 
+#include "frameworm/v1/job_service.pb.h"
+#include "google/protobuf/util/json_util.h"
+
 #include <filesystem>
 #include <string>
 
@@ -56,6 +59,33 @@ TEST_F(DashboardTest, ThePageAndItsScriptComeWithAStrictPolicy) {
   EXPECT_THAT(page.headers[0].second, HasSubstr("default-src 'self'"));
   EXPECT_THAT(Get("/app.js", Caller{}).body, HasSubstr("textContent"));
   EXPECT_THAT(Get("/app.js", Caller{}).body, Not(HasSubstr("innerHTML")));
+}
+
+// /api/jobs is paged as ListJobs is: page_size jobs, then a
+// next_page_token that the next request gives; a bad size is a 400.
+TEST_F(DashboardTest, TheJobListIsPaged) {
+  v1::JobSpec spec;
+  spec.set_name("more");
+  std::vector<std::string> ids = {alices_, bobs_};
+  for (int i = 0; i < 3; ++i) ids.push_back(*core_->SubmitJob(spec, "user:carol"));
+  const Caller local{Caller::Role::kLocal, ""};
+  std::vector<std::string> seen;
+  std::string token;
+  for (int pages = 0; pages < 10; ++pages) {
+    HttpResponse r = Get("/api/jobs", local,
+                         "page_size=2" + (token.empty() ? "" : "&page_token=" + token));
+    ASSERT_EQ(r.status, 200) << r.body;
+    v1::ListJobsResponse page;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.body, &page).ok()) << r.body;
+    EXPECT_LE(page.jobs_size(), 2);
+    for (const auto& j : page.jobs()) seen.push_back(j.job_id());
+    token = page.next_page_token();
+    if (token.empty()) break;
+  }
+  EXPECT_EQ(seen, ids);
+  EXPECT_EQ(Get("/api/jobs", local, "page_size=5000").status, 400);
+  EXPECT_EQ(Get("/api/jobs", local, "page_size=two").status, 400);
+  EXPECT_THAT(Get("/app.js", Caller{}).body, HasSubstr("next_page_token"));
 }
 
 TEST_F(DashboardTest, UsersSeeTheirOwnJobsLocalCallersEveryJob) {

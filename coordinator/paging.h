@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 
 namespace frameworm::coordinator {
@@ -76,6 +77,22 @@ absl::StatusOr<Page<T>> TakePage(std::vector<T> all, int size, const std::string
     page.items.push_back(std::move(item));
   }
   return page;
+}
+
+// A job's place in submission order ("job-000042": its sequence number).
+inline std::string JobPageKey(const std::string& job_id) {
+  int64_t seq = 0;
+  const size_t dash = job_id.rfind('-');
+  if (dash != std::string::npos) (void)absl::SimpleAtoi(job_id.substr(dash + 1), &seq);
+  return NumericPageKey(seq);
+}
+
+// A page of jobs (`Job` has job_id()), in submission order: 500 by
+// default, at most 1,000 (ListJobs and the dashboard's /api/jobs alike).
+template <typename Job>
+absl::StatusOr<Page<Job>> TakeJobPage(std::vector<Job> all, int size, const std::string& token) {
+  return TakePage(std::move(all), size, token, 500, 1000,
+                  [](const Job& j) { return JobPageKey(j.job_id()); });
 }
 
 }  // namespace frameworm::coordinator

@@ -427,14 +427,6 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// A job's place in submission order ("job-000042": its sequence number).
-std::string JobPageKey(const std::string& job_id) {
-  int64_t seq = 0;
-  const size_t dash = job_id.rfind('-');
-  if (dash != std::string::npos) (void)absl::SimpleAtoi(job_id.substr(dash + 1), &seq);
-  return NumericPageKey(seq);
-}
-
 // The job `id` exists and `caller` may see and control it (access.h).
 absl::Status JobAllowed(Impl* impl, const Caller& caller, const std::string& id) {
   if (absl::Status s = CheckJobClient(caller); !s.ok()) return s;
@@ -498,8 +490,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
     for (auto& j : impl_->core->ListJobs()) {
       if (SeesJob(caller, j.spec().owner())) visible.push_back(std::move(j));
     }
-    auto page = TakePage(std::move(visible), req->page_size(), req->page_token(), 500, 1000,
-                         [](const v1::JobStatus& j) { return JobPageKey(j.job_id()); });
+    auto page = TakeJobPage(std::move(visible), req->page_size(), req->page_token());
     if (!page.ok()) return Done(ctx, page.status());
     for (auto& j : page->items) *resp->add_jobs() = std::move(j);
     resp->set_next_page_token(page->next_token);
