@@ -214,10 +214,12 @@ TEST_F(CoordinatorTest, FailedRankRestartsAndStaleGenerationIsAborted) {
   EXPECT_EQ(Checkpoint(id, 1, 2, dir_ + "/x").status().code(),
             absl::StatusCode::kAborted);
   EXPECT_TRUE(Step(id, 2, 0, 2).ok());
+  // A job that does not exist gets what a wrong token gets (nothing of
+  // the job is told to a caller without a rank's token).
   EXPECT_EQ(Step("job-nope", 1, 0, 1).status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(Step(id, 2, 5, 1).status().code(),
-            absl::StatusCode::kInvalidArgument);
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Step(id, 2, 5, 1).status().code(),  // no rank 5: no token of it
+            absl::StatusCode::kPermissionDenied);
   // A late status of generation 1 changes nothing; a stale task that still
   // runs is killed.
   TaskState("w0", id, 1, 0, v1::TASK_RUNNING);
@@ -1255,10 +1257,10 @@ TEST_F(CoordinatorTest, ACheckpointWhoseRowCouldNotBeDeletedIsKept) {
 
 }  // namespace
 TEST_F(CoordinatorTest, CheckpointReportsAreConfinedToTheJobAndItsDirectory) {
-  // A job that has not started owns no checkpoint.
+  // A job that has not started owns no checkpoint: no rank holds a token.
   const std::string pending = Submit(Spec(1, 1));
   auto early = Checkpoint(pending, 0, 10, CkptPath(pending, 10));
-  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition) << early.status();
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kPermissionDenied) << early.status();
 
   AddWorker("w0", 1);
   ASSERT_EQ(Job(pending).state(), v1::RUNNING);

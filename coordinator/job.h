@@ -82,6 +82,11 @@ struct Job {
   // ended (not stored): who may still upload their logs.
   static constexpr size_t kPastGenerations = 4;
   std::map<int64_t, std::vector<std::string>> past_rank_workers;
+  // The rank tokens of the same generations (not stored): a trainer of one
+  // of them is told its generation is over (ABORTED), while a caller whose
+  // token is no rank's learns nothing of the job (JobScheduler's
+  // TrainerCaller).
+  std::map<int64_t, std::vector<std::string>> past_tokens;
   std::string master_addr;
   int master_port = 0;
   std::string resume_from;

@@ -457,10 +457,18 @@ void JobScheduler::LeaveRunning(Job& job) {
   ports_.Release(job.master_port);
   if (!job.ranks.empty()) {
     std::vector<std::string>& ran = job.past_rank_workers[job.generation];
+    std::vector<std::string>& tokens = job.past_tokens[job.generation];
     ran.clear();
-    for (const RankState& r : job.ranks) ran.push_back(r.worker);
+    tokens.clear();
+    for (const RankState& r : job.ranks) {
+      ran.push_back(r.worker);
+      tokens.push_back(r.task.token());
+    }
     while (job.past_rank_workers.size() > Job::kPastGenerations) {
       job.past_rank_workers.erase(job.past_rank_workers.begin());
+    }
+    while (job.past_tokens.size() > Job::kPastGenerations) {
+      job.past_tokens.erase(job.past_tokens.begin());
     }
   }
   job.ranks.clear();
@@ -866,21 +874,52 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
 
 }  // namespace
 
+absl::StatusOr<JobScheduler::Trainer> JobScheduler::TrainerCaller(const v1::JobRef& ref,
+                                                                  bool running) const {
+  const Job* job = Find(ref.job_id());
+  // Every token is compared, with no early exit on a match.
+  int rank = -1;
+  bool past = false;
+  if (job != nullptr && !ref.token().empty()) {
+    for (size_t i = 0; i < job->ranks.size(); ++i) {
+      if (TokensEqual(ref.token(), job->ranks[i].task.token())) rank = static_cast<int>(i);
+    }
+    for (const auto& [generation, tokens] : job->past_tokens) {
+      for (const std::string& t : tokens) past |= !t.empty() && TokensEqual(ref.token(), t);
+    }
+  }
+  if (rank >= 0) {
+    if (absl::Status s = CheckGeneration(*job, ref, running); !s.ok()) return s;
+    return Trainer{job, rank};
+  }
+  if (past) {
+    return absl::AbortedError(absl::StrCat("generation ", ref.generation(), " of job ", job->id,
+                                           " is over (current generation ", job->generation,
+                                           ", ", v1::JobState_Name(job->state), ")"));
+  }
+  // The same answer whether the job exists or not, and whatever its
+  // generation: only what the caller sent is named.
+  return absl::PermissionDeniedError(absl::StrCat(
+      "no rank of job '", PrintableLine(ref.job_id(), 64), "' generation ", ref.generation(),
+      " holds this FRAMEWORM_TOKEN (a trainer call needs its rank's token of the running "
+      "generation)"));
+}
+
 absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
     const v1::StepMetrics& m, bool record_metrics) {
-  Job* job = FindMutable(m.ref().job_id());
-  if (!job)
-    return absl::NotFoundError(absl::StrCat("no job '", PrintableLine(m.ref().job_id(), 64), "'"));
-  if (absl::Status s = CheckGeneration(*job, m.ref(), true); !s.ok()) return s;
-  if (m.rank() < 0 || m.rank() >= static_cast<int>(job->ranks.size()))
+  absl::StatusOr<Trainer> caller = TrainerCaller(m.ref(), /*running=*/true);
+  if (!caller.ok()) return caller.status();
+  Job* job = FindMutable(caller->job->id);
+  if (m.rank() < 0 || m.rank() >= static_cast<int>(job->ranks.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", m.rank(), " outside world of ", job->ranks.size()));
-  if (absl::Status s = CheckStepReport(m); !s.ok()) return s;
-  if (!TokensEqual(m.ref().token(), job->ranks[m.rank()].task.token())) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "step report for rank ", m.rank(), " of job ", job->id, " generation ",
-        job->generation, " without that rank's FRAMEWORM_TOKEN"));
   }
+  if (m.rank() != caller->rank) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "step report for rank ", m.rank(), " of job ", job->id, " generation ", job->generation,
+        " with rank ", caller->rank, "'s FRAMEWORM_TOKEN"));
+  }
+  if (absl::Status s = CheckStepReport(m); !s.ok()) return s;
   const absl::Time now = clock_.Now();
   StepOutcome out;
   if (!m.warning().empty()) {
@@ -921,27 +960,11 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
 
 absl::StatusOr<const Job*> JobScheduler::CheckpointTarget(
     const v1::JobRef& ref, bool writes) const {
-  const Job* job = Find(ref.job_id());
-  if (!job)
-    return absl::NotFoundError(absl::StrCat("no job '", PrintableLine(ref.job_id(), 64), "'"));
-  if (absl::Status s = CheckGeneration(*job, ref, false); !s.ok()) return s;
-  if (ref.generation() < 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job->id, " has not started: no checkpoint can belong to it yet"));
-  }
-  // Any rank of the current generation may fetch; rank 0 writes. Every
-  // token is compared (no early exit on a match).
-  int caller = -1;
-  for (size_t i = 0; i < job->ranks.size(); ++i) {
-    if (!ref.token().empty() && TokensEqual(ref.token(), job->ranks[i].task.token())) {
-      caller = static_cast<int>(i);
-    }
-  }
-  if (caller < 0) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "checkpoint call for job ", job->id, " generation ", job->generation,
-        " without a FRAMEWORM_TOKEN of that generation"));
-  }
+  // Any rank of the current generation may fetch; rank 0 writes.
+  absl::StatusOr<Trainer> trainer = TrainerCaller(ref, /*running=*/false);
+  if (!trainer.ok()) return trainer.status();
+  const Job* job = trainer->job;
+  const int caller = trainer->rank;
   if (writes && caller != 0) {
     return absl::PermissionDeniedError(absl::StrCat(
         "rank ", caller, " of job ", job->id, " cannot upload or record a checkpoint: only rank 0 "

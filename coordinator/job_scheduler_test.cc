@@ -6,6 +6,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "coordinator/memory_store.h"
@@ -472,7 +473,43 @@ TEST_F(JobSchedulerTest, StepReportsFeedMetricsAndProgress) {
   EXPECT_EQ(Get(id).progress.checkpoint_at(), 0);
   ref.set_job_id("job-none");
   EXPECT_EQ(jobs_->CheckpointTarget(ref, /*writes=*/false).status().code(),
-            absl::StatusCode::kNotFound);
+            absl::StatusCode::kPermissionDenied);
+}
+
+// A caller without a rank's token learns nothing of the job: a job that
+// does not exist, one that does with any generation, and an empty token
+// get the same code and a message naming only what was sent. A token of
+// an ended generation is told its generation is over (ABORTED).
+TEST_F(JobSchedulerTest, ACallerWithoutARanksTokenLearnsNothingOfTheJob) {
+  AddWorker("w0", 1);
+  const std::string id = Submit(Spec(1, 1));
+  ASSERT_EQ(Get(id).state, v1::RUNNING);
+  const std::string token = Get(id).ranks[0].task.token();
+  auto answer = [&](const std::string& job, int64_t generation, const std::string& t) {
+    v1::JobRef ref;
+    ref.set_job_id(job);
+    ref.set_generation(generation);
+    ref.set_token(t);
+    return jobs_->CheckpointTarget(ref, /*writes=*/false).status();
+  };
+  const std::string stranger(64, 'a');
+  for (const auto& [job, generation, t] : std::vector<std::tuple<std::string, int64_t, std::string>>{
+           {id, 1, stranger}, {id, 7, stranger}, {"job-999999", 1, stranger}, {id, 1, ""},
+           {"job-999999", 1, token}}) {
+    const absl::Status s = answer(job, generation, t);
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << job << " " << generation;
+    EXPECT_EQ(s.message(), absl::StrCat("no rank of job '", job, "' generation ", generation,
+                                        " holds this FRAMEWORM_TOKEN (a trainer call needs "
+                                        "its rank's token of the running generation)"));
+  }
+  EXPECT_TRUE(answer(id, 1, token).ok());
+  EXPECT_EQ(answer(id, 2, token).code(), absl::StatusCode::kAborted);  // not its generation
+  // The generation ends (its rank fails): its token is now a past one.
+  Exit("w0", id, 0, 1);
+  ASSERT_NE(Get(id).state, v1::RUNNING);
+  const absl::Status over = answer(id, 1, token);
+  EXPECT_EQ(over.code(), absl::StatusCode::kAborted) << over;
+  EXPECT_NE(over.message().find("is over"), std::string::npos) << over;
 }
 
 // A deferred report (the metric writer full) moves the rank's progress and

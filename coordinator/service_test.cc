@@ -883,6 +883,7 @@ TEST_F(ServiceTest, StaleGenerationIsAbortedAndMetricsAggregate) {
     v1::CheckpointRecord rec;
     rec.mutable_ref()->set_job_id(id);
     rec.mutable_ref()->set_generation(1);
+    rec.mutable_ref()->set_token(TokenOf(id, 1, 0));  // generation 1's rank 0, now over
     rec.set_path(dir_ + "/c");
     v1::ReportCheckpointResponse r;
     EXPECT_EQ(trainers_->ReportCheckpoint(&ctx, rec, &r).error_code(),
