@@ -38,8 +38,8 @@ int Fail(const Invocation& c, const grpc::Status& s) { return Fail(c, FromGrpcSt
 const std::string& JobId(const Invocation& c) { return c.args[0]; }
 
 // A follower's (watch, logs -f, events -f) reconnection across a
-// coordinator restart: after an attempt that ended with UNAVAILABLE (or,
-// for a stream, OK before its end), Again says the user once per outage
+// coordinator restart: after an attempt that ended with UNAVAILABLE or
+// DEADLINE_EXCEEDED (or, for a stream, OK before its end), Again says the user once per outage
 // that it reconnects, waits a second and returns true, until the
 // coordinator has been away for options.reconnect_for; then, or for any
 // other error, false. An attempt that read anything ends the outage.
@@ -49,7 +49,9 @@ class Reconnects {
   // `before_notice` runs before the notice (watch ends its live line).
   bool Again(const grpc::Status& s, bool read_any,
              const std::function<void()>& before_notice = nullptr) {
-    if (!s.ok() && s.error_code() != grpc::StatusCode::UNAVAILABLE) return false;
+    if (!s.ok() && s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED)  // one starting up
+      return false;
     if (read_any) away_since_.reset();
     const absl::Time now = absl::Now();
     if (!away_since_) {
@@ -239,6 +241,11 @@ grpc::Status LogsOnce(const Invocation& c, const v1::GetLogsRequest& request,
   auto& at_line_start = *at_line_start_map;
   while (reader->Read(&chunk)) {
     *read_any = true;
+    // Printed already (a coordinator older than rank_offsets sends every
+    // rank's log from its start again).
+    if (auto e = ends->find(chunk.rank());
+        e != ends->end() && chunk.end_offset() > 0 && chunk.end_offset() <= e->second)
+      continue;
     (*ends)[chunk.rank()] = chunk.end_offset();
     if (c.flags.json) {
       c.out << ToJson(chunk) << "\n";
@@ -326,7 +333,8 @@ int Download(const Invocation& c) {
       step = chunk.step();
       checksum = chunk.checksum();
       path = c.args.size() > 1 ? c.args[1] : absl::StrCat(JobId(c), "-ckpt-", step, ".pt");
-      auto created = ReceivedFile::Create(path, chunk.total_bytes());
+      // The user's own disk: no margin kept for daemons.
+      auto created = ReceivedFile::Create(path, chunk.total_bytes(), /*keep_free=*/0);
       if (!created.ok()) {
         ctx.TryCancel();
         (void)reader->Finish();

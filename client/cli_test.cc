@@ -564,6 +564,25 @@ TEST_F(CliTest, UsageErrorsExit2) {
   EXPECT_THAT(out_.str(), HasSubstr("usage: frameworm-cli"));
 }
 
+// Without FILE the checkpoint goes to ID-ckpt-STEP.pt in the working
+// directory (a bare name: create_directories("") fails, and the download
+// with it, before this was handled).
+TEST_F(CliTest, DownloadWithoutAFileWritesIntoTheWorkingDirectory) {
+  const std::string dir = ::testing::TempDir() + "/cli_download_cwd_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path was = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  const int rc = Run({"download", "good"});
+  std::filesystem::current_path(was);
+  EXPECT_EQ(rc, 0) << err_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("written to good-ckpt-7.pt"));
+  std::ifstream in(dir + "/good-ckpt-7.pt", std::ios::binary);
+  std::stringstream got;
+  got << in.rdbuf();
+  EXPECT_TRUE(got.str() == TestJobService::CheckpointBytes());
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(CliTest, DownloadWritesAWholeCheckedFileOrNothing) {
   const std::string dir = ::testing::TempDir() + "/cli_download_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);

@@ -4,6 +4,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -28,21 +29,33 @@ int64_t DiskReservation::KeptFree(int64_t size_bytes) {
   return std::min<int64_t>(int64_t{1} << 30, size_bytes / 20);
 }
 
+namespace {
+
+// n blocks of `unit` bytes, saturated at INT64_MAX.
+int64_t Bytes(uint64_t n, uint64_t unit) {
+  if (unit != 0 && n > static_cast<uint64_t>(INT64_MAX) / unit) return INT64_MAX;
+  return static_cast<int64_t>(n * unit);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<DiskReservation>> DiskReservation::Take(const std::string& dir,
                                                                        int64_t bytes,
-                                                                       const std::string& what) {
+                                                                       const std::string& what,
+                                                                       int64_t keep_free) {
   struct stat st {};
   struct statvfs fs {};
-  if (::stat(dir.c_str(), &st) != 0 || ::statvfs(dir.c_str(), &fs) != 0) {
-    return std::unique_ptr<DiskReservation>(new DiskReservation(0, 0));  // not checked
+  // A filesystem that cannot be asked, or that reports no size (a tmpfs
+  // mounted with size=0, unbounded), is not checked.
+  if (::stat(dir.c_str(), &st) != 0 || ::statvfs(dir.c_str(), &fs) != 0 || fs.f_blocks == 0) {
+    return std::unique_ptr<DiskReservation>(new DiskReservation(0, 0));
   }
-  const int64_t unit = static_cast<int64_t>(fs.f_frsize);
-  const int64_t free = static_cast<int64_t>(fs.f_bavail) * unit;
-  const int64_t keep = KeptFree(static_cast<int64_t>(fs.f_blocks) * unit);
+  const int64_t free = Bytes(fs.f_bavail, fs.f_frsize);
+  const int64_t keep = keep_free >= 0 ? keep_free : KeptFree(Bytes(fs.f_blocks, fs.f_frsize));
   absl::MutexLock l(&Mu());
   int64_t& held = Held()[st.st_dev];
   // free - held - keep, without overflow for any announced size.
-  const int64_t room = std::max<int64_t>(0, free - held - keep);
+  const int64_t room = std::max<int64_t>(0, free - std::min(free, held) - std::min(free, keep));
   if (bytes > room) {
     const int64_t others = held;
     if (held == 0) Held().erase(st.st_dev);

@@ -9,8 +9,10 @@
 // Take(dir, bytes): OK when the free space (statvfs f_bavail) of the
 // filesystem holding `dir` covers `bytes`, what this process's other
 // reservations there still hold, and a margin kept free, min(1 GiB, 5% of
-// that filesystem). RESOURCE_EXHAUSTED names the numbers. A filesystem that
-// cannot be asked (statvfs fails) is not checked. Used(n) says n bytes were
+// that filesystem, unless told otherwise). RESOURCE_EXHAUSTED names the
+// numbers. A filesystem that cannot be asked (statvfs fails) or reports no
+// size (a tmpfs with size=0) is not checked. The reservations are this
+// process's: two daemons on one host do not see each other's. Used(n) says n bytes were
 // written (they now count in the free space itself); destroying the
 // reservation releases what was not used.
 //
@@ -30,10 +32,12 @@ namespace frameworm {
 
 class DiskReservation {
  public:
-  // `what` names the file in the error ("job-1's checkpoint of step 7").
+  // `what` names the file in the error ("ckpt-7.pt"); `keep_free` < 0:
+  // KeptFree's margin.
   static absl::StatusOr<std::unique_ptr<DiskReservation>> Take(const std::string& dir,
                                                                int64_t bytes,
-                                                               const std::string& what);
+                                                               const std::string& what,
+                                                               int64_t keep_free = -1);
   ~DiskReservation();
   DiskReservation(const DiskReservation&) = delete;
   DiskReservation& operator=(const DiskReservation&) = delete;

@@ -62,6 +62,23 @@ TEST(DiskReservationTest, ReservationsCannotOvercommitTheDisk) {
   EXPECT_TRUE(second.ok()) << second.status();
 }
 
+// A user's own download keeps no margin: a size that fits the free space
+// but not with the daemons' margin is taken with keep_free 0.
+TEST(DiskReservationTest, ThereIsNoMarginWhenTheCallerAsksForNone) {
+  const std::string dir = ::testing::TempDir();
+  struct statvfs v {};
+  ASSERT_EQ(::statvfs(dir.c_str(), &v), 0);
+  const int64_t free = static_cast<int64_t>(v.f_bavail) * static_cast<int64_t>(v.f_frsize);
+  const int64_t keep = DiskReservation::KeptFree(static_cast<int64_t>(v.f_blocks) *
+                                                 static_cast<int64_t>(v.f_frsize));
+  ASSERT_GT(keep, 16 << 20) << "the test needs a filesystem of some size";
+  const int64_t bytes = free - keep / 2;
+  EXPECT_EQ(DiskReservation::Take(dir, bytes, "x").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  auto mine = DiskReservation::Take(dir, bytes, "x", /*keep_free=*/0);
+  EXPECT_TRUE(mine.ok()) << mine.status();
+}
+
 // A received file announced larger than its disk's room is refused at
 // Create (RESOURCE_EXHAUSTED) and leaves no partial file.
 TEST(DiskReservationTest, AReceivedFileTooLargeForItsDiskIsRefusedUpFront) {

@@ -15,7 +15,7 @@ namespace frameworm {
 int64_t FirstKept(int fd, int64_t offset) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return offset;
-  if (offset >= st.st_size) return st.st_size;
+  if (offset >= st.st_size) return offset;  // nothing there (yet): nothing dropped
   const off_t data = ::lseek(fd, offset, SEEK_DATA);
   if (data < 0) return errno == ENXIO ? st.st_size : offset;
   return data;

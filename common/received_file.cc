@@ -75,7 +75,8 @@ const std::string& PartialTag() {
 }
 
 absl::StatusOr<std::unique_ptr<ReceivedFile>> ReceivedFile::Create(const std::string& path,
-                                                                   int64_t expected_bytes) {
+                                                                   int64_t expected_bytes,
+                                                                   int64_t keep_free) {
   if (expected_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("a file of ", expected_bytes, " bytes was announced"));
@@ -87,11 +88,14 @@ absl::StatusOr<std::unique_ptr<ReceivedFile>> ReceivedFile::Create(const std::st
   in->expected_ = expected_bytes;
   in->crc_ = 0;
   std::error_code ec;
-  const fs::path dir = fs::path(path).parent_path();
-  fs::create_directories(dir, ec);
+  // A bare file name lies in the working directory (create_directories
+  // refuses an empty path).
+  const fs::path parent = fs::path(path).parent_path();
+  const fs::path dir = parent.empty() ? fs::path(".") : parent;
+  if (!parent.empty()) fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
   absl::StatusOr<std::unique_ptr<DiskReservation>> room = DiskReservation::Take(
-      dir.string(), expected_bytes, fs::path(path).filename().string());
+      dir.string(), expected_bytes, fs::path(path).filename().string(), keep_free);
   if (!room.ok()) return room.status();
   in->room_ = *std::move(room);
   in->fd_ = ::open(in->partial_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,

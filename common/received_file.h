@@ -66,9 +66,13 @@ absl::Status CheckJobIdComponent(const std::string& job_id);
 
 class ReceivedFile {
  public:
-  // Creates the parent directory of `path` if needed and the partial file.
+  // Creates the parent directory of `path` if needed (none: the working
+  // directory) and the partial file, once its disk has room for
+  // `expected_bytes` with `keep_free` bytes left (-1: the daemons' margin,
+  // DiskReservation::KeptFree; a user's download keeps 0).
   static absl::StatusOr<std::unique_ptr<ReceivedFile>> Create(const std::string& path,
-                                                              int64_t expected_bytes);
+                                                              int64_t expected_bytes,
+                                                              int64_t keep_free = -1);
   ~ReceivedFile();
   absl::Status Append(const std::string& data);
   // Checks the size and `checksum` ("crc32:xxxxxxxx"), then renames the file

@@ -297,9 +297,6 @@ class LogsReactor final
     {
       absl::MutexLock l(&mu_);
       if (req_.rank() >= 0) offsets_[req_.rank()] = FirstOffset();
-      // Every rank: where the follower left each one (checked by
-      // CheckLogRequest: ranks of the job, offsets >= 0).
-      for (const auto& [rank, offset] : req_.rank_offsets()) offsets_[rank] = offset;
     }
     impl_->AddWatcher(req_.job_id(), this);
     Poke();
@@ -311,6 +308,14 @@ class LogsReactor final
 
  private:
   int64_t FirstOffset() const { return std::max<int64_t>(0, req_.offset()); }
+  // Where rank `rank`'s log starts for every rank's stream: where the
+  // follower left it (rank_offsets, checked by CheckLogRequest: ranks of
+  // the job, offsets >= 0), else `offset`. Only ranks that have a log are
+  // read, however many rank_offsets names.
+  int64_t FirstOffsetOf(int rank) const {
+    auto it = req_.rank_offsets().find(rank);
+    return it != req_.rank_offsets().end() ? it->second : FirstOffset();
+  }
   Next NextLocked(v1::LogChunk* out) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const JobLogs& logs = impl_->core->logs();
@@ -319,7 +324,9 @@ class LogsReactor final
     if (req_.rank() < 0) {  // every rank's file, as they appear
       absl::StatusOr<std::vector<int>> ranks = logs.Ranks(req_.job_id());
       if (ranks.ok())
-        for (int rank : *ranks) offsets_.try_emplace(rank, FirstOffset());
+        for (int rank : *ranks) {
+          if (!offsets_.count(rank)) offsets_.emplace(rank, FirstOffsetOf(rank));
+        }
     }
     for (auto& [rank, offset] : offsets_) {
       absl::StatusOr<JobLogs::Chunk> chunk =

@@ -292,6 +292,12 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     if (!up.ok()) {
       std::cerr << "frameworm-train: checkpoint " << path
                 << " not reported: its upload to the coordinator failed: " << up << std::endl;
+      // Shown by `status` (the job's warning) until a newer one: a refusal
+      // that repeats (the coordinator's disk has no room) is not silent.
+      std::lock_guard<std::mutex> l(warning_mu);
+      warning = absl::StrCat("checkpoint of step ", step,
+                             " not reported (the file stays on rank 0's disk): its upload "
+                             "failed: ", up.ToString());
       return;
     }
     absl::StatusOr<std::vector<std::string>> expired = channel->ReportCheckpoint(cr);
