@@ -205,19 +205,26 @@ void Coordinator::Flush() {
   std::vector<v1::Event> events;
   Listener* listener;
   {
-    absl::MutexLock l(&mu_);
-    sessions = workers_.TakeSessionsToNotify();
-    jobs = jobs_.TakeChangedJobs();
-    events = events_.TakePending();
-    listener = listener_;
-  }
-  if (!events.empty()) {
-    std::vector<EventRow> rows;
-    for (const v1::Event& e : events) {
-      std::fprintf(stderr, "%s\n", EventLine(e).c_str());
-      rows.push_back(RowOfEvent(e));
+    // Events are taken and stored under flush_mu_, so they are stored in
+    // seq order: two Flushes at once could otherwise store a later batch
+    // first, and a follower reading between them (events -f, after_seq)
+    // would pass over the earlier one for good.
+    absl::MutexLock f(&flush_mu_);
+    {
+      absl::MutexLock l(&mu_);
+      sessions = workers_.TakeSessionsToNotify();
+      jobs = jobs_.TakeChangedJobs();
+      events = events_.TakePending();
+      listener = listener_;
     }
-    LogStoreError(store_.AddEvents(rows), "store events (dropped)");
+    if (!events.empty()) {
+      std::vector<EventRow> rows;
+      for (const v1::Event& e : events) {
+        std::fprintf(stderr, "%s\n", EventLine(e).c_str());
+        rows.push_back(RowOfEvent(e));
+      }
+      LogStoreError(store_.AddEvents(rows), "store events (dropped)");
+    }
   }
   if (listener == nullptr) return;
   for (const std::string& s : sessions) listener->SessionHasCommands(s);

@@ -433,6 +433,9 @@ class Coordinator {
   const JobLogs logs_;
   const CheckpointCopies copies_;  // thread-safe (filesystem only)
 
+  // Held across taking the pending events and storing them (Flush), so
+  // they reach the store in seq order; taken before mu_, never under it.
+  absl::Mutex flush_mu_;
   mutable absl::Mutex mu_;
   EventLog events_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> live_workers_ ABSL_GUARDED_BY(mu_);  // joined, not left
