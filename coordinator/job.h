@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/time.h"
 #include "coordinator/generation_progress.h"
 #include "coordinator/metrics.h"
@@ -82,11 +84,20 @@ struct Job {
   // ended (not stored): who may still upload their logs.
   static constexpr size_t kPastGenerations = 4;
   std::map<int64_t, std::vector<std::string>> past_rank_workers;
-  // The rank tokens of the same generations (not stored): a trainer of one
-  // of them is told its generation is over (ABORTED), while a caller whose
-  // token is no rank's learns nothing of the job (JobScheduler's
-  // TrainerCaller).
-  std::map<int64_t, std::vector<std::string>> past_tokens;
+  // The rank tokens of the current generation, to its rank (rebuilt with
+  // `ranks`: IndexTokens), and of the same past generations (not stored):
+  // a trainer of one of those is told its generation is over (ABORTED),
+  // while a caller whose token is no rank's learns nothing of the job
+  // (JobScheduler's TrainerCaller). Looked up, never scanned: a step
+  // report costs the same for a job of any size.
+  absl::flat_hash_map<std::string, int> token_rank;
+  std::map<int64_t, absl::flat_hash_set<std::string>> past_tokens;
+  void IndexTokens() {
+    token_rank.clear();
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (!ranks[i].task.token().empty()) token_rank[ranks[i].task.token()] = static_cast<int>(i);
+    }
+  }
   std::string master_addr;
   int master_port = 0;
   std::string resume_from;

@@ -155,6 +155,7 @@ absl::Status JobScheduler::Reload() {
           job->workers.resize(a.node_rank + 1);
         job->workers[a.node_rank] = a.worker;
       }
+      job->IndexTokens();
       // The job's workers get heartbeat timeout + grace to re-register.
       for (const std::string& w : job->workers)
         workers_.Expect(w, now + options_.reconnect_grace);
@@ -355,6 +356,7 @@ bool JobScheduler::StartGeneration(Job& job,
   job.reason = row.reason;
   job.started_ms = row.started_ms;
   job.ranks = std::move(plan.ranks);
+  job.IndexTokens();
   job.workers = workers;
   job.master_addr = in.master_addr;
   job.master_port = in.master_port;
@@ -457,12 +459,12 @@ void JobScheduler::LeaveRunning(Job& job) {
   ports_.Release(job.master_port);
   if (!job.ranks.empty()) {
     std::vector<std::string>& ran = job.past_rank_workers[job.generation];
-    std::vector<std::string>& tokens = job.past_tokens[job.generation];
+    absl::flat_hash_set<std::string>& tokens = job.past_tokens[job.generation];
     ran.clear();
     tokens.clear();
     for (const RankState& r : job.ranks) {
       ran.push_back(r.worker);
-      tokens.push_back(r.task.token());
+      if (!r.task.token().empty()) tokens.insert(r.task.token());
     }
     while (job.past_rank_workers.size() > Job::kPastGenerations) {
       job.past_rank_workers.erase(job.past_rank_workers.begin());
@@ -472,6 +474,7 @@ void JobScheduler::LeaveRunning(Job& job) {
     }
   }
   job.ranks.clear();
+  job.token_rank.clear();
   job.grow_at = 0;
 }
 
@@ -877,16 +880,16 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
 absl::StatusOr<JobScheduler::Trainer> JobScheduler::TrainerCaller(const v1::JobRef& ref,
                                                                   bool running) const {
   const Job* job = Find(ref.job_id());
-  // Every token is compared, with no early exit on a match.
+  // Hash lookups, not a scan of every rank's token: the same few steps for
+  // a job of any size, or none (a token of 256 random bits cannot be
+  // guessed from how a hash table probes).
   int rank = -1;
   bool past = false;
   if (job != nullptr && !ref.token().empty()) {
-    for (size_t i = 0; i < job->ranks.size(); ++i) {
-      if (TokensEqual(ref.token(), job->ranks[i].task.token())) rank = static_cast<int>(i);
+    if (auto it = job->token_rank.find(ref.token()); it != job->token_rank.end()) {
+      rank = it->second;
     }
-    for (const auto& [generation, tokens] : job->past_tokens) {
-      for (const std::string& t : tokens) past |= !t.empty() && TokensEqual(ref.token(), t);
-    }
+    for (const auto& [generation, tokens] : job->past_tokens) past |= tokens.contains(ref.token());
   }
   if (rank >= 0) {
     if (absl::Status s = CheckGeneration(*job, ref, running); !s.ok()) return s;

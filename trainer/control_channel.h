@@ -89,9 +89,11 @@ inline bool CoordinatorAway(absl::StatusCode code) {
 class ControlChannel {
  public:
   virtual ~ControlChannel() = default;
-  // Errors: ABORTED when this trainer's generation is no longer current
-  // (the trainer should exit), UNAVAILABLE when the coordinator is away
-  // (the trainer keeps training and retries later).
+  // Errors: ABORTED when this trainer's generation is no longer current,
+  // PERMISSION_DENIED when the coordinator knows its token no longer (a
+  // generation more than 4 back, or before it restarted) or never did
+  // (the trainer should exit on either), UNAVAILABLE when the coordinator
+  // is away (the trainer keeps training and retries later).
   virtual absl::StatusOr<StepDirective> ReportStep(const StepReport& r) = 0;
   // Several reports, oldest first (TrainerService.ReportSteps: one call,
   // one commit); the directive is the newest report's. The first refused

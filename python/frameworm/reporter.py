@@ -67,7 +67,9 @@ fetched onto the rank's host if it is not there, and
 
 Errors: `step` raises FramewormError("ABORTED", ...) once the coordinator
 said this generation is no longer the job's current one (the program
-should exit), and PERMISSION_DENIED for a refused rank. Reports the
+should exit), and PERMISSION_DENIED for a refused rank (also a token the
+coordinator no longer knows: a generation more than 4 back, or one from
+before it restarted); both end the program's reporting. Reports the
 coordinator could not take because it was away (UNAVAILABLE,
 DEADLINE_EXCEEDED: restarting, or the link down) are sent again once it
 answers (`requeued` counts them), so a coordinator restart leaves no gap in
