@@ -1098,15 +1098,19 @@ Coordinator::BeginCheckpointUpload(const v1::JobRef& ref, int64_t step,
   return copies_.Begin(ref.job_id(), step, total_bytes);
 }
 
-absl::StatusOr<std::string> Coordinator::CheckpointCopyOf(
-    const v1::JobRef& ref, const std::string& path) const {
+absl::StatusOr<std::string> Coordinator::CheckpointCopyOf(const v1::JobRef& ref,
+                                                          const std::string& path,
+                                                          std::string* checksum) const {
   int64_t step = -1;
   {
     absl::MutexLock l(&mu_);
     absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(ref, /*writes=*/false);
     if (!job.ok()) return job.status();
-    for (const auto& c : checkpoints_.List(ref.job_id()))
-      if (c.path() == path) step = c.step();
+    for (const auto& c : checkpoints_.List(ref.job_id())) {
+      if (c.path() != path) continue;
+      step = c.step();
+      if (checksum != nullptr) *checksum = c.checksum();
+    }
   }
   if (step < 0)
     return absl::NotFoundError(absl::StrCat("job ", ref.job_id(),

@@ -325,8 +325,10 @@ class Coordinator {
   // The coordinator's copy of the checkpoint the job reported at `path`,
   // for a rank of the current generation. NOT_FOUND when the job reported
   // no such path or no copy was uploaded; ABORTED for an old generation.
-  absl::StatusOr<std::string> CheckpointCopyOf(const v1::JobRef& ref,
-                                               const std::string& path) const;
+  // `checksum` (when given): the record's, which the copy was checked
+  // against when it was uploaded.
+  absl::StatusOr<std::string> CheckpointCopyOf(const v1::JobRef& ref, const std::string& path,
+                                               std::string* checksum = nullptr) const;
   // For a user: the record of the job's disk checkpoint of `step` (0: the
   // newest one) and the path of the coordinator's copy of it. Errors:
   // NOT_FOUND for an unknown job, no such step (naming the steps there

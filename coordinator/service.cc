@@ -719,12 +719,18 @@ class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
       grpc::CallbackServerContext* ctx, const v1::DownloadCheckpointRequest* req) override {
     if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok())
       return new Refused<grpc::ServerWriteReactor<v1::CheckpointChunk>>(s);
-    absl::StatusOr<std::string> path = impl_->core->CheckpointCopyOf(req->ref(), req->path());
+    std::string checksum;
+    absl::StatusOr<std::string> path =
+        impl_->core->CheckpointCopyOf(req->ref(), req->path(), &checksum);
     if (!path.ok()) {
       return new Refused<grpc::ServerWriteReactor<v1::CheckpointChunk>>(path.status());
     }
+    // The record's checksum rides on the first chunk: the trainer checks
+    // what it received against it (a copy damaged on this disk since).
+    v1::CheckpointChunk head;
+    head.set_checksum(checksum);
     return new FileSendReactor<v1::CheckpointChunk>(ctx, &impl_->idle_calls, *path,
-                                                    "the checkpoint copy");
+                                                    "the checkpoint copy", std::move(head));
   }
 
  private:

@@ -262,8 +262,9 @@ class ServiceTest : public ::testing::Test {
     ASSERT_TRUE(msg.has_start());
     t.rank_b = msg.start().task().rank();
   }
-  // Rank 0 of job `id`'s generation 1 reports its checkpoint of step 10.
-  grpc::Status ReportStep10(const std::string& id) {
+  // Rank 0 of job `id`'s generation 1 reports its checkpoint of step 10
+  // (with `checksum`, or none: the uploaded copy's size stands for it).
+  grpc::Status ReportStep10(const std::string& id, const std::string& checksum = "") {
     grpc::ClientContext ctx;
     Deadline(&ctx);
     v1::CheckpointRecord rec;
@@ -272,6 +273,7 @@ class ServiceTest : public ::testing::Test {
     rec.mutable_ref()->set_token(TokenOf(id, 1, 0));
     rec.set_step(10);
     rec.set_path(dir_ + "/checkpoints/" + id + "/ckpt-10.pt");
+    rec.set_checksum(checksum);
     v1::ReportCheckpointResponse r;
     return trainers_->ReportCheckpoint(&ctx, rec, &r);
   }
@@ -585,7 +587,7 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
   const std::string path = dir_ + "/checkpoints/" + id + "/ckpt-10.pt";
   // Not reported yet: no download.
   EXPECT_EQ(download(1, path, &got).error_code(), grpc::NOT_FOUND);
-  ASSERT_TRUE(ReportStep10(id).ok());
+  ASSERT_TRUE(ReportStep10(id, ok_sum).ok());
   {
     // Its size was not given: the record has the uploaded copy's.
     grpc::ClientContext ctx;
@@ -600,6 +602,21 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
   grpc::Status d = download(1, path, &got);
   ASSERT_TRUE(d.ok()) << d.error_message();
   EXPECT_TRUE(got == payload) << got.size() << " bytes";
+  {  // The first chunk carries the record's checksum for the trainer to check.
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::DownloadCheckpointRequest req;
+    req.mutable_ref()->set_job_id(id);
+    req.mutable_ref()->set_generation(1);
+    req.mutable_ref()->set_token(TokenOf(id, 1, 0));
+    req.set_path(path);
+    auto r = trainers_->DownloadCheckpoint(&ctx, req);
+    v1::CheckpointChunk first;
+    ASSERT_TRUE(r->Read(&first));
+    EXPECT_EQ(first.checksum(), ok_sum);
+    ctx.TryCancel();
+    (void)r->Finish();
+  }
   EXPECT_EQ(download(1, "/etc/passwd", &got).error_code(), grpc::NOT_FOUND);
   EXPECT_EQ(download(7, path, &got).error_code(), grpc::ABORTED);
   // A user gets the same bytes through the job API (GetCheckpoint): the

@@ -3,6 +3,7 @@
 #ifndef FRAMEWORM_RPC_TEST_TRAINER_SERVICE_H_
 #define FRAMEWORM_RPC_TEST_TRAINER_SERVICE_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -106,6 +107,43 @@ class RecordingTrainerService final
     absl::MutexLock l(&mu_);
     return checkpoints_;
   }
+  // DownloadCheckpoint serves `bytes` in chunks of up to 1 MiB, the first
+  // naming the size and `checksum` (empty: none, as an older coordinator).
+  void ServeDownload(std::string bytes, std::string checksum) {
+    absl::MutexLock l(&mu_);
+    download_ = std::move(bytes);
+    download_checksum_ = std::move(checksum);
+  }
+  grpc::ServerWriteReactor<v1::CheckpointChunk>* DownloadCheckpoint(
+      grpc::CallbackServerContext*, const v1::DownloadCheckpointRequest*) override {
+    class Writer final : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
+     public:
+      Writer(const std::string& bytes, const std::string& checksum) {
+        for (size_t at = 0; at == 0 || at < bytes.size(); at += 1 << 20) {
+          v1::CheckpointChunk& c = chunks_.emplace_back();
+          c.set_data(bytes.substr(at, 1 << 20));
+        }
+        chunks_[0].set_total_bytes(static_cast<int64_t>(bytes.size()));
+        chunks_[0].set_checksum(checksum);
+        Next();
+      }
+      void OnWriteDone(bool ok) override {
+        if (!ok) return Finish(grpc::Status::CANCELLED);
+        Next();
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      void Next() {
+        if (i_ == chunks_.size()) return Finish(grpc::Status::OK);
+        StartWrite(&chunks_[i_++]);
+      }
+      std::vector<v1::CheckpointChunk> chunks_;
+      size_t i_ = 0;
+    };
+    absl::MutexLock l(&mu_);
+    return new Writer(download_, download_checksum_);
+  }
 
  private:
   absl::Mutex mu_;
@@ -117,6 +155,7 @@ class RecordingTrainerService final
   int fail_batches_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::StatusCode fail_code_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::UNAVAILABLE;
   std::vector<int> failed_batches_ ABSL_GUARDED_BY(mu_);
+  std::string download_ ABSL_GUARDED_BY(mu_), download_checksum_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace frameworm::testing

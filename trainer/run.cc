@@ -373,8 +373,10 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
       const std::string why = absl::StrCat("checkpoint ", resume,
                                            " is not on this host and fetching it from the "
                                            "coordinator failed: ", got.message());
-      if (got.code() != absl::StatusCode::kNotFound) return Fail(why);
-      // No copy anywhere (an in-memory checkpoint whose holders are gone):
+      if (got.code() != absl::StatusCode::kNotFound && got.code() != absl::StatusCode::kDataLoss)
+        return Fail(why);
+      // No copy anywhere (an in-memory checkpoint whose holders are gone),
+      // or the coordinator's is damaged (its bytes are not the record's):
       // the job resumes from the checkpoint before it.
       absl::Status told = channel->ReportBadCheckpoint(resume, why);
       return Fail(absl::StrCat(why, told.ok()

@@ -184,9 +184,15 @@ class GrpcTrainerChannel final : public ControlChannel {
     if (!out) return absl::InternalError(absl::StrCat("cannot create ", tmp));
     v1::CheckpointChunk chunk;
     int64_t total = -1, got = 0;
+    std::string want;  // the record's checksum (first chunk; empty from an older coordinator)
+    uint32_t crc = 0;
     while (reader->Read(&chunk)) {
-      if (total < 0) total = chunk.total_bytes();
+      if (total < 0) {
+        total = chunk.total_bytes();
+        want = chunk.checksum();
+      }
       out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+      crc = UpdateCrc32(crc, chunk.data());
       got += static_cast<int64_t>(chunk.data().size());
     }
     out.close();
@@ -197,6 +203,9 @@ class GrpcTrainerChannel final : public ControlChannel {
     } else if (!out || got != total) {
       result = absl::DataLossError(absl::StrCat("checkpoint download of ", path, " got ", got,
                                                 " of ", total, " bytes"));
+    } else if (!want.empty() && Crc32Text(crc) != want) {
+      result = absl::DataLossError(absl::StrCat("the coordinator's copy of ", path, " is ",
+                                                Crc32Text(crc), ", its record says ", want));
     } else {
       fs::rename(tmp, dest, ec);
       if (ec) result = absl::InternalError(absl::StrCat("renaming to ", dest, ": ", ec.message()));

@@ -1,14 +1,20 @@
 #include "trainer/trainer_channel.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <sstream>
+#include <fstream>
+#include <filesystem>
 #include <thread>
 
 #include "trainer/liveness_pinger.h"
 #include "trainer/step_reporter.h"
 #include "absl/strings/str_cat.h"
+#include "common/received_file.h"
 #include "gtest/gtest.h"
 #include "rpc/rpc.h"
 #include "rpc/test_trainer_service.h"
@@ -385,6 +391,38 @@ TEST_F(TrainerChannelTest, ReportCheckpointSendsRecord) {
   EXPECT_EQ(cps[0].path(), "/ckpt/step-200.pt");
   EXPECT_EQ(cps[0].bytes(), 12345);
   EXPECT_EQ(cps[0].checksum(), "abcdef");
+}
+
+// A downloaded copy is checked against the record's checksum that the
+// coordinator sends with its first chunk: bytes that differ (a copy damaged
+// on the coordinator's disk) are DATA_LOSS naming both and leave nothing;
+// without a checksum (an older coordinator) only the size is checked.
+TEST_F(TrainerChannelTest, ADownloadedCopyIsCheckedAgainstItsRecord) {
+  auto ch = Channel("job-7", 3);
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/download-", ::getpid());
+  std::string bytes((3 << 20) + 17, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 13 + 1);
+  const std::string good = Crc32Text(UpdateCrc32(0, bytes));
+  service_.ServeDownload(bytes, good);
+  ASSERT_TRUE(ch->DownloadCheckpoint("/ck/ckpt-5.pt", dir + "/a.pt").ok());
+  std::ifstream in(dir + "/a.pt", std::ios::binary);
+  std::stringstream got;
+  got << in.rdbuf();
+  EXPECT_TRUE(got.str() == bytes);
+  std::string damaged = bytes;
+  damaged[1 << 20] ^= 0x10;
+  service_.ServeDownload(damaged, good);
+  const absl::Status s = ch->DownloadCheckpoint("/ck/ckpt-5.pt", dir + "/b.pt");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("its record says " + good), std::string::npos) << s;
+  std::error_code ec;
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir, ec),
+                          std::filesystem::directory_iterator()),
+            1)
+      << "the damaged copy left a file";
+  service_.ServeDownload(damaged, "");
+  EXPECT_TRUE(ch->DownloadCheckpoint("/ck/ckpt-5.pt", dir + "/c.pt").ok());
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(TrainerChannelTest, AbortedStaysAborted) {

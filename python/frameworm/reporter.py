@@ -431,24 +431,30 @@ class Reporter:
         """The coordinator's copy of the job's checkpoint `path` (a path the
         job reported), in a new private file whose name it returns (the
         caller removes it). Raises FramewormError: the coordinator's error,
-        or DATA_LOSS when fewer or more bytes came than it announced."""
+        or DATA_LOSS when fewer or more bytes came than it announced, or
+        bytes whose CRC-32 is not the record's (sent with the first chunk)."""
         import tempfile
+        import zlib
 
         fd, tmp = tempfile.mkstemp(prefix=".frameworm-resume-", suffix=".pt")
         try:
-            total, got = None, 0
+            total, got, want, crc = None, 0, "", 0
             with os.fdopen(fd, "wb") as f:
                 stream = self._stub.DownloadCheckpoint(
                     trainer_service_pb2.DownloadCheckpointRequest(ref=self._ref, path=path),
                     timeout=max(self.timeout, 600.0))
                 for chunk in stream:
                     if total is None:
-                        total = chunk.total_bytes
+                        total, want = chunk.total_bytes, chunk.checksum
                     got += len(chunk.data)
+                    crc = zlib.crc32(chunk.data, crc)
                     f.write(chunk.data)
             if total is None or got != total:
                 raise FramewormError("DATA_LOSS", f"the coordinator's copy of {path} came with {got} "
                                                   f"bytes, not the {total} it announced")
+            if want and f"crc32:{crc:08x}" != want:
+                raise FramewormError("DATA_LOSS", f"the coordinator's copy of {path} is "
+                                                  f"crc32:{crc:08x}, its record says {want}")
             return tmp
         except grpc.RpcError as e:
             os.remove(tmp)

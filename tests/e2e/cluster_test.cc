@@ -261,6 +261,10 @@ TEST(ClusterE2E, ACheckpointWithNoGoodCopyIsDroppedAndTheJobResumesFromTheOneBef
   RunResult logs = (*c)->Cli({"logs", *id, "--rank", "0"});
   EXPECT_NE(logs.output.find("the job resumes from the checkpoint before it"), std::string::npos)
       << logs.output.substr(0, 4000);
+  // The coordinator's damaged copy was caught as it was downloaded, by the
+  // record's checksum, before any load.
+  EXPECT_NE(logs.output.find("its record says " + bad.checksum()), std::string::npos)
+      << logs.output.substr(0, 4000);
   EXPECT_NE(logs.output.find("\"event\":\"resumed\",\"path\":\"" + before.path() + "\""),
             std::string::npos)
       << logs.output.substr(0, 6000);
