@@ -204,18 +204,25 @@ void Coordinator::Flush() {
   std::set<std::string> sessions, jobs;
   std::vector<v1::Event> events;
   Listener* listener;
+  bool pending = false;
   {
+    absl::MutexLock l(&mu_);
+    sessions = workers_.TakeSessionsToNotify();
+    jobs = jobs_.TakeChangedJobs();
+    listener = listener_;
+    pending = events_.HasPending();
+  }
+  if (pending) {
     // Events are taken and stored under flush_mu_, so they are stored in
     // seq order: two Flushes at once could otherwise store a later batch
     // first, and a follower reading between them (events -f, after_seq)
-    // would pass over the earlier one for good.
+    // would pass over the earlier one for good. Only a Flush with events
+    // waits here (a step report seldom makes one): no reply waits on
+    // another's fsync otherwise.
     absl::MutexLock f(&flush_mu_);
     {
       absl::MutexLock l(&mu_);
-      sessions = workers_.TakeSessionsToNotify();
-      jobs = jobs_.TakeChangedJobs();
       events = events_.TakePending();
-      listener = listener_;
     }
     if (!events.empty()) {
       std::vector<EventRow> rows;
@@ -1077,6 +1084,21 @@ absl::Status Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& bad) {
 absl::Status Coordinator::CheckCheckpointUpload(const v1::JobRef& ref) const {
   absl::MutexLock l(&mu_);
   return jobs_.CheckpointTarget(ref, /*writes=*/true).status();
+}
+
+absl::Status Coordinator::CheckCopyMatchesRecord(const v1::JobRef& ref, int64_t step,
+                                                 const std::string& checksum) const {
+  absl::MutexLock l(&mu_);
+  for (const auto& c : checkpoints_.List(ref.job_id())) {
+    if (c.step() != step || c.memory() || c.checksum().empty() || c.checksum() == checksum) {
+      continue;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", PrintableLine(ref.job_id(), 64), "'s checkpoint of step ", step,
+        " is recorded as ", c.checksum(), "; an upload of other bytes (",
+        PrintableLine(checksum, 40), ") does not replace its copy"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<ReceivedFile>>

@@ -320,6 +320,11 @@ class Coordinator {
   // checks of the caller alone), so that a caller without rank 0's token
   // is refused before it is counted against the uploads in flight.
   absl::Status CheckCheckpointUpload(const v1::JobRef& ref) const;
+  // Before an upload's copy replaces the copy of `step`: FAILED_PRECONDITION
+  // when that step is recorded (on disk) with another checksum, since every
+  // download is checked against the record's.
+  absl::Status CheckCopyMatchesRecord(const v1::JobRef& ref, int64_t step,
+                                      const std::string& checksum) const;
   absl::StatusOr<std::unique_ptr<ReceivedFile>> BeginCheckpointUpload(
       const v1::JobRef& ref, int64_t step, int64_t total_bytes);
   // The coordinator's copy of the checkpoint the job reported at `path`,

@@ -36,6 +36,7 @@ class EventLog {
                         const std::string& message);
   // The staged events, oldest first; none stay staged.
   std::vector<v1::Event> TakePending();
+  bool HasPending() const { return !pending_.empty(); }
   // The next seq continues after `max_seq` (the store's high-water mark).
   void Restore(int64_t max_seq);
   int64_t last_seq() const { return next_seq_ - 1; }

@@ -377,7 +377,12 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
       impl_->idle_calls.Gone(ctx_);
       if (!incoming_) return Finish(ToGrpcStatus(absl::InvalidArgumentError(
           "checkpoint upload sent no chunk")));
-      absl::Status s = incoming_->Commit(checksum_);
+      // A copy must stay the file its step's record describes: other bytes
+      // for a step already recorded (a generation that saved that step
+      // again) do not replace it, or every download of it would then fail
+      // the record's checksum.
+      absl::Status s = impl_->core->CheckCopyMatchesRecord(ref_, step_, checksum_);
+      if (s.ok()) s = incoming_->Commit(checksum_);
       if (s.ok()) resp_->set_bytes(incoming_->received());
       return Finish(ToGrpcStatus(s));
     }
@@ -394,6 +399,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
                                                    chunk_.total_bytes());
       if (!in.ok()) return Fail(in.status());
       incoming_ = *std::move(in);
+      step_ = chunk_.step();
     } else if (absl::Status s = impl_->core->CheckCheckpointUpload(ref_); !s.ok()) {
       // A slot is held only while the generation that took it runs: an
       // upload trickled past its generation's end (or its job's) is cut.
@@ -431,6 +437,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::CheckpointChunk> 
   std::optional<std::string> slot_ ABSL_GUARDED_BY(mu_);  // the job counted in impl_
   v1::JobRef ref_ ABSL_GUARDED_BY(mu_);  // the first chunk's: checked again at each chunk
   std::string checksum_ ABSL_GUARDED_BY(mu_);
+  int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -617,6 +617,26 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
     ctx.TryCancel();
     (void)r->Finish();
   }
+  // Other bytes for the recorded step do not replace its copy (every
+  // download is checked against the record's checksum); the same bytes
+  // again (a retried upload) are taken.
+  {
+    std::string other = payload;
+    other[5] ^= 1;
+    const std::string other_sum = absl::StrFormat(
+        "crc32:%08x", static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0),
+                                                  reinterpret_cast<const Bytef*>(other.data()),
+                                                  other.size())));
+    const grpc::Status replaced = upload(
+        1, other.size(), {other.substr(0, 1 << 20), other.substr(1 << 20, 1 << 20),
+                          other.substr(2 << 20)},
+        other_sum);
+    EXPECT_EQ(replaced.error_code(), grpc::FAILED_PRECONDITION) << replaced.error_message();
+    EXPECT_NE(replaced.error_message().find("does not replace its copy"), std::string::npos);
+    ASSERT_TRUE(download(1, path, &got).ok());
+    EXPECT_TRUE(got == payload) << "the recorded copy was replaced";
+    EXPECT_TRUE(upload(1, payload.size(), {a, b, c}, ok_sum).ok());
+  }
   EXPECT_EQ(download(1, "/etc/passwd", &got).error_code(), grpc::NOT_FOUND);
   EXPECT_EQ(download(7, path, &got).error_code(), grpc::ABORTED);
   // A user gets the same bytes through the job API (GetCheckpoint): the

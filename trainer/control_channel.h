@@ -120,7 +120,10 @@ class ControlChannel {
   // Fetches the coordinator's copy of the checkpoint the job reported at
   // `path` and writes it to `dest` (atomically: a temporary file renamed
   // into place; parent directories created). NOT_FOUND when the
-  // coordinator holds no copy.
+  // coordinator holds no copy; DATA_LOSS when what came is not the copy
+  // the record describes (fewer bytes than announced, or another CRC-32
+  // than the record's, sent with the first chunk); INTERNAL when this
+  // host cannot write it (never DATA_LOSS: the copy is not at fault).
   virtual absl::Status DownloadCheckpoint(const std::string& path, const std::string& dest) = 0;
   // No copy of `path` (FRAMEWORM_RESUME_FROM) loads: the coordinator drops
   // it, so the next generation resumes from the checkpoint before it.

@@ -200,7 +200,11 @@ class GrpcTrainerChannel final : public ControlChannel {
     absl::Status result = absl::OkStatus();
     if (!s.ok()) {
       result = FromGrpcStatus(s, "DownloadCheckpoint");
-    } else if (!out || got != total) {
+    } else if (!out) {
+      // This host's disk (full, a quota): not the copy's fault, so not
+      // DATA_LOSS, which would report the checkpoint bad.
+      result = absl::InternalError(absl::StrCat("writing ", tmp, " failed"));
+    } else if (got != total) {
       result = absl::DataLossError(absl::StrCat("checkpoint download of ", path, " got ", got,
                                                 " of ", total, " bytes"));
     } else if (!want.empty() && Crc32Text(crc) != want) {

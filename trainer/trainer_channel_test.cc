@@ -1,5 +1,7 @@
 #include "trainer/trainer_channel.h"
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -422,6 +424,28 @@ TEST_F(TrainerChannelTest, ADownloadedCopyIsCheckedAgainstItsRecord) {
       << "the damaged copy left a file";
   service_.ServeDownload(damaged, "");
   EXPECT_TRUE(ch->DownloadCheckpoint("/ck/ckpt-5.pt", dir + "/c.pt").ok());
+  std::filesystem::remove_all(dir);
+}
+
+// A copy this host cannot write (a full disk; here a file-size limit) is
+// INTERNAL, never DATA_LOSS: that would report a good checkpoint bad.
+TEST_F(TrainerChannelTest, ADownloadThisHostCannotWriteIsNotDataLoss) {
+  auto ch = Channel("job-7", 3);
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/download-full-", ::getpid());
+  std::string bytes((3 << 20) + 5, 'x');
+  service_.ServeDownload(bytes, Crc32Text(UpdateCrc32(0, bytes)));
+  struct rlimit was {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &was), 0);
+  struct rlimit small = was;
+  small.rlim_cur = 1 << 20;
+  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const absl::Status s = ch->DownloadCheckpoint("/ck/ckpt-5.pt", dir + "/a.pt");
+  ::setrlimit(RLIMIT_FSIZE, &was);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  std::error_code ec;
+  EXPECT_TRUE(std::filesystem::is_empty(dir, ec)) << "a partial file was left";
   std::filesystem::remove_all(dir);
 }
 

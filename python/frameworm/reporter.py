@@ -134,6 +134,15 @@ class Directive:
                 f"memory_checkpoint={self.memory_checkpoint})")
 
 
+class _NotReported(Exception):
+    """An error of resume() that is not the checkpoint's fault (raised as is,
+    never reported as a bad checkpoint)."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
+
+
 class Reporter:
     """Reports this rank's steps to its job's coordinator (see the module)."""
 
@@ -408,11 +417,21 @@ class Reporter:
         import torch
 
         path, fetched = self.resume_from, None
-        if not os.path.exists(path) and self.enabled:
-            # Its worker could not fetch it from a holder: the coordinator's copy.
-            path = fetched = self.download_checkpoint(self.resume_from)
         try:
+            if not os.path.exists(path) and self.enabled:
+                # Its worker could not fetch it from a holder: the coordinator's
+                # copy. None left (NOT_FOUND), or bytes that are not the
+                # record's (DATA_LOSS): reported below as a file that does not
+                # load, as frameworm-train does; another error is raised as is.
+                try:
+                    path = fetched = self.download_checkpoint(self.resume_from)
+                except FramewormError as e:
+                    if e.code not in ("DATA_LOSS", "NOT_FOUND"):
+                        raise _NotReported(e) from None
+                    raise
             return torch.load(path, map_location=map_location, weights_only=weights_only)
+        except _NotReported as e:
+            raise e.error from None
         except Exception as e:  # a torn or foreign file: say so, then fail
             if self.enabled:
                 try:
