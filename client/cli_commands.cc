@@ -39,10 +39,10 @@ const std::string& JobId(const Invocation& c) { return c.args[0]; }
 
 // A follower's (watch, logs -f, events -f) reconnection across a
 // coordinator restart: after an attempt that ended with UNAVAILABLE or
-// DEADLINE_EXCEEDED (or, for a stream, OK before its end), Again says the user once per outage
-// that it reconnects, waits a second and returns true, until the
-// coordinator has been away for options.reconnect_for; then, or for any
-// other error, false. An attempt that read anything ends the outage.
+// DEADLINE_EXCEEDED (or, for a stream, OK before its end), Again tells the
+// user once per outage that it reconnects, waits a second and returns true,
+// until the coordinator has been away for options.reconnect_for; then, or
+// for any other error, false. An attempt that read anything ends the outage.
 class Reconnects {
  public:
   explicit Reconnects(const Invocation& c) : c_(c) {}
@@ -269,8 +269,8 @@ grpc::Status LogsOnce(const Invocation& c, const v1::GetLogsRequest& request,
 // One rank: its raw bytes. Every rank: each line prefixed "[rank N] ",
 // tracked per (rank, stream) since chunks of several interleave.
 // With -f, a coordinator restart (UNAVAILABLE) is followed by a new call
-// from where each rank's log was left (its last chunk's end_offset), so no
-// byte is printed twice or lost.
+// from where each rank's log was left (its last chunk's end_offset), so
+// each byte of the coordinator's log is printed once.
 int Logs(const Invocation& c) {
   v1::GetLogsRequest request = ForJob<v1::GetLogsRequest>(c);
   request.set_rank(c.flags.rank);

@@ -23,14 +23,6 @@ std::map<dev_t, int64_t>& Held() ABSL_EXCLUSIVE_LOCKS_REQUIRED(Mu()) {
   return *held;
 }
 
-}  // namespace
-
-int64_t DiskReservation::KeptFree(int64_t size_bytes) {
-  return std::min<int64_t>(int64_t{1} << 30, size_bytes / 20);
-}
-
-namespace {
-
 // n blocks of `unit` bytes, saturated at INT64_MAX.
 int64_t Bytes(uint64_t n, uint64_t unit) {
   if (unit != 0 && n > static_cast<uint64_t>(INT64_MAX) / unit) return INT64_MAX;
@@ -38,6 +30,10 @@ int64_t Bytes(uint64_t n, uint64_t unit) {
 }
 
 }  // namespace
+
+int64_t DiskReservation::KeptFree(int64_t size_bytes) {
+  return std::min<int64_t>(int64_t{1} << 30, size_bytes / 20);
+}
 
 absl::StatusOr<std::unique_ptr<DiskReservation>> DiskReservation::Take(const std::string& dir,
                                                                        int64_t bytes,
@@ -53,18 +49,17 @@ absl::StatusOr<std::unique_ptr<DiskReservation>> DiskReservation::Take(const std
   const int64_t free = Bytes(fs.f_bavail, fs.f_frsize);
   const int64_t keep = keep_free >= 0 ? keep_free : KeptFree(Bytes(fs.f_blocks, fs.f_frsize));
   absl::MutexLock l(&Mu());
-  int64_t& held = Held()[st.st_dev];
+  auto it = Held().find(st.st_dev);
+  const int64_t held = it == Held().end() ? 0 : it->second;
   // free - held - keep, without overflow for any announced size.
   const int64_t room = std::max<int64_t>(0, free - std::min(free, held) - std::min(free, keep));
   if (bytes > room) {
-    const int64_t others = held;
-    if (held == 0) Held().erase(st.st_dev);
     return absl::ResourceExhaustedError(absl::StrCat(
         "no room for ", what, " (", bytes, " bytes) on the filesystem of ", dir, ": ", free,
-        " bytes free, ", others, " of them reserved for transfers in flight, ", keep,
+        " bytes free, ", held, " of them reserved for transfers in flight, ", keep,
         " kept free"));
   }
-  held += bytes;
+  Held()[st.st_dev] += bytes;
   return std::unique_ptr<DiskReservation>(new DiskReservation(st.st_dev, bytes));
 }
 

@@ -21,6 +21,14 @@ bool SeesJob(const Caller& caller, const std::string& owner) {
   return All(caller) || (caller.role == Role::kUser && owner == caller.Owner());
 }
 
+std::vector<v1::JobStatus> JobsSeenBy(const Caller& caller, std::vector<v1::JobStatus> all) {
+  std::vector<v1::JobStatus> seen;
+  for (v1::JobStatus& j : all) {
+    if (SeesJob(caller, j.spec().owner())) seen.push_back(std::move(j));
+  }
+  return seen;
+}
+
 absl::Status CheckJobAccess(const Caller& caller, const std::string& job_id,
                             const std::string& owner) {
   if (absl::Status s = CheckJobClient(caller); !s.ok()) return s;

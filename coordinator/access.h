@@ -22,9 +22,11 @@
 #define FRAMEWORM_COORDINATOR_ACCESS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/caller.h"
+#include "frameworm/v1/job_service.pb.h"
 
 namespace frameworm::coordinator {
 
@@ -33,6 +35,9 @@ absl::Status CheckJobClient(const Caller& caller);
 absl::Status CheckJobAccess(const Caller& caller, const std::string& job_id,
                             const std::string& owner);
 bool SeesJob(const Caller& caller, const std::string& owner);
+// The jobs of `all` that `caller` sees (SeesJob), in their order: what
+// ListJobs and the dashboard's /api/jobs page through.
+std::vector<v1::JobStatus> JobsSeenBy(const Caller& caller, std::vector<v1::JobStatus> all);
 absl::Status CheckWorkerClient(const Caller& caller, const std::string& worker_name);
 absl::Status CheckTrainerClient(const Caller& caller);
 absl::Status CheckWorkerSession(const Caller& caller);

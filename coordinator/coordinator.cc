@@ -636,8 +636,9 @@ absl::Status Coordinator::CheckLogLocked(const std::string& worker,
   bool ran_it;
   if (gen == job->generation && !job->ranks.empty()) {
     ran_it = rank < job->ranks.size() && job->ranks[rank].worker == worker;
-  } else if (auto past = job->past_rank_workers.find(gen); past != job->past_rank_workers.end()) {
-    ran_it = rank < past->second.size() && past->second[rank] == worker;
+  } else if (auto past = job->past.find(gen); past != job->past.end()) {
+    const std::vector<std::string>& ran = past->second.rank_workers;
+    ran_it = rank < ran.size() && ran[rank] == worker;
   } else {
     // Older than what is remembered, or ended before a coordinator
     // restart: one of the job's workers.

@@ -78,11 +78,7 @@ HttpResponse Dashboard::Handle(const HttpRequest& r) const {
         token = std::string(kv);
       }
     }
-    std::vector<v1::JobStatus> visible;
-    for (auto& j : core_->ListJobs()) {
-      if (SeesJob(r.caller, j.spec().owner())) visible.push_back(std::move(j));
-    }
-    auto page = TakeJobPage(std::move(visible), size, token);
+    auto page = TakeJobPage(JobsSeenBy(r.caller, core_->ListJobs()), size, token);
     if (!page.ok()) return Error(page.status());
     v1::ListJobsResponse out;
     for (auto& j : page->items) *out.add_jobs() = std::move(j);

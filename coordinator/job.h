@@ -80,18 +80,21 @@ struct Job {
   // Current generation (ranks empty unless RUNNING).
   std::vector<RankState> ranks;
   std::vector<std::string> workers;  // node_rank order
-  // The worker of each rank of the newest kPastGenerations generations that
-  // ended (not stored): who may still upload their logs.
+  // The newest kPastGenerations generations that ended (not stored): the
+  // worker of each rank (who may still upload their logs) and the ranks'
+  // tokens (a trainer of one of them is told its generation is over,
+  // ABORTED: JobScheduler::TrainerCaller).
   static constexpr size_t kPastGenerations = 4;
-  std::map<int64_t, std::vector<std::string>> past_rank_workers;
+  struct PastGeneration {
+    std::vector<std::string> rank_workers;
+    absl::flat_hash_set<std::string> tokens;
+  };
+  std::map<int64_t, PastGeneration> past;
   // The rank tokens of the current generation, to its rank (rebuilt with
-  // `ranks`: IndexTokens), and of the same past generations (not stored):
-  // a trainer of one of those is told its generation is over (ABORTED),
-  // while a caller whose token is no rank's learns nothing of the job
-  // (JobScheduler's TrainerCaller). Looked up, never scanned: a step
-  // report costs the same for a job of any size.
+  // `ranks`: IndexTokens): a caller whose token is no rank's here or in
+  // `past` learns nothing of the job (JobScheduler::TrainerCaller). Looked
+  // up, never scanned: a step report costs the same for a job of any size.
   absl::flat_hash_map<std::string, int> token_rank;
-  std::map<int64_t, absl::flat_hash_set<std::string>> past_tokens;
   void IndexTokens() {
     token_rank.clear();
     for (size_t i = 0; i < ranks.size(); ++i) {

@@ -458,20 +458,13 @@ void JobScheduler::KillAll(Job& job) {
 void JobScheduler::LeaveRunning(Job& job) {
   ports_.Release(job.master_port);
   if (!job.ranks.empty()) {
-    std::vector<std::string>& ran = job.past_rank_workers[job.generation];
-    absl::flat_hash_set<std::string>& tokens = job.past_tokens[job.generation];
-    ran.clear();
-    tokens.clear();
+    Job::PastGeneration& ended = job.past[job.generation];
+    ended = {};
     for (const RankState& r : job.ranks) {
-      ran.push_back(r.worker);
-      if (!r.task.token().empty()) tokens.insert(r.task.token());
+      ended.rank_workers.push_back(r.worker);
+      if (!r.task.token().empty()) ended.tokens.insert(r.task.token());
     }
-    while (job.past_rank_workers.size() > Job::kPastGenerations) {
-      job.past_rank_workers.erase(job.past_rank_workers.begin());
-    }
-    while (job.past_tokens.size() > Job::kPastGenerations) {
-      job.past_tokens.erase(job.past_tokens.begin());
-    }
+    while (job.past.size() > Job::kPastGenerations) job.past.erase(job.past.begin());
   }
   job.ranks.clear();
   job.token_rank.clear();
@@ -877,9 +870,8 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
 
 }  // namespace
 
-absl::StatusOr<JobScheduler::Trainer> JobScheduler::TrainerCaller(const v1::JobRef& ref,
-                                                                  bool running) const {
-  const Job* job = Find(ref.job_id());
+absl::StatusOr<int> JobScheduler::TrainerCaller(const Job* job, const v1::JobRef& ref,
+                                                bool running) const {
   // Hash lookups, not a scan of every rank's token: the same few steps for
   // a job of any size, or none (a token of 256 random bits cannot be
   // guessed from how a hash table probes).
@@ -889,11 +881,11 @@ absl::StatusOr<JobScheduler::Trainer> JobScheduler::TrainerCaller(const v1::JobR
     if (auto it = job->token_rank.find(ref.token()); it != job->token_rank.end()) {
       rank = it->second;
     }
-    for (const auto& [generation, tokens] : job->past_tokens) past |= tokens.contains(ref.token());
+    for (const auto& [generation, ended] : job->past) past |= ended.tokens.contains(ref.token());
   }
   if (rank >= 0) {
     if (absl::Status s = CheckGeneration(*job, ref, running); !s.ok()) return s;
-    return Trainer{job, rank};
+    return rank;
   }
   if (past) {
     return absl::AbortedError(absl::StrCat("generation ", ref.generation(), " of job ", job->id,
@@ -910,17 +902,17 @@ absl::StatusOr<JobScheduler::Trainer> JobScheduler::TrainerCaller(const v1::JobR
 
 absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
     const v1::StepMetrics& m, bool record_metrics) {
-  absl::StatusOr<Trainer> caller = TrainerCaller(m.ref(), /*running=*/true);
+  Job* job = FindMutable(m.ref().job_id());
+  absl::StatusOr<int> caller = TrainerCaller(job, m.ref(), /*running=*/true);
   if (!caller.ok()) return caller.status();
-  Job* job = FindMutable(caller->job->id);
   if (m.rank() < 0 || m.rank() >= static_cast<int>(job->ranks.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", m.rank(), " outside world of ", job->ranks.size()));
   }
-  if (m.rank() != caller->rank) {
+  if (m.rank() != *caller) {
     return absl::PermissionDeniedError(absl::StrCat(
         "step report for rank ", m.rank(), " of job ", job->id, " generation ", job->generation,
-        " with rank ", caller->rank, "'s FRAMEWORM_TOKEN"));
+        " with rank ", *caller, "'s FRAMEWORM_TOKEN"));
   }
   if (absl::Status s = CheckStepReport(m); !s.ok()) return s;
   const absl::Time now = clock_.Now();
@@ -964,10 +956,10 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
 absl::StatusOr<const Job*> JobScheduler::CheckpointTarget(
     const v1::JobRef& ref, bool writes) const {
   // Any rank of the current generation may fetch; rank 0 writes.
-  absl::StatusOr<Trainer> trainer = TrainerCaller(ref, /*running=*/false);
+  const Job* job = Find(ref.job_id());
+  absl::StatusOr<int> trainer = TrainerCaller(job, ref, /*running=*/false);
   if (!trainer.ok()) return trainer.status();
-  const Job* job = trainer->job;
-  const int caller = trainer->rank;
+  const int caller = *trainer;
   if (writes && caller != 0) {
     return absl::PermissionDeniedError(absl::StrCat(
         "rank ", caller, " of job ", job->id, " cannot upload or record a checkpoint: only rank 0 "

@@ -166,20 +166,17 @@ class JobScheduler {
   // coordinator's own absence (TaskStatus.fenced); past it they count.
   static constexpr int kMaxUncountedRestarts = 16;
   absl::StatusOr<StepOutcome> ReportStep(const v1::StepMetrics& m, bool record_metrics);
-  // Who makes a trainer call: the job and the rank of its current
-  // generation whose token `ref` carries (every token compared, no early
-  // exit). A token that is no rank's gets one answer, PERMISSION_DENIED
-  // naming only what the caller sent, whether the job exists or not and
-  // whatever generation it names: a caller without a token learns neither.
-  // A token of one of the job's last Job::kPastGenerations generations (not
-  // kept across a coordinator restart), or a current one naming another
-  // generation, or the job no longer RUNNING (`running`; else CANCELLED),
-  // is ABORTED: that generation is over.
-  struct Trainer {
-    const Job* job = nullptr;
-    int rank = -1;
-  };
-  absl::StatusOr<Trainer> TrainerCaller(const v1::JobRef& ref, bool running) const;
+  // Who makes a trainer call to `job` (ref's job; null: none): the rank of
+  // its current generation whose token `ref` carries (looked up in
+  // Job::token_rank). A token that is no rank's gets one answer,
+  // PERMISSION_DENIED naming only what the caller sent, whether the job
+  // exists or not and whatever generation it names: a caller without a
+  // token learns neither. A token of one of the job's last
+  // Job::kPastGenerations generations (not kept across a coordinator
+  // restart), or a current one naming another generation, or the job no
+  // longer RUNNING (`running`; else CANCELLED), is ABORTED: that
+  // generation is over.
+  absl::StatusOr<int> TrainerCaller(const Job* job, const v1::JobRef& ref, bool running) const;
   // The job a checkpoint of `ref` belongs to (TrainerCaller's answers).
   // Any rank may read (fetch a copy, report a bad one); only rank 0 writes
   // (uploads a copy, records a checkpoint): `writes` with another rank's

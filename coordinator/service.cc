@@ -500,11 +500,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                      v1::ListJobsResponse* resp) override {
     const Caller caller = CallerOf(*ctx);
     if (absl::Status s = CheckJobClient(caller); !s.ok()) return Done(ctx, s);
-    std::vector<v1::JobStatus> visible;
-    for (auto& j : impl_->core->ListJobs()) {
-      if (SeesJob(caller, j.spec().owner())) visible.push_back(std::move(j));
-    }
-    auto page = TakeJobPage(std::move(visible), req->page_size(), req->page_token());
+    auto page =
+        TakeJobPage(JobsSeenBy(caller, impl_->core->ListJobs()), req->page_size(), req->page_token());
     if (!page.ok()) return Done(ctx, page.status());
     for (auto& j : page->items) *resp->add_jobs() = std::move(j);
     resp->set_next_page_token(page->next_token);

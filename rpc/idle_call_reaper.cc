@@ -27,16 +27,6 @@ void IdleCallReaper::Gone(grpc::CallbackServerContext* ctx) {
   seen_.erase(ctx);
 }
 
-int64_t IdleCallReaper::cancelled() const {
-  absl::MutexLock l(&mu_);
-  return cancelled_;
-}
-
-int IdleCallReaper::watched() const {
-  absl::MutexLock l(&mu_);
-  return static_cast<int>(seen_.size());
-}
-
 void IdleCallReaper::Run() {
   const absl::Duration every = std::min(absl::Seconds(1), idle_ / 4);
   absl::MutexLock l(&mu_);
@@ -49,7 +39,6 @@ void IdleCallReaper::Run() {
       }
       // Under mu_: the call is alive until its reactor's Gone().
       it->first->TryCancel();
-      ++cancelled_;
       it = seen_.erase(it);
     }
   }

@@ -18,7 +18,6 @@
 #ifndef FRAMEWORM_RPC_IDLE_CALL_REAPER_H_
 #define FRAMEWORM_RPC_IDLE_CALL_REAPER_H_
 
-#include <cstdint>
 #include <map>
 #include <thread>
 
@@ -38,17 +37,13 @@ class IdleCallReaper {
 
   void Seen(grpc::CallbackServerContext* ctx);  // registers, or moves its clock on
   void Gone(grpc::CallbackServerContext* ctx);
-  absl::Duration idle() const { return idle_; }
-  int64_t cancelled() const;  // calls cancelled so far
-  int watched() const;        // calls registered now
 
  private:
   void Run();
 
   const absl::Duration idle_;
-  mutable absl::Mutex mu_;
+  absl::Mutex mu_;
   std::map<grpc::CallbackServerContext*, absl::Time> seen_ ABSL_GUARDED_BY(mu_);
-  int64_t cancelled_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: started once the rest is built
 };

@@ -453,7 +453,6 @@ class Reporter:
         or DATA_LOSS when fewer or more bytes came than it announced, or
         bytes whose CRC-32 is not the record's (sent with the first chunk)."""
         import tempfile
-        import zlib
 
         fd, tmp = tempfile.mkstemp(prefix=".frameworm-resume-", suffix=".pt")
         try:
