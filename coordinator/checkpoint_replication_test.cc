@@ -3,6 +3,9 @@
 // copies are dropped.
 #include "coordinator/checkpoint_replication.h"
 
+#include <fstream>
+
+#include "common/received_file.h"
 #include "coordinator/coordinator_fixture.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -59,6 +62,19 @@ class ReplicationTest : public CoordinatorTest {
     h->set_ok(true);
     h->set_secret(secret);
     return req;
+  }
+  // Rank `rank` of generation `gen` says no copy of job `id`'s checkpoint
+  // at `path` loads.
+  v1::BadCheckpoint Bad(const std::string& id, int64_t gen, int rank, const std::string& path,
+                        const std::string& reason, bool coordinator_copy = false) {
+    v1::BadCheckpoint bad;
+    bad.mutable_ref()->set_job_id(id);
+    bad.mutable_ref()->set_generation(gen);
+    bad.mutable_ref()->set_token(TokenOf(id, gen, rank));
+    bad.set_path(path);
+    bad.set_reason(reason);
+    bad.set_coordinator_copy(coordinator_copy);
+    return bad;
   }
   std::vector<std::string> HoldersOf(const std::string& id, int64_t step) {
     auto list = coord_->ListCheckpoints(id);
@@ -441,22 +457,17 @@ TEST_F(ReplicationTest, ABadCheckpointIsDroppedAndTheNextGenerationResumesFromTh
   ASSERT_EQ(Job(id).generation(), 2);
   Take("w0");
   Take("w1");
-  v1::BadCheckpoint bad;
-  bad.mutable_ref()->set_job_id(id);
-  bad.mutable_ref()->set_generation(2);
-  bad.mutable_ref()->set_token(TokenOf(id, 2, 1));
-  bad.set_path(CkptPath(id, 10));
-  bad.set_reason("checksum mismatch");
-  EXPECT_EQ(coord_->ReportBadCheckpoint(bad).code(), absl::StatusCode::kInvalidArgument)
+  v1::BadCheckpoint bad = Bad(id, 2, 1, CkptPath(id, 10), "checksum mismatch");
+  EXPECT_EQ(coord_->ReportBadCheckpoint(bad).status().code(), absl::StatusCode::kInvalidArgument)
       << "only what this generation resumed from";
   bad.set_path(CkptPath(id, 20));
   v1::BadCheckpoint stale = bad;
   stale.mutable_ref()->set_generation(1);
   stale.mutable_ref()->set_token(TokenOf(id, 1, 1));
-  EXPECT_EQ(coord_->ReportBadCheckpoint(stale).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(coord_->ReportBadCheckpoint(stale).status().code(), absl::StatusCode::kAborted);
   v1::BadCheckpoint tokenless = bad;
   tokenless.mutable_ref()->clear_token();
-  EXPECT_EQ(coord_->ReportBadCheckpoint(tokenless).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(coord_->ReportBadCheckpoint(tokenless).status().code(), absl::StatusCode::kPermissionDenied);
   ASSERT_TRUE(coord_->ReportBadCheckpoint(bad).ok());
   bad.mutable_ref()->set_token(TokenOf(id, 2, 0));
   EXPECT_TRUE(coord_->ReportBadCheckpoint(bad).ok()) << "rank 0 tells too: nothing more happens";
@@ -480,6 +491,116 @@ TEST_F(ReplicationTest, ABadCheckpointIsDroppedAndTheNextGenerationResumesFromTh
   }
 }
 
+// Step `step` of job `id`, generation 1: a copy ("data") uploaded to the
+// coordinator and its record reported with that copy's checksum.
+void UploadedAndReported(Coordinator& coord, const std::string& id,
+                         int64_t step, const std::string& token, const std::string& path) {
+  v1::JobRef ref;
+  ref.set_job_id(id);
+  ref.set_generation(1);
+  ref.set_token(token);
+  auto up = coord.BeginCheckpointUpload(ref, step, 4);
+  ASSERT_TRUE(up.ok()) << up.status();
+  ASSERT_TRUE((*up)->Append("data").ok());
+  ASSERT_TRUE((*up)->Commit(Crc32Text(0xadf3f363u)).ok());  // crc32("data")
+  v1::CheckpointRecord r;
+  *r.mutable_ref() = ref;
+  r.set_step(step);
+  r.set_path(path);
+  r.set_bytes(4);
+  r.set_checksum(Crc32Text(0xadf3f363u));
+  ASSERT_TRUE(coord.ReportCheckpoint(r).ok());
+}
+
+// The coordinator's copy is damaged (a rank on a host without the file
+// downloaded other bytes than the record's) while workers hold good
+// copies: the coordinator checks its copy, removes it, keeps the record
+// and its holders (no drop sent), and the next generation resumes from the
+// same step without using up a restart. A copy that matches its record is
+// not removed on a rank's word.
+TEST_F(ReplicationTest, ADamagedCoordinatorCopyIsRemovedAndTheHoldersKeepTheCheckpoint) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(2);
+  const std::string id = StartJob(spec);
+  UploadedAndReported(*coord_, id, 20, TokenOf(id, 1, 0), CkptPath(id, 20));
+  Held("w0", id, 20);
+  Held("w1", id, 20);
+  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(id).generation(), 2);
+  ASSERT_EQ(Job(id).restarts(), 1);
+  Take("w0");
+  Take("w1");
+  v1::BadCheckpoint bad = Bad(id, 2, 1, CkptPath(id, 20), "crc32:0bad0bad is not the record's",
+                              /*coordinator_copy=*/true);
+  const std::string copy = absl::StrCat(dir_, "/checkpoint-copies/", id, "/ckpt-20.pt");
+  ASSERT_TRUE(std::filesystem::exists(copy));
+  auto intact = coord_->ReportBadCheckpoint(bad);
+  EXPECT_EQ(intact.status().code(), absl::StatusCode::kFailedPrecondition) << intact.status();
+  EXPECT_NE(intact.status().message().find("matches its record"), std::string::npos)
+      << intact.status();
+  EXPECT_TRUE(std::filesystem::exists(copy));
+  std::ofstream(copy, std::ios::trunc) << "dxta";  // damaged on the coordinator's disk
+  auto kept = coord_->ReportBadCheckpoint(bad);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(*kept);
+  EXPECT_FALSE(std::filesystem::exists(copy));
+  EXPECT_THAT(HoldersOf(id, 20), ElementsAre("w0", "w1"));
+  for (const char* w : {"w0", "w1"}) EXPECT_TRUE(Drops(Take(w)).empty()) << w;
+  auto events = coord_->ListEvents(id, 0, 1000);
+  ASSERT_TRUE(events.ok());
+  bool told = false;
+  for (const auto& e : *events) {
+    told = told || (e.kind() == "checkpoint_copy_bad" &&
+                    e.message().find("fetches the checkpoint from w0, w1") != std::string::npos);
+  }
+  EXPECT_TRUE(told);
+  const size_t events_before = events->size();
+  // Rank 0 tells too: the copy is gone, the record stays, no second event.
+  bad.mutable_ref()->set_token(TokenOf(id, 2, 0));
+  kept = coord_->ReportBadCheckpoint(bad);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(*kept);
+  EXPECT_EQ(coord_->ListEvents(id, 0, 1000)->size(), events_before);
+  TaskState("w1", id, 2, 1, v1::TASK_EXITED, 1);
+  v1::JobStatus st = Job(id);
+  ASSERT_EQ(st.state(), v1::RUNNING) << st.reason();
+  EXPECT_EQ(st.generation(), 3);
+  EXPECT_EQ(st.restarts(), 1) << "the damaged copy was not the job's fault";
+  for (const char* w : {"w0", "w1"}) {
+    auto starts = Starts(w);
+    ASSERT_EQ(starts.size(), 1u) << w;
+    EXPECT_EQ(starts[0].resume_from(), CkptPath(id, 20)) << w;
+  }
+}
+
+// The same with no worker holding the checkpoint: nothing else has it, so
+// its record is dropped as for any checkpoint that does not load.
+TEST_F(ReplicationTest, ADamagedCoordinatorCopyWithNoHolderDropsTheCheckpoint) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(2);
+  const std::string id = StartJob(spec);
+  HeldByBoth(id, 10);
+  UploadedAndReported(*coord_, id, 20, TokenOf(id, 1, 0), CkptPath(id, 20));
+  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(id).generation(), 2);
+  Take("w0");
+  Take("w1");
+  std::ofstream(absl::StrCat(dir_, "/checkpoint-copies/", id, "/ckpt-20.pt"), std::ios::trunc)
+      << "dat";
+  v1::BadCheckpoint bad =
+      Bad(id, 2, 1, CkptPath(id, 20), "3 bytes of 4", /*coordinator_copy=*/true);
+  auto kept = coord_->ReportBadCheckpoint(bad);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_FALSE(*kept);
+  auto list = coord_->ListCheckpoints(id);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].step(), 10);
+  TaskState("w1", id, 2, 1, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(id).generation(), 3);
+  EXPECT_EQ(Starts("w0").at(0).resume_from(), CkptPath(id, 10));
+}
+
 // A checkpoint with no copy anywhere (no holder, none on the coordinator:
 // an in-memory checkpoint whose holders are gone) is the catalog's
 // staleness, not the job's fault: the generation that found nothing to
@@ -497,12 +618,8 @@ TEST_F(ReplicationTest, ACheckpointWithNoCopyLeftCostsNoRestart) {
   ASSERT_EQ(Job(id).restarts(), 1);
   Take("w0");
   Take("w1");
-  v1::BadCheckpoint bad;
-  bad.mutable_ref()->set_job_id(id);
-  bad.mutable_ref()->set_generation(2);
-  bad.mutable_ref()->set_token(TokenOf(id, 2, 0));
-  bad.set_path(CkptPath(id, 20));
-  bad.set_reason("not on this host, no copy on the coordinator");
+  v1::BadCheckpoint bad =
+      Bad(id, 2, 0, CkptPath(id, 20), "not on this host, no copy on the coordinator");
   ASSERT_TRUE(coord_->ReportBadCheckpoint(bad).ok());
   TaskState("w0", id, 2, 0, v1::TASK_EXITED, 1);
   v1::JobStatus st = Job(id);

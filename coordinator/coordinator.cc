@@ -1039,24 +1039,92 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
   return expired;
 }
 
-absl::Status Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& bad) {
+namespace {
+
+// INVALID_ARGUMENT unless `path` is what `job`'s generation resumed from.
+absl::Status CheckResumedFrom(const Job& job, const std::string& path) {
+  if (!path.empty() && path == job.resume_from) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("'", PrintableLine(path, 200),
+                                                 "' is not the checkpoint generation ",
+                                                 job.generation, " of job ", job.id,
+                                                 " resumed from"));
+}
+
+}  // namespace
+
+absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad) {
+  const std::string& job_id = bad.ref().job_id();
+  std::optional<v1::CheckpointRecord> record;
+  {
+    absl::MutexLock l(&mu_);
+    absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(bad.ref(), /*writes=*/false);
+    if (!job.ok()) return job.status();
+    if (absl::Status s = CheckResumedFrom(**job, bad.path()); !s.ok()) return s;
+    for (const auto& c : checkpoints_.List(job_id)) {
+      if (c.path() == bad.path()) record = c;
+    }
+  }
+  if (!record) return false;  // another rank's report dropped it
+  // The check reads the whole copy: outside the lock. A copy another
+  // rank's report removed meanwhile is not there (nothing to check).
+  bool removed = false;
+  if (absl::StatusOr<std::string> copy = copies_.PathOf(job_id, record->step()); copy.ok()) {
+    absl::StatusOr<std::pair<int64_t, std::string>> sum = FileChecksum(*copy);
+    const bool matches = sum.ok() && (record->bytes() == 0 || sum->first == record->bytes()) &&
+                         (record->checksum().empty() || sum->second == record->checksum());
+    if (matches) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the coordinator's copy of job ", job_id, "'s checkpoint of step ", record->step(),
+          " matches its record (", sum->first, " bytes, ", sum->second,
+          "): it is not damaged; the download that was not these bytes failed on its way"));
+    }
+    copies_.Remove(job_id, record->step());
+    removed = true;
+  }
+  {
+    absl::MutexLock l(&mu_);
+    std::vector<std::string> holders;
+    bool recorded = false;
+    for (const auto& c : checkpoints_.List(job_id)) {
+      if (c.path() != bad.path()) continue;
+      recorded = true;
+      holders.assign(c.holders().begin(), c.holders().end());
+    }
+    if (!recorded || holders.empty()) return false;
+    if (!removed) return true;  // another rank's report removed it and told
+    jobs_.ResumeFailed(job_id);
+    v1::Event e = EventLog::Make(
+        "checkpoint_copy_bad", job_id,
+        absl::StrCat("job ", job_id, ": the coordinator's copy of the checkpoint of step ",
+                     record->step(), " is damaged (", PrintableLine(bad.reason(), 512),
+                     "); it is removed and the next generation fetches the checkpoint from ",
+                     absl::StrJoin(holders, ", ")));
+    e.set_generation(bad.ref().generation());
+    e.set_step(record->step());
+    events_.Emit(std::move(e));
+  }
+  Flush();
+  return true;
+}
+
+absl::StatusOr<bool> Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& bad) {
+  if (bad.coordinator_copy()) {
+    absl::StatusOr<bool> kept = DropDamagedCopy(bad);
+    if (!kept.ok() || *kept) return kept;
+  }
   int64_t step = -1;
   {
     absl::MutexLock l(&mu_);
     absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(bad.ref(), /*writes=*/false);
     if (!job.ok()) return job.status();
-    if (bad.path().empty() || bad.path() != (*job)->resume_from) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'", PrintableLine(bad.path(), 200), "' is not the checkpoint generation ",
-          (*job)->generation, " of job ", (*job)->id, " resumed from"));
-    }
+    if (absl::Status s = CheckResumedFrom(**job, bad.path()); !s.ok()) return s;
     std::vector<std::string> holders;
     for (const auto& c : checkpoints_.List((*job)->id)) {
       if (c.path() != bad.path()) continue;
       step = c.step();
       holders.assign(c.holders().begin(), c.holders().end());
     }
-    if (step < 0) return absl::OkStatus();  // another rank of the generation told first
+    if (step < 0) return false;  // another rank of the generation told first
     // No copy anywhere (no holder left, none on the coordinator: an
     // in-memory checkpoint whose holders are gone) is the catalog's
     // staleness, not a fault of the job: the generation's end is not
@@ -1079,7 +1147,7 @@ absl::Status Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& bad) {
   }
   Flush();
   copies_.Remove(bad.ref().job_id(), step);
-  return absl::OkStatus();
+  return false;
 }
 
 absl::Status Coordinator::CheckCheckpointUpload(const v1::JobRef& ref) const {

@@ -34,7 +34,8 @@
 // each on stderr, outside the lock. The facade itself emits worker_joined
 // and worker_left (a registered worker silent for the default heartbeat
 // timeout, seen on Tick), checkpoint_saved and checkpoint_expired (disk
-// checkpoints; memory ones are too frequent to list) and checkpoint_bad.
+// checkpoints; memory ones are too frequent to list), checkpoint_bad and
+// checkpoint_copy_bad.
 // Every 10 s the store keeps the newest `max_events_per_job` of each job
 // and of the cluster; a job's events go with the job.
 //
@@ -307,9 +308,17 @@ class Coordinator {
   // with the coordinator's copy and the workers' (DropCheckpoint), so the
   // next generation resumes from the one before (or from scratch when none
   // is left). A second report of the same path (another rank) is OK and
-  // changes nothing. Errors as ReportStep's; INVALID_ARGUMENT when `path`
-  // is not what this generation resumed from; the store's.
-  absl::Status ReportBadCheckpoint(const v1::BadCheckpoint& bad);
+  // changes nothing. With `bad.coordinator_copy` (only the coordinator's
+  // copy failed, its download's bytes were not the record's) the copy is
+  // checked first: one that matches its record is FAILED_PRECONDITION and
+  // nothing changes; a damaged one is removed, and while any worker holds
+  // the checkpoint the record stays and true is returned (the next
+  // generation fetches it from them; this generation's end is not counted
+  // against max_restarts); with no holder the record is dropped as above.
+  // Returns whether the record was kept. Errors as ReportStep's;
+  // INVALID_ARGUMENT when `path` is not what this generation resumed from;
+  // the store's.
+  absl::StatusOr<bool> ReportBadCheckpoint(const v1::BadCheckpoint& bad);
   // Receiving rank 0's copy of a checkpoint (<state_dir>/checkpoint-copies,
   // see checkpoint_copies.h). The job's copies of steps it has no record
   // of (uploaded, never reported) are removed first, so uploads that are
@@ -358,6 +367,13 @@ class Coordinator {
       const CoordinatorOptions& options, Clock& clock,
       std::unique_ptr<Store> owned, Store* store);
   absl::Status Reload() ABSL_LOCKS_EXCLUDED(mu_);
+  // ReportBadCheckpoint's coordinator_copy part: checks the coordinator's
+  // copy of `bad.path` against its record (outside the lock), removes a
+  // damaged one and, while the checkpoint has holders, keeps the record
+  // (true). False: the record is to be dropped as for any bad checkpoint
+  // (no holder left, or another rank's report dropped it already).
+  // FAILED_PRECONDITION when the copy matches its record.
+  absl::StatusOr<bool> DropDamagedCopy(const v1::BadCheckpoint& bad) ABSL_LOCKS_EXCLUDED(mu_);
   v1::JobStatus StatusOf(const Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A job view under mu_: NOT_FOUND for an unknown job.

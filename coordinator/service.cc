@@ -715,9 +715,11 @@ class TrainerServiceImpl final : public v1::TrainerService::CallbackService {
   }
   grpc::ServerUnaryReactor* ReportBadCheckpoint(grpc::CallbackServerContext* ctx,
                                                 const v1::BadCheckpoint* req,
-                                                v1::BadCheckpointResponse*) override {
+                                                v1::BadCheckpointResponse* resp) override {
     if (absl::Status s = CheckTrainerClient(CallerOf(*ctx)); !s.ok()) return Done(ctx, s);
-    return Done(ctx, impl_->core->ReportBadCheckpoint(*req));
+    absl::StatusOr<bool> kept = impl_->core->ReportBadCheckpoint(*req);
+    if (kept.ok()) resp->set_kept(*kept);
+    return Done(ctx, kept.status());
   }
   grpc::ServerWriteReactor<v1::CheckpointChunk>* DownloadCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::DownloadCheckpointRequest* req) override {

@@ -127,7 +127,15 @@ class ControlChannel {
   virtual absl::Status DownloadCheckpoint(const std::string& path, const std::string& dest) = 0;
   // No copy of `path` (FRAMEWORM_RESUME_FROM) loads: the coordinator drops
   // it, so the next generation resumes from the checkpoint before it.
-  virtual absl::Status ReportBadCheckpoint(const std::string& path, const std::string& reason) = 0;
+  // coordinator_copy: only the coordinator's copy failed (its download was
+  // DATA_LOSS; this host has none of its own): the coordinator removes a
+  // copy it finds damaged and keeps the record while workers hold it
+  // (returns true: the next generation fetches it from them);
+  // FAILED_PRECONDITION when its copy matches the record. Returns whether
+  // the record was kept.
+  virtual absl::StatusOr<bool> ReportBadCheckpoint(const std::string& path,
+                                                   const std::string& reason,
+                                                   bool coordinator_copy) = 0;
 };
 
 }  // namespace frameworm

@@ -79,6 +79,14 @@ int Fail(const std::string& what) {
 std::string J(double v) { return JsonNumber(v, 6); }
 
 // The recorder's newest 16 collectives, as a ping carries them.
+// What a rank's failure message adds about its ReportBadCheckpoint.
+std::string ReportedBad(const absl::StatusOr<bool>& kept) {
+  if (!kept.ok()) return absl::StrCat("; reporting it failed: ", kept.status().message());
+  return *kept ? "; reported: the coordinator removed its damaged copy and the next generation "
+                 "fetches the checkpoint from the workers that hold it"
+               : "; reported: the job resumes from the checkpoint before it";
+}
+
 StepReport::Collectives RecentCollectives(const FlightRecorder& rec) {
   const FlightRecorder::Snapshot snap = rec.Take(16);
   StepReport::Collectives out;
@@ -375,13 +383,14 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
                                            "coordinator failed: ", got.message());
       if (got.code() != absl::StatusCode::kNotFound && got.code() != absl::StatusCode::kDataLoss)
         return Fail(why);
-      // No copy anywhere (an in-memory checkpoint whose holders are gone),
-      // or the coordinator's is damaged (its bytes are not the record's):
-      // the job resumes from the checkpoint before it.
-      absl::Status told = channel->ReportBadCheckpoint(resume, why);
-      return Fail(absl::StrCat(why, told.ok()
-                                        ? "; reported: the job resumes from the checkpoint before it"
-                                        : absl::StrCat("; reporting it failed: ", told.message())));
+      // No copy anywhere (an in-memory checkpoint whose holders are gone):
+      // the job resumes from the checkpoint before it. The coordinator's is
+      // damaged (its bytes are not the record's): the coordinator removes
+      // it, and while workers hold the checkpoint the next generation
+      // fetches it from them.
+      const bool damaged = got.code() == absl::StatusCode::kDataLoss;
+      absl::StatusOr<bool> kept = channel->ReportBadCheckpoint(resume, why, damaged);
+      return Fail(absl::StrCat(why, ReportedBad(kept)));
     }
   }
   if (!resume.empty()) {
@@ -414,10 +423,9 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     if (s.code() == absl::StatusCode::kDataLoss && channel && !env.resume_from.empty()) {
       // No copy loads: the coordinator drops this checkpoint, and the next
       // generation resumes from the one before it.
-      absl::Status told = channel->ReportBadCheckpoint(resume, std::string(s.message()));
-      return Fail(absl::StrCat(s.message(), told.ok()
-                                                ? "; reported: the job resumes from the checkpoint before it"
-                                                : absl::StrCat("; reporting it failed: ", told.message())));
+      absl::StatusOr<bool> kept =
+          channel->ReportBadCheckpoint(resume, std::string(s.message()), /*coordinator_copy=*/false);
+      return Fail(absl::StrCat(s.message(), ReportedBad(kept)));
     }
     if (!s.ok()) return Fail(std::string(s.message()));
     if (rank == 0) {

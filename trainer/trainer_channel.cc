@@ -119,17 +119,20 @@ class GrpcTrainerChannel final : public ControlChannel {
     return std::vector<std::string>(resp.expired().begin(), resp.expired().end());
   }
 
-  absl::Status ReportBadCheckpoint(const std::string& path, const std::string& reason) override {
+  absl::StatusOr<bool> ReportBadCheckpoint(const std::string& path, const std::string& reason,
+                                           bool coordinator_copy) override {
     v1::BadCheckpoint req;
     FillRef(req.mutable_ref());
     req.set_path(path);
     req.set_reason(PrintableLine(reason, 512));
+    req.set_coordinator_copy(coordinator_copy);
     v1::BadCheckpointResponse resp;
     grpc::ClientContext ctx;
     SetDeadline(&ctx);
     grpc::Status s = stub_->ReportBadCheckpoint(&ctx, req, &resp);
     Note(s);
-    return FromGrpcStatus(s, "ReportBadCheckpoint");
+    if (!s.ok()) return FromGrpcStatus(s, "ReportBadCheckpoint");
+    return resp.kept();
   }
 
   absl::Status UploadCheckpoint(int64_t step, const std::string& path) override {

@@ -416,7 +416,7 @@ class Reporter:
             return None
         import torch
 
-        path, fetched = self.resume_from, None
+        path, fetched, damaged = self.resume_from, None, False
         try:
             if not os.path.exists(path) and self.enabled:
                 # Its worker could not fetch it from a holder: the coordinator's
@@ -428,6 +428,9 @@ class Reporter:
                 except FramewormError as e:
                     if e.code not in ("DATA_LOSS", "NOT_FOUND"):
                         raise _NotReported(e) from None
+                    # The coordinator's copy is damaged: it checks and
+                    # removes it, and keeps the record while workers hold it.
+                    damaged = e.code == "DATA_LOSS"
                     raise
             return torch.load(path, map_location=map_location, weights_only=weights_only)
         except _NotReported as e:
@@ -437,7 +440,8 @@ class Reporter:
                 try:
                     self._stub.ReportBadCheckpoint(
                         trainer_service_pb2.BadCheckpoint(ref=self._ref, path=self.resume_from,
-                                                          reason=cut_utf8(str(e), 512)),
+                                                          reason=cut_utf8(str(e), 512),
+                                                          coordinator_copy=damaged),
                         timeout=self.timeout)
                 except grpc.RpcError:
                     pass

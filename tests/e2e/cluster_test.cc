@@ -232,33 +232,54 @@ TEST(ClusterE2E, ADamagedLocalCheckpointIsReplacedByTheCoordinatorsCopy) {
   EXPECT_NE(logs.output.find("is damaged"), std::string::npos) << logs.output.substr(0, 4000);
 }
 
+// A 2-rank job (max_restarts 2) with checkpoints at steps 20 and 40 or
+// later, its trainers stopped (SIGSTOP: no new checkpoint): their pids, the
+// newest record and the one before it, in `out`.
+struct StoppedJob {
+  std::unique_ptr<Cluster> cluster;
+  std::string id;
+  std::vector<pid_t> pids;
+  v1::CheckpointRecord newest, before;
+};
+void StopWithTwoCheckpoints(const std::string& name, StoppedJob* out) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  out->cluster = std::move(*c);
+  std::string spec = TrainJob(name, 200, 20);
+  spec.replace(spec.find("max_restarts: 1"), 15, "max_restarts: 2");
+  auto id = out->cluster->Submit(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  out->id = *id;
+  WaitForCheckpoint(*out->cluster, *id, 40);
+  out->pids = TrainerPidsWithJobId(*id);
+  ASSERT_EQ(out->pids.size(), 2u);
+  for (pid_t p : out->pids) ASSERT_EQ(kill(p, SIGSTOP), 0);
+  absl::SleepFor(absl::Milliseconds(300));
+  auto cks = Checkpoints(*out->cluster, *id);
+  ASSERT_GE(cks.size(), 2u);
+  out->newest = cks.back();
+  out->before = cks[cks.size() - 2];
+}
+
 // No copy of the newest checkpoint loads (this host's and the coordinator's
 // are both damaged): the rank reports it, the coordinator drops it, and the
 // next generation resumes from the checkpoint before it.
 TEST(ClusterE2E, ACheckpointWithNoGoodCopyIsDroppedAndTheJobResumesFromTheOneBefore) {
-  auto c = Cluster::Start({});
-  ASSERT_TRUE(c.ok()) << c.status();
-  std::string spec = TrainJob("no-good-copy", 200, 20);
-  spec.replace(spec.find("max_restarts: 1"), 15, "max_restarts: 2");
-  auto id = (*c)->Submit(spec);
-  ASSERT_TRUE(id.ok()) << id.status();
-  WaitForCheckpoint(**c, *id, 40);
-  std::vector<pid_t> pids = TrainerPidsWithJobId(*id);
-  ASSERT_EQ(pids.size(), 2u);
-  for (pid_t p : pids) ASSERT_EQ(kill(p, SIGSTOP), 0);  // no new checkpoint now
-  absl::SleepFor(absl::Milliseconds(300));
-  auto cks = Checkpoints(**c, *id);
-  ASSERT_GE(cks.size(), 2u);
-  const v1::CheckpointRecord bad = cks.back(), before = cks[cks.size() - 2];
+  StoppedJob job;
+  ASSERT_NO_FATAL_FAILURE(StopWithTwoCheckpoints("no-good-copy", &job));
+  Cluster& c = *job.cluster;
+  const std::string& id = job.id;
+  const std::vector<pid_t>& pids = job.pids;
+  const v1::CheckpointRecord bad = job.newest, before = job.before;
   FlipAByte(bad.path());
-  FlipAByte(absl::StrCat((*c)->state_on_host(), "/checkpoint-copies/", *id, "/ckpt-", bad.step(),
+  FlipAByte(absl::StrCat(c.state_on_host(), "/checkpoint-copies/", id, "/ckpt-", bad.step(),
                          ".pt"));
   for (pid_t p : pids) kill(p, SIGKILL);
-  auto st = (*c)->WaitForFinal(*id, absl::Seconds(150));
+  auto st = c.WaitForFinal(id, absl::Seconds(150));
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
   EXPECT_EQ(st->restarts(), 2) << "the kill, then the generation that found no good copy";
-  RunResult logs = (*c)->Cli({"logs", *id, "--rank", "0"});
+  RunResult logs = c.Cli({"logs", id, "--rank", "0"});
   EXPECT_NE(logs.output.find("the job resumes from the checkpoint before it"), std::string::npos)
       << logs.output.substr(0, 4000);
   // The coordinator's damaged copy was caught as it was downloaded, by the
@@ -268,10 +289,49 @@ TEST(ClusterE2E, ACheckpointWithNoGoodCopyIsDroppedAndTheJobResumesFromTheOneBef
   EXPECT_NE(logs.output.find("\"event\":\"resumed\",\"path\":\"" + before.path() + "\""),
             std::string::npos)
       << logs.output.substr(0, 6000);
-  for (const auto& r : Checkpoints(**c, *id)) {
+  for (const auto& r : Checkpoints(c, id)) {
     EXPECT_FALSE(r.path() == bad.path() && r.checksum() == bad.checksum())
         << "the bad record is still listed";
   }
+}
+
+// Two faults at once: the newest checkpoint's file is gone from the host
+// and the coordinator's copy of it is damaged. Each rank downloads that
+// copy, finds it is not the record's bytes and reports it with
+// coordinator_copy: the coordinator checks its copy, removes it and keeps
+// the record for its holders (checkpoint_copy_bad; that generation is not
+// counted). Their claims are stale here (the file is gone), so the next
+// generation finds no copy anywhere, the record is dropped and the job
+// resumes from the checkpoint before it: restarts 2 (the kill, then the
+// generation that found nothing), generation 4.
+TEST(ClusterE2E, AGoneFileAndADamagedCoordinatorCopyCostTheNewestCheckpointOnly) {
+  StoppedJob job;
+  ASSERT_NO_FATAL_FAILURE(StopWithTwoCheckpoints("gone-and-damaged", &job));
+  Cluster& c = *job.cluster;
+  const std::string& id = job.id;
+  const std::vector<pid_t>& pids = job.pids;
+  const v1::CheckpointRecord bad = job.newest, before = job.before;
+  ASSERT_TRUE(std::filesystem::remove(bad.path()));
+  FlipAByte(absl::StrCat(c.state_on_host(), "/checkpoint-copies/", id, "/ckpt-", bad.step(),
+                         ".pt"));
+  for (pid_t p : pids) kill(p, SIGKILL);
+  auto st = c.WaitForFinal(id, absl::Seconds(180));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  EXPECT_EQ(st->restarts(), 2) << st->ShortDebugString();
+  EXPECT_EQ(st->generation(), 4) << st->ShortDebugString();
+  RunResult events = c.Cli({"events", id});
+  EXPECT_NE(events.output.find(absl::StrCat("the coordinator's copy of the checkpoint of step ",
+                                            bad.step(), " is damaged")),
+            std::string::npos)
+      << events.output;
+  EXPECT_NE(events.output.find("checkpoint_bad"), std::string::npos) << events.output;
+  RunResult logs = c.Cli({"logs", id, "--rank", "0"});
+  EXPECT_NE(logs.output.find("the coordinator removed its damaged copy"), std::string::npos)
+      << logs.output.substr(0, 6000);
+  EXPECT_NE(logs.output.find("\"event\":\"resumed\",\"path\":\"" + before.path() + "\""),
+            std::string::npos)
+      << logs.output.substr(0, 6000);
 }
 
 // In-memory checkpoints (checkpoint.memory_every_n_steps) between the disk
