@@ -517,10 +517,12 @@ void UploadedAndReported(Coordinator& coord, const std::string& id,
 // copies: the coordinator checks its copy, removes it, keeps the record
 // and its holders (no drop sent), and the next generation resumes from the
 // same step without using up a restart. A copy that matches its record is
-// not removed on a rank's word.
+// not removed on a rank's word, and the verdict holds for the generation
+// (no second read). Another rank of the generation that then finds no copy
+// (NOT_FOUND, reported without coordinator_copy) gets the same answer.
 TEST_F(ReplicationTest, ADamagedCoordinatorCopyIsRemovedAndTheHoldersKeepTheCheckpoint) {
   v1::JobSpec spec = Spec(2, 1);
-  spec.set_max_restarts(2);
+  spec.set_max_restarts(3);
   const std::string id = StartJob(spec);
   UploadedAndReported(*coord_, id, 20, TokenOf(id, 1, 0), CkptPath(id, 20));
   Held("w0", id, 20);
@@ -528,8 +530,6 @@ TEST_F(ReplicationTest, ADamagedCoordinatorCopyIsRemovedAndTheHoldersKeepTheChec
   TaskState("w0", id, 1, 0, v1::TASK_EXITED, 1);
   ASSERT_EQ(Job(id).generation(), 2);
   ASSERT_EQ(Job(id).restarts(), 1);
-  Take("w0");
-  Take("w1");
   v1::BadCheckpoint bad = Bad(id, 2, 1, CkptPath(id, 20), "crc32:0bad0bad is not the record's",
                               /*coordinator_copy=*/true);
   const std::string copy = absl::StrCat(dir_, "/checkpoint-copies/", id, "/ckpt-20.pt");
@@ -540,12 +540,21 @@ TEST_F(ReplicationTest, ADamagedCoordinatorCopyIsRemovedAndTheHoldersKeepTheChec
       << intact.status();
   EXPECT_TRUE(std::filesystem::exists(copy));
   std::ofstream(copy, std::ios::trunc) << "dxta";  // damaged on the coordinator's disk
+  EXPECT_EQ(coord_->ReportBadCheckpoint(bad).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "generation 2's verdict stands";
+  EXPECT_TRUE(std::filesystem::exists(copy));
+  TaskState("w1", id, 2, 1, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(id).generation(), 3);
+  ASSERT_EQ(Job(id).restarts(), 2);
+  Take("w0");
+  Take("w1");
+  bad = Bad(id, 3, 1, CkptPath(id, 20), "crc32:0bad0bad is not the record's",
+            /*coordinator_copy=*/true);
   auto kept = coord_->ReportBadCheckpoint(bad);
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_TRUE(*kept);
   EXPECT_FALSE(std::filesystem::exists(copy));
   EXPECT_THAT(HoldersOf(id, 20), ElementsAre("w0", "w1"));
-  for (const char* w : {"w0", "w1"}) EXPECT_TRUE(Drops(Take(w)).empty()) << w;
   auto events = coord_->ListEvents(id, 0, 1000);
   ASSERT_TRUE(events.ok());
   bool told = false;
@@ -555,22 +564,30 @@ TEST_F(ReplicationTest, ADamagedCoordinatorCopyIsRemovedAndTheHoldersKeepTheChec
   }
   EXPECT_TRUE(told);
   const size_t events_before = events->size();
-  // Rank 0 tells too: the copy is gone, the record stays, no second event.
-  bad.mutable_ref()->set_token(TokenOf(id, 2, 0));
-  kept = coord_->ReportBadCheckpoint(bad);
-  ASSERT_TRUE(kept.ok()) << kept.status();
-  EXPECT_TRUE(*kept);
+  // Rank 0 tells too, with the flag or having found no copy at all: the
+  // record stays, no second event, no drop.
+  for (bool flag : {true, false}) {
+    kept = coord_->ReportBadCheckpoint(Bad(id, 3, 0, CkptPath(id, 20), "no copy", flag));
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_TRUE(*kept) << flag;
+  }
   EXPECT_EQ(coord_->ListEvents(id, 0, 1000)->size(), events_before);
-  TaskState("w1", id, 2, 1, v1::TASK_EXITED, 1);
+  for (const char* w : {"w0", "w1"}) EXPECT_TRUE(Drops(Take(w)).empty()) << w;
+  TaskState("w1", id, 3, 1, v1::TASK_EXITED, 1);
   v1::JobStatus st = Job(id);
   ASSERT_EQ(st.state(), v1::RUNNING) << st.reason();
-  EXPECT_EQ(st.generation(), 3);
-  EXPECT_EQ(st.restarts(), 1) << "the damaged copy was not the job's fault";
+  EXPECT_EQ(st.generation(), 4);
+  EXPECT_EQ(st.restarts(), 2) << "the damaged copy was not the job's fault";
   for (const char* w : {"w0", "w1"}) {
     auto starts = Starts(w);
     ASSERT_EQ(starts.size(), 1u) << w;
     EXPECT_EQ(starts[0].resume_from(), CkptPath(id, 20)) << w;
   }
+  // Generation 4: with the copy gone, a report of no copy (the holders'
+  // were not there either) drops the record as before, counted.
+  ASSERT_TRUE(coord_->ReportBadCheckpoint(Bad(id, 4, 1, CkptPath(id, 20), "no copy")).ok());
+  EXPECT_TRUE(coord_->ListCheckpoints(id)->empty());
+  EXPECT_EQ(Drops(Take("w0")).size(), 1u);
 }
 
 // The same with no worker holding the checkpoint: nothing else has it, so
@@ -598,6 +615,7 @@ TEST_F(ReplicationTest, ADamagedCoordinatorCopyWithNoHolderDropsTheCheckpoint) {
   EXPECT_EQ((*list)[0].step(), 10);
   TaskState("w1", id, 2, 1, v1::TASK_EXITED, 1);
   ASSERT_EQ(Job(id).generation(), 3);
+  EXPECT_EQ(Job(id).restarts(), 2) << "a damaged copy with no other: counted, as a bad file";
   EXPECT_EQ(Starts("w0").at(0).resume_from(), CkptPath(id, 10));
 }
 

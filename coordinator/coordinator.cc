@@ -1052,64 +1052,101 @@ absl::Status CheckResumedFrom(const Job& job, const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad) {
+std::optional<std::pair<v1::CheckpointRecord, std::vector<std::string>>>
+Coordinator::RecordOfLocked(const std::string& job_id, const std::string& path) const {
+  for (const auto& c : checkpoints_.List(job_id)) {
+    if (c.path() == path) {
+      return std::make_pair(c, std::vector<std::string>(c.holders().begin(), c.holders().end()));
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, bool* removed) {
   const std::string& job_id = bad.ref().job_id();
+  // The verdict a report of this generation already had: the same answer.
+  auto answer = [&](const Job& job, const v1::CheckpointRecord& r, bool has_holders)
+      -> std::optional<absl::StatusOr<bool>> {
+    const Job::CopyVerdict& v = job.copy_verdict;
+    if (v.generation != job.generation || v.path != bad.path()) return std::nullopt;
+    if (!v.damaged) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the coordinator's copy of job ", job_id, "'s checkpoint of step ", r.step(),
+          " matches its record (", r.bytes(), " bytes, ", r.checksum(),
+          "): it is not damaged; the download that was not these bytes failed on its way"));
+    }
+    *removed = true;
+    return has_holders;
+  };
   std::optional<v1::CheckpointRecord> record;
   {
     absl::MutexLock l(&mu_);
     absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(bad.ref(), /*writes=*/false);
     if (!job.ok()) return job.status();
     if (absl::Status s = CheckResumedFrom(**job, bad.path()); !s.ok()) return s;
-    for (const auto& c : checkpoints_.List(job_id)) {
-      if (c.path() == bad.path()) record = c;
+    auto found = RecordOfLocked(job_id, bad.path());
+    // None (another rank's report dropped it), a memory record (no copy
+    // here) or one with nothing to check a copy against: as any bad one.
+    if (!found || found->first.memory() ||
+        (found->first.bytes() == 0 && found->first.checksum().empty())) {
+      return false;
+    }
+    if (auto a = answer(**job, found->first, !found->second.empty())) return *a;
+    record = found->first;
+  }
+  // The check: outside the lock (it may read the whole copy). No copy here
+  // is no verdict, unless another rank's report gave one meanwhile.
+  std::optional<bool> damaged;
+  absl::StatusOr<std::string> copy = copies_.PathOf(job_id, record->step());
+  if (copy.ok()) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(*copy, ec);
+    if (!ec && record->bytes() > 0 && static_cast<int64_t>(size) != record->bytes()) {
+      damaged = true;  // another size: no need to read it
+    } else {
+      absl::StatusOr<std::pair<int64_t, std::string>> sum = FileChecksum(*copy);
+      damaged = !(sum.ok() && (record->bytes() == 0 || sum->first == record->bytes()) &&
+                  (record->checksum().empty() || sum->second == record->checksum()));
     }
   }
-  if (!record) return false;  // another rank's report dropped it
-  // The check reads the whole copy: outside the lock. A copy another
-  // rank's report removed meanwhile is not there (nothing to check).
-  bool removed = false;
-  if (absl::StatusOr<std::string> copy = copies_.PathOf(job_id, record->step()); copy.ok()) {
-    absl::StatusOr<std::pair<int64_t, std::string>> sum = FileChecksum(*copy);
-    const bool matches = sum.ok() && (record->bytes() == 0 || sum->first == record->bytes()) &&
-                         (record->checksum().empty() || sum->second == record->checksum());
-    if (matches) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the coordinator's copy of job ", job_id, "'s checkpoint of step ", record->step(),
-          " matches its record (", sum->first, " bytes, ", sum->second,
-          "): it is not damaged; the download that was not these bytes failed on its way"));
-    }
-    copies_.Remove(job_id, record->step());
-    removed = true;
-  }
+  std::vector<std::string> holders;
   {
     absl::MutexLock l(&mu_);
-    std::vector<std::string> holders;
-    bool recorded = false;
-    for (const auto& c : checkpoints_.List(job_id)) {
-      if (c.path() != bad.path()) continue;
-      recorded = true;
-      holders.assign(c.holders().begin(), c.holders().end());
+    absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(bad.ref(), /*writes=*/false);
+    if (!job.ok()) return job.status();  // the generation ended meanwhile
+    auto found = RecordOfLocked(job_id, bad.path());
+    if (!found) return false;
+    holders = found->second;
+    if (auto a = answer(**job, found->first, !holders.empty())) return *a;
+    if (!damaged) return false;  // no copy to check, no verdict: as any bad one
+    jobs_.NoteCopyVerdict(job_id, bad.path(), *damaged);
+    if (!*damaged) return *answer(**job, found->first, !holders.empty());
+    *removed = true;
+    if (!holders.empty()) {
+      jobs_.ResumeFailed(job_id);
+      v1::Event e = EventLog::Make(
+          "checkpoint_copy_bad", job_id,
+          absl::StrCat("job ", job_id, ": the coordinator's copy of the checkpoint of step ",
+                       record->step(), " is damaged (", PrintableLine(bad.reason(), 512),
+                       "); it is removed and the next generation fetches the checkpoint from ",
+                       absl::StrJoin(holders, ", ")));
+      e.set_generation(bad.ref().generation());
+      e.set_step(record->step());
+      events_.Emit(std::move(e));
     }
-    if (!recorded || holders.empty()) return false;
-    if (!removed) return true;  // another rank's report removed it and told
-    jobs_.ResumeFailed(job_id);
-    v1::Event e = EventLog::Make(
-        "checkpoint_copy_bad", job_id,
-        absl::StrCat("job ", job_id, ": the coordinator's copy of the checkpoint of step ",
-                     record->step(), " is damaged (", PrintableLine(bad.reason(), 512),
-                     "); it is removed and the next generation fetches the checkpoint from ",
-                     absl::StrJoin(holders, ", ")));
-    e.set_generation(bad.ref().generation());
-    e.set_step(record->step());
-    events_.Emit(std::move(e));
   }
+  // Removed after the verdict is kept: a report that finds no copy from
+  // now on finds the verdict.
+  copies_.Remove(job_id, record->step());
+  if (holders.empty()) return false;
   Flush();
   return true;
 }
 
 absl::StatusOr<bool> Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& bad) {
+  bool removed = false;  // the coordinator's copy was found damaged
   if (bad.coordinator_copy()) {
-    absl::StatusOr<bool> kept = DropDamagedCopy(bad);
+    absl::StatusOr<bool> kept = DropDamagedCopy(bad, &removed);
     if (!kept.ok() || *kept) return kept;
   }
   int64_t step = -1;
@@ -1118,20 +1155,25 @@ absl::StatusOr<bool> Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& b
     absl::StatusOr<const Job*> job = jobs_.CheckpointTarget(bad.ref(), /*writes=*/false);
     if (!job.ok()) return job.status();
     if (absl::Status s = CheckResumedFrom(**job, bad.path()); !s.ok()) return s;
-    std::vector<std::string> holders;
-    for (const auto& c : checkpoints_.List((*job)->id)) {
-      if (c.path() != bad.path()) continue;
-      step = c.step();
-      holders.assign(c.holders().begin(), c.holders().end());
+    auto found = RecordOfLocked((*job)->id, bad.path());
+    if (!found) return false;  // another rank of the generation told first
+    step = found->first.step();
+    const std::vector<std::string>& holders = found->second;
+    // Another rank of this generation found the coordinator's copy damaged
+    // and it was removed for the holders: this rank's download found none.
+    const Job::CopyVerdict& v = (*job)->copy_verdict;
+    if (v.damaged && v.generation == (*job)->generation && v.path == bad.path() &&
+        !holders.empty()) {
+      return true;
     }
-    if (step < 0) return false;  // another rank of the generation told first
     // No copy anywhere (no holder left, none on the coordinator: an
     // in-memory checkpoint whose holders are gone) is the catalog's
     // staleness, not a fault of the job: the generation's end is not
     // counted. A copy that exists but does not load counts as before, so
-    // max_restarts bounds how many records a load error can drop.
+    // max_restarts bounds how many records a load error can drop; so does
+    // a coordinator copy found damaged with no holder left.
     const bool unavailable =
-        holders.empty() && !copies_.PathOf((*job)->id, step).ok();
+        holders.empty() && !removed && !copies_.PathOf((*job)->id, step).ok();
     if (absl::Status s = checkpoints_.Remove((*job)->id, bad.path()); !s.ok()) return s;
     if (unavailable) jobs_.ResumeFailed((*job)->id);
     for (auto& [w, m] : DropCommands((*job)->id, step, holders)) workers_.Send(w, std::move(m));

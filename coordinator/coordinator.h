@@ -368,12 +368,19 @@ class Coordinator {
       std::unique_ptr<Store> owned, Store* store);
   absl::Status Reload() ABSL_LOCKS_EXCLUDED(mu_);
   // ReportBadCheckpoint's coordinator_copy part: checks the coordinator's
-  // copy of `bad.path` against its record (outside the lock), removes a
+  // copy of `bad.path` against its record (its size, then its CRC-32, read
+  // outside the lock; once per generation: Job::copy_verdict), removes a
   // damaged one and, while the checkpoint has holders, keeps the record
   // (true). False: the record is to be dropped as for any bad checkpoint
-  // (no holder left, or another rank's report dropped it already).
-  // FAILED_PRECONDITION when the copy matches its record.
-  absl::StatusOr<bool> DropDamagedCopy(const v1::BadCheckpoint& bad) ABSL_LOCKS_EXCLUDED(mu_);
+  // (no holder left, `*removed` then true; a memory record or one with
+  // neither size nor checksum, nothing to check; no copy; or another
+  // rank's report dropped it already). FAILED_PRECONDITION when the copy
+  // matches its record.
+  absl::StatusOr<bool> DropDamagedCopy(const v1::BadCheckpoint& bad, bool* removed)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The record of `path` in `job` and its holders; nullopt when none.
+  std::optional<std::pair<v1::CheckpointRecord, std::vector<std::string>>> RecordOfLocked(
+      const std::string& job_id, const std::string& path) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobStatus StatusOf(const Job& job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A job view under mu_: NOT_FOUND for an unknown job.

@@ -46,11 +46,23 @@ struct Job {
   int64_t generation = 0;
   int restarts = 0;
   // Restarts not counted against max_restarts because the coordinator's
-  // own silence caused them (a rank fenced by its worker while current);
+  // own silence caused them (a rank fenced by its worker while current) or
+  // a resume checkpoint without a usable copy (resume_failed_generation);
   // past JobScheduler::kMaxUncountedRestarts they count (in memory only).
   int uncounted_restarts = 0;
-  // The generation whose resume checkpoint had no copy left (ResumeFailed).
+  // The generation whose resume checkpoint had no copy left, or whose
+  // failure was the coordinator's damaged copy (ResumeFailed).
   int64_t resume_failed_generation = 0;
+  // What the coordinator found when a rank of `generation` said its copy of
+  // `path` (that generation's resume checkpoint) was not the record's bytes
+  // (BadCheckpoint.coordinator_copy): damaged (removed) or intact. Later
+  // reports of that generation get the same answer without a second read.
+  struct CopyVerdict {
+    int64_t generation = -1;
+    std::string path;
+    bool damaged = false;
+  };
+  CopyVerdict copy_verdict;
   std::string reason;
   std::string warning;  // the newest rank warning (JobStatus.warning)
   // The newest failure's event message and time (JobStatus.last_cause);

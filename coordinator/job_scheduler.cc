@@ -972,6 +972,11 @@ void JobScheduler::ResumeFailed(const std::string& job_id) {
   if (Job* job = FindMutable(job_id)) job->resume_failed_generation = job->generation;
 }
 
+void JobScheduler::NoteCopyVerdict(const std::string& job_id, const std::string& path,
+                                   bool damaged) {
+  if (Job* job = FindMutable(job_id)) job->copy_verdict = Job::CopyVerdict{job->generation, path, damaged};
+}
+
 void JobScheduler::CheckpointRecorded(const std::string& job_id, int64_t step) {
   Job* job = FindMutable(job_id);
   if (!job) return;

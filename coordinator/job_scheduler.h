@@ -163,7 +163,8 @@ class JobScheduler {
   // MAX_QUEUED) merge however far apart the ranks send them.
   static constexpr size_t kDeferredMemorySteps = 4096 + 1024;
   // Restarts a job may take without counting them, each caused by this
-  // coordinator's own absence (TaskStatus.fenced); past it they count.
+  // coordinator's own absence (TaskStatus.fenced) or by a resume
+  // checkpoint with no usable copy (ResumeFailed); past it they count.
   static constexpr int kMaxUncountedRestarts = 16;
   absl::StatusOr<StepOutcome> ReportStep(const v1::StepMetrics& m, bool record_metrics);
   // Who makes a trainer call to `job` (ref's job; null: none): the rank of
@@ -187,10 +188,13 @@ class JobScheduler {
   void CheckpointRecorded(const std::string& job_id, int64_t step);
   // A rank of the job's current generation found no copy at all of the
   // checkpoint it resumes from (no holder, no coordinator copy; its record
-  // is dropped): the failure of this generation that follows is not
-  // counted against max_restarts (the next resumes from the checkpoint
-  // before; bounded by the records and by kMaxUncountedRestarts).
+  // is dropped), or only the coordinator's copy, damaged (removed; the
+  // record kept for its holders): the failure of this generation that
+  // follows is not counted against max_restarts (bounded by the records,
+  // by one per generation and by kMaxUncountedRestarts).
   void ResumeFailed(const std::string& job_id);
+  // Keeps Job::copy_verdict for the job's current generation.
+  void NoteCopyVerdict(const std::string& job_id, const std::string& path, bool damaged);
 
   // ---- Bounded growth (job_retention.cc) ----
   // Removes the jobs that ended (SUCCEEDED, FAILED, CANCELLED) before

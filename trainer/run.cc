@@ -78,7 +78,6 @@ int Fail(const std::string& what) {
 // Six significant digits (a diverged value is null).
 std::string J(double v) { return JsonNumber(v, 6); }
 
-// The recorder's newest 16 collectives, as a ping carries them.
 // What a rank's failure message adds about its ReportBadCheckpoint.
 std::string ReportedBad(const absl::StatusOr<bool>& kept) {
   if (!kept.ok()) return absl::StrCat("; reporting it failed: ", kept.status().message());
@@ -87,6 +86,7 @@ std::string ReportedBad(const absl::StatusOr<bool>& kept) {
                : "; reported: the job resumes from the checkpoint before it";
 }
 
+// The recorder's newest 16 collectives, as a ping carries them.
 StepReport::Collectives RecentCollectives(const FlightRecorder& rec) {
   const FlightRecorder::Snapshot snap = rec.Take(16);
   StepReport::Collectives out;

@@ -425,6 +425,8 @@ class Reporter:
                 # load, as frameworm-train does; another error is raised as is.
                 try:
                     path = fetched = self.download_checkpoint(self.resume_from)
+                except OSError as e:  # this host cannot write it: not the copy's fault
+                    raise _NotReported(e) from None
                 except FramewormError as e:
                     if e.code not in ("DATA_LOSS", "NOT_FOUND"):
                         raise _NotReported(e) from None
