@@ -15,6 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/log_cap.h"
 
 namespace frameworm::coordinator {
@@ -24,6 +26,17 @@ namespace fs = std::filesystem;
 
 constexpr absl::string_view kPrefix = "rank-";
 constexpr absl::string_view kSuffix = ".log";
+constexpr absl::string_view kEndsSuffix = ".ends";
+
+// A slot of the .ends file: "<generation> <stream> <end>\n", each number
+// 20 digits, the stream padded to 6: 49 bytes. Slot index: the
+// generation's parity x 2 + (stderr ? 1 : 0).
+constexpr size_t kSlotBytes = 49;
+constexpr int kSlots = 4;
+
+int SlotOf(int64_t generation, const std::string& stream) {
+  return static_cast<int>(generation % 2) * 2 + (stream == "stderr" ? 1 : 0);
+}
 
 }  // namespace
 
@@ -40,6 +53,48 @@ std::string JobLogs::Dir(const std::string& job_id) const {
 std::string JobLogs::Path(const std::string& job_id, int rank) const {
   return (fs::path(Dir(job_id)) / absl::StrCat(kPrefix, rank, kSuffix))
       .string();
+}
+
+std::string JobLogs::EndsPath(const std::string& job_id, int rank) const {
+  return (fs::path(Dir(job_id)) / absl::StrCat(kPrefix, rank, kEndsSuffix)).string();
+}
+
+void JobLogs::LoadEndsLocked(const std::string& job_id, int rank) const {
+  if (!loaded_.emplace(job_id, rank).second) return;
+  const std::string path = EndsPath(job_id, rank);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return;  // none yet
+  char buf[kSlotBytes * kSlots];
+  ssize_t n;
+  do {
+    n = ::pread(fd, buf, sizeof(buf), 0);
+  } while (n < 0 && errno == EINTR);
+  ::close(fd);
+  for (int slot = 0; n > 0 && (slot + 1) * kSlotBytes <= static_cast<size_t>(n); ++slot) {
+    const std::vector<absl::string_view> f = absl::StrSplit(
+        absl::string_view(buf + slot * kSlotBytes, kSlotBytes - 1), ' ', absl::SkipEmpty());
+    int64_t generation = -1, end = -1;
+    if (f.size() != 3 || !absl::SimpleAtoi(f[0], &generation) ||
+        !absl::SimpleAtoi(f[2], &end) || generation < 0 || end < 0 ||
+        (f[1] != "stdout" && f[1] != "stderr") || SlotOf(generation, std::string(f[1])) != slot) {
+      continue;  // empty, torn or foreign: that source's resends are written again
+    }
+    int64_t& known = ends_[Source{job_id, rank, generation, std::string(f[1])}];
+    known = std::max(known, end);
+  }
+}
+
+void JobLogs::SaveEndLocked(const std::string& job_id, int rank, int64_t generation,
+                            const std::string& stream, int64_t end) const {
+  const std::string path = EndsPath(job_id, rank);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;
+  const std::string slot = absl::StrFormat("%020d %-6s %020d\n", generation, stream, end);
+  ssize_t n;
+  do {
+    n = ::pwrite(fd, slot.data(), slot.size(), SlotOf(generation, stream) * kSlotBytes);
+  } while (n < 0 && errno == EINTR);
+  ::close(fd);
 }
 
 absl::Status JobLogs::Check(const std::string& job_id, int rank) const {
@@ -106,6 +161,7 @@ absl::StatusOr<int64_t> JobLogs::AppendAt(const std::string& job_id, int rank,
   // moved as one step, so a resent chunk racing its first copy (an old and a
   // new session of one worker) is written once.
   absl::MutexLock l(&mu_);
+  LoadEndsLocked(job_id, rank);
   const Source key{job_id, rank, generation, stream};
   auto it = ends_.find(key);
   if (it != ends_.end() && it->second >= offset) {
@@ -113,6 +169,7 @@ absl::StatusOr<int64_t> JobLogs::AppendAt(const std::string& job_id, int rank,
     data.remove_prefix(static_cast<size_t>(it->second - offset));
   }
   if (absl::Status s = Append(job_id, rank, data); !s.ok()) return s;
+  SaveEndLocked(job_id, rank, generation, stream, end);
   if (it != ends_.end()) {
     it->second = end;
     return end;
@@ -136,6 +193,10 @@ void JobLogs::RemoveJob(const std::string& job_id) const {
     for (auto it = ends_.lower_bound(Source{job_id, INT32_MIN, INT64_MIN, ""});
          it != ends_.end() && std::get<0>(it->first) == job_id;) {
       it = ends_.erase(it);
+    }
+    for (auto it = loaded_.lower_bound({job_id, INT32_MIN});
+         it != loaded_.end() && it->first == job_id;) {
+      it = loaded_.erase(it);
     }
   }
   std::error_code ec;

@@ -9,8 +9,13 @@
 // stream of the rank's output) and the offset of its first byte in that
 // source, and writes only the bytes past what it already has from that
 // source, so a worker may resend what it is not sure arrived. The ends are
-// kept in memory (lost on a restart: a chunk resent then is written again)
-// for the two newest generations seen per job and rank.
+// kept for the two newest generations seen per job and rank, in memory and
+// in a small file beside the log (rank-<r>.ends: one fixed-size slot per
+// generation parity and stream, written after the chunk's bytes), which a
+// restarted coordinator reads before its first chunk of that rank, so a
+// chunk resent across a restart (the coordinator killed after writing it,
+// before its receipt) is not written twice. A slot file that cannot be
+// written or read is ignored (such a resend is written again).
 //
 // Size: a rank's file keeps at most about `max_bytes_per_rank` of its
 // newest output (common/log_cap.h: the head becomes a hole, offsets stay
@@ -29,7 +34,9 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <tuple>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -87,6 +94,14 @@ class JobLogs {
 
  private:
   absl::Status Check(const std::string& job_id, int rank) const;
+  // rank-<r>.ends beside the rank's log.
+  std::string EndsPath(const std::string& job_id, int rank) const;
+  // Once per job and rank in this process: the ends in its slot file.
+  void LoadEndsLocked(const std::string& job_id, int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes one source's end into its slot (best effort).
+  void SaveEndLocked(const std::string& job_id, int rank, int64_t generation,
+                     const std::string& stream, int64_t end) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   mutable std::atomic<bool> warned_{false};  // a cap failed (said once)
@@ -94,6 +109,8 @@ class JobLogs {
   using Source = std::tuple<std::string, int, int64_t, std::string>;
   mutable absl::Mutex mu_;
   mutable std::map<Source, int64_t> ends_ ABSL_GUARDED_BY(mu_);
+  // (job, rank) whose slot file was read.
+  mutable std::set<std::pair<std::string, int>> loaded_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace frameworm::coordinator

@@ -117,6 +117,37 @@ TEST_F(JobLogsTest, EndsAreKeptForTheTwoNewestGenerationsAndForgottenWithTheJob)
   EXPECT_EQ(all(), "c");
 }
 
+// A coordinator killed after writing a chunk and before its receipt: the
+// worker resends it to the next process, which reads the ends it left in
+// rank-<r>.ends and writes only what is new. A slot file that is damaged
+// is ignored (the resend is written again, as before there was one).
+TEST_F(JobLogsTest, AChunkResentAcrossARestartIsWrittenOnce) {
+  {
+    JobLogs before({root_});
+    ASSERT_TRUE(before.AppendAt("job-1", 0, 1, "stdout", 0, "step 1\n").ok());
+    ASSERT_TRUE(before.AppendAt("job-1", 0, 1, "stderr", 0, "warn\n").ok());
+    ASSERT_TRUE(before.AppendAt("job-1", 0, 2, "stdout", 0, "gen 2\n").ok());
+    ASSERT_TRUE(before.AppendAt("job-1", 0, 2, "stdout", 6, "more\n").ok());
+  }
+  JobLogs after({root_});
+  auto all = [&] { return after.Read("job-1", 0, 0, 1000)->data; };
+  const std::string was = "step 1\nwarn\ngen 2\nmore\n";
+  EXPECT_EQ(*after.AppendAt("job-1", 0, 2, "stdout", 6, "more\n"), 11);
+  EXPECT_EQ(*after.AppendAt("job-1", 0, 2, "stdout", 0, "gen 2\nmore\n"), 11);
+  EXPECT_EQ(*after.AppendAt("job-1", 0, 1, "stderr", 0, "warn\n"), 5);
+  EXPECT_EQ(*after.AppendAt("job-1", 0, 1, "stdout", 0, "step 1\n"), 7);
+  EXPECT_EQ(all(), was);
+  EXPECT_EQ(*after.AppendAt("job-1", 0, 2, "stdout", 6, "more\nlast\n"), 16);
+  EXPECT_EQ(all(), was + "last\n");
+  // The slot file is not a log: Ranks lists rank 0 only.
+  EXPECT_EQ(*after.Ranks("job-1"), std::vector<int>{0});
+  // Damaged slots: ignored, the resend written again.
+  std::ofstream(root_ + "/job-1/rank-0.ends", std::ios::trunc) << std::string(200, '9');
+  JobLogs damaged({root_});
+  EXPECT_EQ(*damaged.AppendAt("job-1", 0, 2, "stdout", 11, "last\n"), 16);
+  EXPECT_EQ(damaged.Read("job-1", 0, 0, 1000)->data, was + "last\nlast\n");
+}
+
 TEST_F(JobLogsTest, RanksListsTheFilesThatExist) {
   JobLogs logs({root_});
   EXPECT_TRUE(logs.Ranks("job-1")->empty());  // no directory yet
