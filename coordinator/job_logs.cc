@@ -169,7 +169,14 @@ absl::StatusOr<int64_t> JobLogs::AppendAt(const std::string& job_id, int rank,
     data.remove_prefix(static_cast<size_t>(it->second - offset));
   }
   if (absl::Status s = Append(job_id, rank, data); !s.ok()) return s;
-  SaveEndLocked(job_id, rank, generation, stream, end);
+  // A late chunk of a generation older than the two newest (its slot is a
+  // newer generation's, of the same parity) is not saved over it.
+  bool superseded = false;
+  for (auto g = ends_.lower_bound(Source{job_id, rank, 0, ""});
+       g != ends_.end() && std::get<0>(g->first) == job_id && std::get<1>(g->first) == rank; ++g) {
+    superseded = superseded || std::get<2>(g->first) > generation + 1;
+  }
+  if (!superseded) SaveEndLocked(job_id, rank, generation, stream, end);
   if (it != ends_.end()) {
     it->second = end;
     return end;

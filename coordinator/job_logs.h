@@ -14,8 +14,11 @@
 // generation parity and stream, written after the chunk's bytes), which a
 // restarted coordinator reads before its first chunk of that rank, so a
 // chunk resent across a restart (the coordinator killed after writing it,
-// before its receipt) is not written twice. A slot file that cannot be
-// written or read is ignored (such a resend is written again).
+// before its receipt) is not written twice. A late chunk of a generation
+// older than the two newest does not overwrite a newer one's slot. A slot
+// file that cannot be written or read is ignored (such a resend is written
+// again). Nothing is synced: after a power loss a slot may be ahead of its
+// log's bytes (a resend below it is then not written).
 //
 // Size: a rank's file keeps at most about `max_bytes_per_rank` of its
 // newest output (common/log_cap.h: the head becomes a hole, offsets stay

@@ -139,13 +139,22 @@ TEST_F(JobLogsTest, AChunkResentAcrossARestartIsWrittenOnce) {
   EXPECT_EQ(all(), was);
   EXPECT_EQ(*after.AppendAt("job-1", 0, 2, "stdout", 6, "more\nlast\n"), 16);
   EXPECT_EQ(all(), was + "last\n");
+  // A late chunk of generation 0 (older than the two newest) does not take
+  // generation 2's slot: after another restart, 2's resend is still known.
+  EXPECT_EQ(*after.AppendAt("job-1", 0, 0, "stdout", 0, "old\n"), 4);
+  {
+    JobLogs again({root_});
+    EXPECT_EQ(*again.AppendAt("job-1", 0, 2, "stdout", 6, "more\nlast\n"), 16);
+    EXPECT_EQ(again.Read("job-1", 0, 0, 1000)->data, was + "last\nold\n");
+  }
+  std::string now = was + "last\nold\n";
   // The slot file is not a log: Ranks lists rank 0 only.
   EXPECT_EQ(*after.Ranks("job-1"), std::vector<int>{0});
   // Damaged slots: ignored, the resend written again.
   std::ofstream(root_ + "/job-1/rank-0.ends", std::ios::trunc) << std::string(200, '9');
   JobLogs damaged({root_});
   EXPECT_EQ(*damaged.AppendAt("job-1", 0, 2, "stdout", 11, "last\n"), 16);
-  EXPECT_EQ(damaged.Read("job-1", 0, 0, 1000)->data, was + "last\nlast\n");
+  EXPECT_EQ(damaged.Read("job-1", 0, 0, 1000)->data, now + "last\n");
 }
 
 TEST_F(JobLogsTest, RanksListsTheFilesThatExist) {
