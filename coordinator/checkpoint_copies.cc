@@ -1,6 +1,8 @@
 #include "coordinator/checkpoint_copies.h"
 
 #include <filesystem>
+#include <fstream>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -43,6 +45,45 @@ void CheckpointCopies::Remove(const std::string& job_id, int64_t step) const {
   if (!CheckJobIdComponent(job_id).ok()) return;
   std::error_code ec;
   fs::remove(FileOf(job_id, step), ec);
+  fs::remove(FileOf(job_id, step) + ".damaged", ec);
+}
+
+absl::Status CheckpointCopies::MarkDamaged(const std::string& job_id, int64_t step,
+                                           int64_t generation) const {
+  if (absl::Status s = CheckJobIdComponent(job_id); !s.ok()) return s;
+  const std::string mark = FileOf(job_id, step) + ".damaged";
+  // A partial name (RemovePartials removes one a crash left).
+  const std::string tmp = absl::StrCat(FileOf(job_id, step), ".partial-mark-", PartialTag());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << generation << "\n";
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      return absl::InternalError(absl::StrCat("cannot write ", tmp));
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, mark, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return absl::InternalError(absl::StrCat("cannot write ", mark, ": ", ec.message()));
+  }
+  fs::remove(FileOf(job_id, step), ec);
+  return absl::OkStatus();
+}
+
+int64_t CheckpointCopies::DamagedIn(const std::string& job_id, int64_t step) const {
+  if (!CheckJobIdComponent(job_id).ok()) return -1;
+  std::ifstream in(FileOf(job_id, step) + ".damaged");
+  std::string line;
+  int64_t generation = -1;
+  if (!std::getline(in, line) || line.size() > 20 || !absl::SimpleAtoi(line, &generation) ||
+      generation < 0) {
+    return -1;
+  }
+  return generation;
 }
 
 void CheckpointCopies::RemoveAllBut(const std::string& job_id,

@@ -5,7 +5,7 @@
 //
 // Layout: <root>/<job_id>/ckpt-<step>.pt, written as <...>.partial-<n> and
 // renamed into place only when every declared byte arrived and the crc32
-// matched. Every path is built here from a checked job id and a step; no
+// matched; ckpt-<step>.pt.damaged marks a copy found damaged (MarkDamaged). Every path is built here from a checked job id and a step; no
 // path from a request is ever opened. Nothing outside <root> is deleted.
 //
 // Limits: a copy holds at most `max_bytes` (declared up front and enforced
@@ -42,7 +42,17 @@ class CheckpointCopies {
                                                       int64_t total_bytes) const;
   // The file holding the copy of (job, step); NOT_FOUND when there is none.
   absl::StatusOr<std::string> PathOf(const std::string& job_id, int64_t step) const;
-  void Remove(const std::string& job_id, int64_t step) const;  // best effort
+  // Removes the copy of (job, step) and its damage mark; best effort.
+  void Remove(const std::string& job_id, int64_t step) const;
+  // The copy of (job, step) was found damaged by a rank of `generation`:
+  // writes <...>/ckpt-<step>.pt.damaged holding the generation (a small
+  // file renamed into place), then removes the copy, so that a restarted
+  // coordinator still knows (DamagedIn). INTERNAL when the mark cannot be
+  // written (the copy is then left in place).
+  absl::Status MarkDamaged(const std::string& job_id, int64_t step, int64_t generation) const;
+  // The generation whose rank found the copy of (job, step) damaged; -1
+  // when none did (no mark, or one that does not parse).
+  int64_t DamagedIn(const std::string& job_id, int64_t step) const;
   // Removes the job's complete copies whose step is not in `keep` (copies
   // that were uploaded but never reported); best effort. Partial files of
   // uploads in flight are left alone.

@@ -52,6 +52,32 @@ TEST_F(CheckpointCopiesTest, ChunksCommitIntoPlaceAndAreFoundByStep) {
   EXPECT_FALSE(fs::exists(*p));
 }
 
+// A copy found damaged: its mark names the generation, the copy goes, and
+// Remove takes the mark too; a mark that does not parse names none.
+TEST_F(CheckpointCopiesTest, ADamagedCopyIsMarkedThenRemoved) {
+  CheckpointCopies copies(dir_ + "/root", 100);
+  auto in = copies.Begin("job-000001", 20, 4);
+  ASSERT_TRUE(in.ok()) << in.status();
+  ASSERT_TRUE((*in)->Append("data").ok());
+  ASSERT_TRUE((*in)->Commit("crc32:adf3f363").ok());
+  in->reset();
+  EXPECT_EQ(copies.DamagedIn("job-000001", 20), -1);
+  ASSERT_TRUE(copies.MarkDamaged("job-000001", 20, 7).ok());
+  EXPECT_EQ(copies.PathOf("job-000001", 20).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(copies.DamagedIn("job-000001", 20), 7);
+  EXPECT_EQ(FilesUnderRoot(), 1) << "the mark alone, no partial file";
+  for (const char* junk : {"", "-3\n", "seven\n", "123456789012345678901234567890\n"}) {
+    std::ofstream(dir_ + "/root/job-000001/ckpt-20.pt.damaged", std::ios::trunc) << junk;
+    EXPECT_EQ(copies.DamagedIn("job-000001", 20), -1) << junk;
+  }
+  copies.Remove("job-000001", 20);
+  EXPECT_EQ(FilesUnderRoot(), 0);
+  EXPECT_EQ(copies.DamagedIn("../etc", 20), -1);
+  EXPECT_FALSE(copies.MarkDamaged("../etc", 20, 1).ok());
+  // A mark that cannot be written (no job directory) leaves the copy.
+  EXPECT_EQ(copies.MarkDamaged("job-000002", 20, 1).code(), absl::StatusCode::kInternal);
+}
+
 // What a process that died mid-upload left (its partial file) is removed
 // at the next start; complete copies and other files stay.
 TEST_F(CheckpointCopiesTest, PartialFilesOfADeadProcessAreRemovedAtStart) {

@@ -3,6 +3,9 @@
 // copies are dropped.
 #include "coordinator/checkpoint_replication.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <fstream>
 
 #include "common/received_file.h"
@@ -588,6 +591,92 @@ TEST_F(ReplicationTest, ADamagedCoordinatorCopyIsRemovedAndTheHoldersKeepTheChec
   ASSERT_TRUE(coord_->ReportBadCheckpoint(Bad(id, 4, 1, CkptPath(id, 20), "no copy")).ok());
   EXPECT_TRUE(coord_->ListCheckpoints(id)->empty());
   EXPECT_EQ(Drops(Take("w0")).size(), 1u);
+}
+
+// A coordinator restarted after one rank's report removed its damaged copy
+// (the verdict in memory is gone): the copy's damage mark tells the
+// restarted one, so the other rank, which then finds no copy at all, is
+// answered kept, its holders are not told to drop theirs, and the
+// generation's end is not counted.
+TEST_F(ReplicationTest, ADamagedCopysVerdictSurvivesACoordinatorRestart) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(2);
+  const std::string id = StartJob(spec);
+  UploadedAndReported(*coord_, id, 20, TokenOf(id, 1, 0), CkptPath(id, 20));
+  auto holds = Holds(Take("w0"));
+  ASSERT_EQ(holds.size(), 1u);
+  const std::string secret = holds[0].secret();
+  Held("w0", id, 20);
+  Held("w1", id, 20);
+  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(id).generation(), 2);
+  const std::string t0 = TokenOf(id, 2, 0);
+  const std::string copy = absl::StrCat(dir_, "/checkpoint-copies/", id, "/ckpt-20.pt");
+  std::ofstream(copy, std::ios::trunc) << "dxta";
+  auto kept = coord_->ReportBadCheckpoint(
+      Bad(id, 2, 1, CkptPath(id, 20), "not the record's", /*coordinator_copy=*/true));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(*kept);
+  EXPECT_FALSE(std::filesystem::exists(copy));
+  Open();  // a restart: the generation runs on
+  for (const auto& [w, rank] : std::vector<std::pair<std::string, int>>{{"w0", 0}, {"w1", 1}}) {
+    v1::TaskStatus running;
+    running.mutable_ref()->set_job_id(id);
+    running.mutable_ref()->set_generation(2);
+    running.set_rank(rank);
+    running.set_state(v1::TASK_RUNNING);
+    AddWorker(w, 1, {running}, /*peer=*/true);
+    Held(w, id, 20, true, secret);
+  }
+  ASSERT_EQ(Job(id).state(), v1::RUNNING) << Job(id).reason();
+  ASSERT_THAT(HoldersOf(id, 20), ElementsAre("w0", "w1"));
+  Take("w0");
+  Take("w1");
+  v1::BadCheckpoint none = Bad(id, 2, 0, CkptPath(id, 20), "NOT_FOUND: no copy");
+  none.mutable_ref()->set_token(t0);
+  kept = coord_->ReportBadCheckpoint(none);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(*kept) << "the holders' copies were dropped after the restart";
+  for (const char* w : {"w0", "w1"}) EXPECT_TRUE(Drops(Take(w)).empty()) << w;
+  TaskState("w1", id, 2, 1, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(id).generation(), 3);
+  EXPECT_EQ(Job(id).restarts(), 1) << "the damaged copy's generation was counted";
+  EXPECT_EQ(Starts("w0").at(0).resume_from(), CkptPath(id, 20));
+}
+
+// A copy the coordinator cannot read now (here: no file descriptor left)
+// is no verdict: UNAVAILABLE, nothing removed, the record and holders
+// stay, and a later report (descriptors back) is judged on the bytes.
+TEST_F(ReplicationTest, ACopyThatCannotBeReadIsNotJudgedDamaged) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(2);
+  const std::string id = StartJob(spec);
+  UploadedAndReported(*coord_, id, 20, TokenOf(id, 1, 0), CkptPath(id, 20));
+  Held("w0", id, 20);
+  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(id).generation(), 2);
+  const std::string copy = absl::StrCat(dir_, "/checkpoint-copies/", id, "/ckpt-20.pt");
+  std::ofstream(copy, std::ios::trunc) << "dxta";  // the record's size, other bytes
+  const v1::BadCheckpoint bad =
+      Bad(id, 2, 1, CkptPath(id, 20), "not the record's", /*coordinator_copy=*/true);
+  // The lowest free descriptor becomes the limit: no open succeeds.
+  const int lowest_free = dup(0);
+  ASSERT_GE(lowest_free, 0);
+  close(lowest_free);
+  struct rlimit was {};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &was), 0);
+  struct rlimit tight = was;
+  tight.rlim_cur = static_cast<rlim_t>(lowest_free);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+  auto unread = coord_->ReportBadCheckpoint(bad);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &was), 0);
+  EXPECT_EQ(unread.status().code(), absl::StatusCode::kUnavailable) << unread.status();
+  EXPECT_TRUE(std::filesystem::exists(copy));
+  EXPECT_THAT(HoldersOf(id, 20), ElementsAre("w0"));
+  auto kept = coord_->ReportBadCheckpoint(bad);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(*kept);
+  EXPECT_FALSE(std::filesystem::exists(copy));
 }
 
 // The same with no worker holding the checkpoint: nothing else has it, so

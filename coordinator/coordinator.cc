@@ -1062,18 +1062,32 @@ Coordinator::RecordOfLocked(const std::string& job_id, const std::string& path) 
   return std::nullopt;
 }
 
+bool Coordinator::CopyDamagedThisGenerationLocked(const Job& job, const std::string& path,
+                                                  int64_t step, bool has_holders) {
+  const Job::CopyVerdict& v = job.copy_verdict;
+  if (v.generation == job.generation && v.path == path) return v.damaged;
+  // None in memory: a coordinator restarted since a rank of this
+  // generation found the copy damaged finds its mark.
+  if (copies_.DamagedIn(job.id, step) != job.generation) return false;
+  jobs_.NoteCopyVerdict(job.id, path, /*damaged=*/true);
+  if (has_holders) jobs_.ResumeFailed(job.id);
+  return true;
+}
+
 absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, bool* removed) {
   const std::string& job_id = bad.ref().job_id();
   // The verdict a report of this generation already had: the same answer.
   auto answer = [&](const Job& job, const v1::CheckpointRecord& r, bool has_holders)
-      -> std::optional<absl::StatusOr<bool>> {
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> std::optional<absl::StatusOr<bool>> {
     const Job::CopyVerdict& v = job.copy_verdict;
-    if (v.generation != job.generation || v.path != bad.path()) return std::nullopt;
-    if (!v.damaged) {
+    if (v.generation == job.generation && v.path == bad.path() && !v.damaged) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the coordinator's copy of job ", job_id, "'s checkpoint of step ", r.step(),
           " matches its record (", r.bytes(), " bytes, ", r.checksum(),
           "): it is not damaged; the download that was not these bytes failed on its way"));
+    }
+    if (!CopyDamagedThisGenerationLocked(job, bad.path(), r.step(), has_holders)) {
+      return std::nullopt;
     }
     *removed = true;
     return has_holders;
@@ -1095,7 +1109,8 @@ absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, 
     record = found->first;
   }
   // The check: outside the lock (it may read the whole copy). No copy here
-  // is no verdict, unless another rank's report gave one meanwhile.
+  // is no verdict, unless another rank's report gave one meanwhile; a copy
+  // that cannot be read is none either (UNAVAILABLE: nothing removed).
   std::optional<bool> damaged;
   absl::StatusOr<std::string> copy = copies_.PathOf(job_id, record->step());
   if (copy.ok()) {
@@ -1105,7 +1120,12 @@ absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, 
       damaged = true;  // another size: no need to read it
     } else {
       absl::StatusOr<std::pair<int64_t, std::string>> sum = FileChecksum(*copy);
-      damaged = !(sum.ok() && (record->bytes() == 0 || sum->first == record->bytes()) &&
+      if (!sum.ok()) {
+        return absl::UnavailableError(absl::StrCat(
+            "the coordinator cannot check its copy of job ", job_id, "'s checkpoint of step ",
+            record->step(), " now: ", sum.status().message()));
+      }
+      damaged = !((record->bytes() == 0 || sum->first == record->bytes()) &&
                   (record->checksum().empty() || sum->second == record->checksum()));
     }
   }
@@ -1135,9 +1155,14 @@ absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, 
       events_.Emit(std::move(e));
     }
   }
-  // Removed after the verdict is kept: a report that finds no copy from
-  // now on finds the verdict.
-  copies_.Remove(job_id, record->step());
+  // Marked (for a restarted coordinator) and removed after the verdict is
+  // kept: a report that finds no copy from now on finds the verdict. A
+  // mark that cannot be written leaves the copy (its downloads keep
+  // failing the check, and this generation's verdict answers them).
+  if (absl::Status s = copies_.MarkDamaged(job_id, record->step(), bad.ref().generation());
+      !s.ok()) {
+    std::fprintf(stderr, "coordinator: %s\n", std::string(s.message()).c_str());
+  }
   if (holders.empty()) return false;
   Flush();
   return true;
@@ -1161,9 +1186,8 @@ absl::StatusOr<bool> Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& b
     const std::vector<std::string>& holders = found->second;
     // Another rank of this generation found the coordinator's copy damaged
     // and it was removed for the holders: this rank's download found none.
-    const Job::CopyVerdict& v = (*job)->copy_verdict;
-    if (v.damaged && v.generation == (*job)->generation && v.path == bad.path() &&
-        !holders.empty()) {
+    if (!holders.empty() &&
+        CopyDamagedThisGenerationLocked(**job, bad.path(), step, /*has_holders=*/true)) {
       return true;
     }
     // No copy anywhere (no holder left, none on the coordinator: an

@@ -375,9 +375,19 @@ class Coordinator {
   // (no holder left, `*removed` then true; a memory record or one with
   // neither size nor checksum, nothing to check; no copy; or another
   // rank's report dropped it already). FAILED_PRECONDITION when the copy
-  // matches its record.
+  // matches its record; UNAVAILABLE when it cannot be read (nothing
+  // removed). A damaged copy is marked before it is removed
+  // (CheckpointCopies::MarkDamaged), so a restarted coordinator gives the
+  // generation's other ranks the same answer.
   absl::StatusOr<bool> DropDamagedCopy(const v1::BadCheckpoint& bad, bool* removed)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether a rank of `job`'s current generation found the coordinator's
+  // copy of `path` (step `step`) damaged: Job::copy_verdict, or after a
+  // restart the copy's damage mark (CheckpointCopies::DamagedIn; read
+  // under the lock, a file of a few bytes), adopted as the verdict and,
+  // with holders, the generation's end again not counted.
+  bool CopyDamagedThisGenerationLocked(const Job& job, const std::string& path, int64_t step,
+                                       bool has_holders) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The record of `path` in `job` and its holders; nullopt when none.
   std::optional<std::pair<v1::CheckpointRecord, std::vector<std::string>>> RecordOfLocked(
       const std::string& job_id, const std::string& path) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
