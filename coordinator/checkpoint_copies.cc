@@ -1,5 +1,10 @@
 #include "coordinator/checkpoint_copies.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -54,24 +59,28 @@ absl::Status CheckpointCopies::MarkDamaged(const std::string& job_id, int64_t st
   const std::string mark = FileOf(job_id, step) + ".damaged";
   // A partial name (RemovePartials removes one a crash left).
   const std::string tmp = absl::StrCat(FileOf(job_id, step), ".partial-mark-", PartialTag());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << generation << "\n";
-    out.flush();
-    if (!out) {
-      std::error_code ec;
+  const std::string text = absl::StrCat(generation, "\n");
+  absl::Status marked = absl::OkStatus();
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    marked = absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  } else {
+    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                    ::fsync(fd) == 0;
+    ::close(fd);
+    std::error_code ec;
+    if (ok) fs::rename(tmp, mark, ec);
+    if (!ok || ec) {
+      marked = absl::InternalError(absl::StrCat("cannot write ", mark, ": ",
+                                                ok ? ec.message() : std::strerror(errno)));
       fs::remove(tmp, ec);
-      return absl::InternalError(absl::StrCat("cannot write ", tmp));
     }
   }
+  // The copy goes whether or not the mark was written: a damaged copy left
+  // in place would be judged again by every later generation.
   std::error_code ec;
-  fs::rename(tmp, mark, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return absl::InternalError(absl::StrCat("cannot write ", mark, ": ", ec.message()));
-  }
   fs::remove(FileOf(job_id, step), ec);
-  return absl::OkStatus();
+  return marked;
 }
 
 int64_t CheckpointCopies::DamagedIn(const std::string& job_id, int64_t step) const {

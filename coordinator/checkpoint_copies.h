@@ -5,13 +5,14 @@
 //
 // Layout: <root>/<job_id>/ckpt-<step>.pt, written as <...>.partial-<n> and
 // renamed into place only when every declared byte arrived and the crc32
-// matched; ckpt-<step>.pt.damaged marks a copy found damaged (MarkDamaged). Every path is built here from a checked job id and a step; no
+// matched; ckpt-<step>.pt.damaged marks a copy found damaged
+// (MarkDamaged). Every path is built here from a checked job id and a step; no
 // path from a request is ever opened. Nothing outside <root> is deleted.
 //
 // Limits: a copy holds at most `max_bytes` (declared up front and enforced
 // while receiving); one chunk at most kMaxChunkBytes (received_file.h).
 //
-// Thread safety: Begin/PathOf/Remove/RemoveJob may be called from any thread
+// Thread safety: Begin/PathOf/Remove/RemoveJob/MarkDamaged/DamagedIn may be called from any thread
 // (they touch only the filesystem); one ReceivedFile is used by one thread.
 // Errors: INVALID_ARGUMENT for a malformed job id, a negative step, a size
 // outside [0, max_bytes], too many bytes or a checksum mismatch (naming the
@@ -46,9 +47,9 @@ class CheckpointCopies {
   void Remove(const std::string& job_id, int64_t step) const;
   // The copy of (job, step) was found damaged by a rank of `generation`:
   // writes <...>/ckpt-<step>.pt.damaged holding the generation (a small
-  // file renamed into place), then removes the copy, so that a restarted
-  // coordinator still knows (DamagedIn). INTERNAL when the mark cannot be
-  // written (the copy is then left in place).
+  // file, fsynced, renamed into place), then removes the copy, so that a
+  // restarted coordinator still knows (DamagedIn). INTERNAL when the mark
+  // cannot be written (the copy is removed all the same).
   absl::Status MarkDamaged(const std::string& job_id, int64_t step, int64_t generation) const;
   // The generation whose rank found the copy of (job, step) damaged; -1
   // when none did (no mark, or one that does not parse).

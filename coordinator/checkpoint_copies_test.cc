@@ -74,8 +74,18 @@ TEST_F(CheckpointCopiesTest, ADamagedCopyIsMarkedThenRemoved) {
   EXPECT_EQ(FilesUnderRoot(), 0);
   EXPECT_EQ(copies.DamagedIn("../etc", 20), -1);
   EXPECT_FALSE(copies.MarkDamaged("../etc", 20, 1).ok());
-  // A mark that cannot be written (no job directory) leaves the copy.
+  // A mark that cannot be written (a directory in its place) is INTERNAL,
+  // and the damaged copy is removed all the same.
+  auto other = copies.Begin("job-000002", 20, 4);
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_TRUE((*other)->Append("data").ok());
+  ASSERT_TRUE((*other)->Commit("crc32:adf3f363").ok());
+  other->reset();
+  fs::create_directories(dir_ + "/root/job-000002/ckpt-20.pt.damaged");
   EXPECT_EQ(copies.MarkDamaged("job-000002", 20, 1).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(copies.PathOf("job-000002", 20).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(copies.DamagedIn("job-000002", 20), -1);
+  EXPECT_EQ(FilesUnderRoot(), 0) << "no partial mark left";
 }
 
 // What a process that died mid-upload left (its partial file) is removed

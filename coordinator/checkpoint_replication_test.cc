@@ -3,6 +3,7 @@
 // copies are dropped.
 #include "coordinator/checkpoint_replication.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -659,17 +660,25 @@ TEST_F(ReplicationTest, ACopyThatCannotBeReadIsNotJudgedDamaged) {
   std::ofstream(copy, std::ios::trunc) << "dxta";  // the record's size, other bytes
   const v1::BadCheckpoint bad =
       Bad(id, 2, 1, CkptPath(id, 20), "not the record's", /*coordinator_copy=*/true);
-  // The lowest free descriptor becomes the limit: no open succeeds.
-  const int lowest_free = dup(0);
+  // The lowest free descriptor becomes the limit: no open succeeds while
+  // it holds (restored by the guard whatever happens).
+  const int lowest_free = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   ASSERT_GE(lowest_free, 0);
-  close(lowest_free);
+  ::close(lowest_free);
   struct rlimit was {};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &was), 0);
-  struct rlimit tight = was;
-  tight.rlim_cur = static_cast<rlim_t>(lowest_free);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
-  auto unread = coord_->ReportBadCheckpoint(bad);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &was), 0);
+  struct Restore {
+    rlimit limit;
+    ~Restore() { setrlimit(RLIMIT_NOFILE, &limit); }
+  };
+  absl::StatusOr<bool> unread = false;
+  {
+    Restore restore{was};
+    struct rlimit tight = was;
+    tight.rlim_cur = static_cast<rlim_t>(lowest_free);
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+    unread = coord_->ReportBadCheckpoint(bad);
+  }
   EXPECT_EQ(unread.status().code(), absl::StatusCode::kUnavailable) << unread.status();
   EXPECT_TRUE(std::filesystem::exists(copy));
   EXPECT_THAT(HoldersOf(id, 20), ElementsAre("w0"));

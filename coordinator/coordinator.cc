@@ -1157,8 +1157,9 @@ absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, 
   }
   // Marked (for a restarted coordinator) and removed after the verdict is
   // kept: a report that finds no copy from now on finds the verdict. A
-  // mark that cannot be written leaves the copy (its downloads keep
-  // failing the check, and this generation's verdict answers them).
+  // mark that cannot be written is logged (the copy is removed all the
+  // same; only a restart before this generation's other reports forgets
+  // the verdict).
   if (absl::Status s = copies_.MarkDamaged(job_id, record->step(), bad.ref().generation());
       !s.ok()) {
     std::fprintf(stderr, "coordinator: %s\n", std::string(s.message()).c_str());
