@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -83,14 +84,29 @@ absl::Status CheckpointCopies::MarkDamaged(const std::string& job_id, int64_t st
   return marked;
 }
 
-int64_t CheckpointCopies::DamagedIn(const std::string& job_id, int64_t step) const {
+absl::StatusOr<int64_t> CheckpointCopies::DamagedIn(const std::string& job_id,
+                                                    int64_t step) const {
   if (!CheckJobIdComponent(job_id).ok()) return -1;
-  std::ifstream in(FileOf(job_id, step) + ".damaged");
-  std::string line;
+  const std::string mark = FileOf(job_id, step) + ".damaged";
+  const int fd = ::open(mark.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) return -1;
+  char buf[32];
+  ssize_t n = -1;
+  if (fd >= 0) {
+    do {
+      n = ::read(fd, buf, sizeof(buf));
+    } while (n < 0 && errno == EINTR);
+  }
+  const int e = errno;
+  if (fd >= 0) ::close(fd);
+  if (n < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot read ", mark, ": ", std::strerror(e)));
+  }
+  absl::string_view text(buf, static_cast<size_t>(n));
   int64_t generation = -1;
-  if (!std::getline(in, line) || line.size() > 20 || !absl::SimpleAtoi(line, &generation) ||
+  if (!absl::ConsumeSuffix(&text, "\n") || !absl::SimpleAtoi(text, &generation) ||
       generation < 0) {
-    return -1;
+    return -1;  // torn or foreign: no mark
   }
   return generation;
 }

@@ -12,7 +12,7 @@
 // Limits: a copy holds at most `max_bytes` (declared up front and enforced
 // while receiving); one chunk at most kMaxChunkBytes (received_file.h).
 //
-// Thread safety: Begin/PathOf/Remove/RemoveJob/MarkDamaged/DamagedIn may be called from any thread
+// Thread safety: every method may be called from any thread
 // (they touch only the filesystem); one ReceivedFile is used by one thread.
 // Errors: INVALID_ARGUMENT for a malformed job id, a negative step, a size
 // outside [0, max_bytes], too many bytes or a checksum mismatch (naming the
@@ -52,8 +52,9 @@ class CheckpointCopies {
   // cannot be written (the copy is removed all the same).
   absl::Status MarkDamaged(const std::string& job_id, int64_t step, int64_t generation) const;
   // The generation whose rank found the copy of (job, step) damaged; -1
-  // when none did (no mark, or one that does not parse).
-  int64_t DamagedIn(const std::string& job_id, int64_t step) const;
+  // when none did (no mark, or one that does not parse). UNAVAILABLE when
+  // a mark exists but cannot be read (EIO, EMFILE, a directory there).
+  absl::StatusOr<int64_t> DamagedIn(const std::string& job_id, int64_t step) const;
   // Removes the job's complete copies whose step is not in `keep` (copies
   // that were uploaded but never reported); best effort. Partial files of
   // uploads in flight are left alone.

@@ -61,18 +61,18 @@ TEST_F(CheckpointCopiesTest, ADamagedCopyIsMarkedThenRemoved) {
   ASSERT_TRUE((*in)->Append("data").ok());
   ASSERT_TRUE((*in)->Commit("crc32:adf3f363").ok());
   in->reset();
-  EXPECT_EQ(copies.DamagedIn("job-000001", 20), -1);
+  EXPECT_EQ(*copies.DamagedIn("job-000001", 20), -1);
   ASSERT_TRUE(copies.MarkDamaged("job-000001", 20, 7).ok());
   EXPECT_EQ(copies.PathOf("job-000001", 20).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(copies.DamagedIn("job-000001", 20), 7);
+  EXPECT_EQ(*copies.DamagedIn("job-000001", 20), 7);
   EXPECT_EQ(FilesUnderRoot(), 1) << "the mark alone, no partial file";
   for (const char* junk : {"", "-3\n", "seven\n", "123456789012345678901234567890\n"}) {
     std::ofstream(dir_ + "/root/job-000001/ckpt-20.pt.damaged", std::ios::trunc) << junk;
-    EXPECT_EQ(copies.DamagedIn("job-000001", 20), -1) << junk;
+    EXPECT_EQ(*copies.DamagedIn("job-000001", 20), -1) << junk;
   }
   copies.Remove("job-000001", 20);
   EXPECT_EQ(FilesUnderRoot(), 0);
-  EXPECT_EQ(copies.DamagedIn("../etc", 20), -1);
+  EXPECT_EQ(*copies.DamagedIn("../etc", 20), -1);
   EXPECT_FALSE(copies.MarkDamaged("../etc", 20, 1).ok());
   // A mark that cannot be written (a directory in its place) is INTERNAL,
   // and the damaged copy is removed all the same.
@@ -84,7 +84,8 @@ TEST_F(CheckpointCopiesTest, ADamagedCopyIsMarkedThenRemoved) {
   fs::create_directories(dir_ + "/root/job-000002/ckpt-20.pt.damaged");
   EXPECT_EQ(copies.MarkDamaged("job-000002", 20, 1).code(), absl::StatusCode::kInternal);
   EXPECT_EQ(copies.PathOf("job-000002", 20).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(copies.DamagedIn("job-000002", 20), -1);
+  // A mark that is there but cannot be read is not 'no mark'.
+  EXPECT_EQ(copies.DamagedIn("job-000002", 20).status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(FilesUnderRoot(), 0) << "no partial mark left";
 }
 

@@ -619,6 +619,12 @@ TEST_F(ReplicationTest, ADamagedCopysVerdictSurvivesACoordinatorRestart) {
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_TRUE(*kept);
   EXPECT_FALSE(std::filesystem::exists(copy));
+  const std::string mark = copy + ".damaged";
+  std::string marked;
+  std::getline(std::ifstream(mark), marked);
+  ASSERT_EQ(marked, "2");
+  std::filesystem::remove(mark);
+  std::filesystem::create_directory(mark);
   Open();  // a restart: the generation runs on
   for (const auto& [w, rank] : std::vector<std::pair<std::string, int>>{{"w0", 0}, {"w1", 1}}) {
     v1::TaskStatus running;
@@ -635,6 +641,12 @@ TEST_F(ReplicationTest, ADamagedCopysVerdictSurvivesACoordinatorRestart) {
   Take("w1");
   v1::BadCheckpoint none = Bad(id, 2, 0, CkptPath(id, 20), "NOT_FOUND: no copy");
   none.mutable_ref()->set_token(t0);
+  // A mark that cannot be read (a directory in its place, since before the
+  // restart): UNAVAILABLE, nothing dropped.
+  EXPECT_EQ(coord_->ReportBadCheckpoint(none).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(HoldersOf(id, 20), ElementsAre("w0", "w1"));
+  std::filesystem::remove(mark);
+  std::ofstream(mark) << marked << "\n";
   kept = coord_->ReportBadCheckpoint(none);
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_TRUE(*kept) << "the holders' copies were dropped after the restart";
@@ -643,6 +655,39 @@ TEST_F(ReplicationTest, ADamagedCopysVerdictSurvivesACoordinatorRestart) {
   ASSERT_EQ(Job(id).generation(), 3);
   EXPECT_EQ(Job(id).restarts(), 1) << "the damaged copy's generation was counted";
   EXPECT_EQ(Starts("w0").at(0).resume_from(), CkptPath(id, 20));
+}
+
+// The same restart with no report after it (the other rank had the file
+// and simply fails): the generation whose rank found the copy damaged
+// still ends uncounted, from the damage mark read at reload.
+TEST_F(ReplicationTest, ADamagedCopysGenerationStaysUncountedAcrossARestart) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(2);
+  const std::string id = StartJob(spec);
+  UploadedAndReported(*coord_, id, 20, TokenOf(id, 1, 0), CkptPath(id, 20));
+  Held("w0", id, 20);
+  Held("w1", id, 20);
+  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(id).generation(), 2);
+  ASSERT_EQ(Job(id).restarts(), 1);
+  std::ofstream(absl::StrCat(dir_, "/checkpoint-copies/", id, "/ckpt-20.pt"), std::ios::trunc)
+      << "dxta";
+  auto kept = coord_->ReportBadCheckpoint(
+      Bad(id, 2, 1, CkptPath(id, 20), "not the record's", /*coordinator_copy=*/true));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(*kept);
+  Open();  // a restart: the verdict in memory is gone
+  for (const auto& [w, rank] : std::vector<std::pair<std::string, int>>{{"w0", 0}, {"w1", 1}}) {
+    v1::TaskStatus running;
+    running.mutable_ref()->set_job_id(id);
+    running.mutable_ref()->set_generation(2);
+    running.set_rank(rank);
+    running.set_state(v1::TASK_RUNNING);
+    AddWorker(w, 1, {running}, /*peer=*/true);
+  }
+  TaskState("w1", id, 2, 1, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(id).generation(), 3) << Job(id).reason();
+  EXPECT_EQ(Job(id).restarts(), 1) << "the damaged copy's generation was counted after a restart";
 }
 
 // A copy the coordinator cannot read now (here: no file descriptor left)

@@ -167,6 +167,16 @@ absl::Status Coordinator::Reload() {
   if (absl::Status s = jobs_.Reload(); !s.ok()) return s;
   for (const Job* job : jobs_.Jobs())
     if (absl::Status s = checkpoints_.Load(job->id); !s.ok()) return s;
+  // A generation whose rank found the coordinator's copy of its resume
+  // checkpoint damaged (its damage mark) is again not counted when it ends,
+  // whether or not another of its ranks reports after this restart.
+  for (const Job* job : jobs_.Jobs()) {
+    if (IsFinal(job->state) || job->resume_from.empty()) continue;
+    if (auto found = RecordOfLocked(job->id, job->resume_from)) {
+      (void)CopyDamagedThisGenerationLocked(*job, job->resume_from, found->first.step(),
+                                            /*has_holders=*/true);  // an unread mark: as none
+    }
+  }
   absl::StatusOr<int64_t> max_seq = store_.MaxEventSeq();
   if (!max_seq.ok()) return max_seq.status();
   events_.Restore(*max_seq);
@@ -1062,13 +1072,16 @@ Coordinator::RecordOfLocked(const std::string& job_id, const std::string& path) 
   return std::nullopt;
 }
 
-bool Coordinator::CopyDamagedThisGenerationLocked(const Job& job, const std::string& path,
-                                                  int64_t step, bool has_holders) {
+absl::StatusOr<bool> Coordinator::CopyDamagedThisGenerationLocked(const Job& job,
+                                                                  const std::string& path,
+                                                                  int64_t step, bool has_holders) {
   const Job::CopyVerdict& v = job.copy_verdict;
   if (v.generation == job.generation && v.path == path) return v.damaged;
   // None in memory: a coordinator restarted since a rank of this
   // generation found the copy damaged finds its mark.
-  if (copies_.DamagedIn(job.id, step) != job.generation) return false;
+  absl::StatusOr<int64_t> marked = copies_.DamagedIn(job.id, step);
+  if (!marked.ok()) return marked.status();
+  if (*marked != job.generation) return false;
   jobs_.NoteCopyVerdict(job.id, path, /*damaged=*/true);
   if (has_holders) jobs_.ResumeFailed(job.id);
   return true;
@@ -1086,9 +1099,10 @@ absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, 
           " matches its record (", r.bytes(), " bytes, ", r.checksum(),
           "): it is not damaged; the download that was not these bytes failed on its way"));
     }
-    if (!CopyDamagedThisGenerationLocked(job, bad.path(), r.step(), has_holders)) {
-      return std::nullopt;
-    }
+    absl::StatusOr<bool> damaged =
+        CopyDamagedThisGenerationLocked(job, bad.path(), r.step(), has_holders);
+    if (!damaged.ok()) return damaged.status();
+    if (!*damaged) return std::nullopt;
     *removed = true;
     return has_holders;
   };
@@ -1187,9 +1201,11 @@ absl::StatusOr<bool> Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& b
     const std::vector<std::string>& holders = found->second;
     // Another rank of this generation found the coordinator's copy damaged
     // and it was removed for the holders: this rank's download found none.
-    if (!holders.empty() &&
-        CopyDamagedThisGenerationLocked(**job, bad.path(), step, /*has_holders=*/true)) {
-      return true;
+    if (!holders.empty()) {
+      absl::StatusOr<bool> damaged =
+          CopyDamagedThisGenerationLocked(**job, bad.path(), step, /*has_holders=*/true);
+      if (!damaged.ok()) return damaged.status();  // the mark unread: nothing dropped
+      if (*damaged) return true;
     }
     // No copy anywhere (no holder left, none on the coordinator: an
     // in-memory checkpoint whose holders are gone) is the catalog's

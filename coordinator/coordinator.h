@@ -385,9 +385,11 @@ class Coordinator {
   // copy of `path` (step `step`) damaged: Job::copy_verdict, or after a
   // restart the copy's damage mark (CheckpointCopies::DamagedIn; read
   // under the lock, a file of a few bytes), adopted as the verdict and,
-  // with holders, the generation's end again not counted.
-  bool CopyDamagedThisGenerationLocked(const Job& job, const std::string& path, int64_t step,
-                                       bool has_holders) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // with holders, the generation's end again not counted. The mark's
+  // UNAVAILABLE when it cannot be read (the caller drops nothing).
+  absl::StatusOr<bool> CopyDamagedThisGenerationLocked(const Job& job, const std::string& path,
+                                                       int64_t step, bool has_holders)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The record of `path` in `job` and its holders; nullopt when none.
   std::optional<std::pair<v1::CheckpointRecord, std::vector<std::string>>> RecordOfLocked(
       const std::string& job_id, const std::string& path) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
