@@ -80,6 +80,8 @@ class ReplicationTest : public CoordinatorTest {
     bad.set_coordinator_copy(coordinator_copy);
     return bad;
   }
+  void InGenerationTwoHeldByBoth(const v1::JobSpec& spec, std::string* id);
+  void ReattachRunning(const std::string& worker, const std::string& id, int64_t gen);
   std::vector<std::string> HoldersOf(const std::string& id, int64_t step) {
     auto list = coord_->ListCheckpoints(id);
     EXPECT_TRUE(list.ok());
@@ -516,6 +518,31 @@ void UploadedAndReported(Coordinator& coord, const std::string& id,
   ASSERT_TRUE(coord.ReportCheckpoint(r).ok());
 }
 
+// A 2-node job whose step 20 was uploaded, reported and held by w0 and
+// w1, then restarted once (rank 0 failed): generation 2 resumes from it.
+// The job's id in `id`.
+void ReplicationTest::InGenerationTwoHeldByBoth(const v1::JobSpec& spec, std::string* id) {
+  *id = StartJob(spec);
+  UploadedAndReported(*coord_, *id, 20, TokenOf(*id, 1, 0), CkptPath(*id, 20));
+  Held("w0", *id, 20);
+  Held("w1", *id, 20);
+  TaskState("w0", *id, 1, 0, v1::TASK_EXITED, 1);
+  ASSERT_EQ(Job(*id).generation(), 2);
+  ASSERT_EQ(Job(*id).restarts(), 1);
+}
+
+// After a coordinator restart: `worker` registers again with its rank of
+// job `id`'s generation `gen` running (w0 rank 0, w1 rank 1).
+void ReplicationTest::ReattachRunning(const std::string& worker, const std::string& id,
+                                      int64_t gen) {
+  v1::TaskStatus running;
+  running.mutable_ref()->set_job_id(id);
+  running.mutable_ref()->set_generation(gen);
+  running.set_rank(worker == "w0" ? 0 : 1);
+  running.set_state(v1::TASK_RUNNING);
+  AddWorker(worker, 1, {running}, /*peer=*/true);
+}
+
 // The coordinator's copy is damaged (a rank on a host without the file
 // downloaded other bytes than the record's) while workers hold good
 // copies: the coordinator checks its copy, removes it, keeps the record
@@ -527,13 +554,8 @@ void UploadedAndReported(Coordinator& coord, const std::string& id,
 TEST_F(ReplicationTest, ADamagedCoordinatorCopyIsRemovedAndTheHoldersKeepTheCheckpoint) {
   v1::JobSpec spec = Spec(2, 1);
   spec.set_max_restarts(3);
-  const std::string id = StartJob(spec);
-  UploadedAndReported(*coord_, id, 20, TokenOf(id, 1, 0), CkptPath(id, 20));
-  Held("w0", id, 20);
-  Held("w1", id, 20);
-  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 1);
-  ASSERT_EQ(Job(id).generation(), 2);
-  ASSERT_EQ(Job(id).restarts(), 1);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(InGenerationTwoHeldByBoth(spec, &id));
   v1::BadCheckpoint bad = Bad(id, 2, 1, CkptPath(id, 20), "crc32:0bad0bad is not the record's",
                               /*coordinator_copy=*/true);
   const std::string copy = absl::StrCat(dir_, "/checkpoint-copies/", id, "/ckpt-20.pt");
@@ -626,13 +648,8 @@ TEST_F(ReplicationTest, ADamagedCopysVerdictSurvivesACoordinatorRestart) {
   std::filesystem::remove(mark);
   std::filesystem::create_directory(mark);
   Open();  // a restart: the generation runs on
-  for (const auto& [w, rank] : std::vector<std::pair<std::string, int>>{{"w0", 0}, {"w1", 1}}) {
-    v1::TaskStatus running;
-    running.mutable_ref()->set_job_id(id);
-    running.mutable_ref()->set_generation(2);
-    running.set_rank(rank);
-    running.set_state(v1::TASK_RUNNING);
-    AddWorker(w, 1, {running}, /*peer=*/true);
+  for (const char* w : {"w0", "w1"}) {
+    ReattachRunning(w, id, 2);
     Held(w, id, 20, true, secret);
   }
   ASSERT_EQ(Job(id).state(), v1::RUNNING) << Job(id).reason();
@@ -663,13 +680,8 @@ TEST_F(ReplicationTest, ADamagedCopysVerdictSurvivesACoordinatorRestart) {
 TEST_F(ReplicationTest, ADamagedCopysGenerationStaysUncountedAcrossARestart) {
   v1::JobSpec spec = Spec(2, 1);
   spec.set_max_restarts(2);
-  const std::string id = StartJob(spec);
-  UploadedAndReported(*coord_, id, 20, TokenOf(id, 1, 0), CkptPath(id, 20));
-  Held("w0", id, 20);
-  Held("w1", id, 20);
-  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 1);
-  ASSERT_EQ(Job(id).generation(), 2);
-  ASSERT_EQ(Job(id).restarts(), 1);
+  std::string id;
+  ASSERT_NO_FATAL_FAILURE(InGenerationTwoHeldByBoth(spec, &id));
   std::ofstream(absl::StrCat(dir_, "/checkpoint-copies/", id, "/ckpt-20.pt"), std::ios::trunc)
       << "dxta";
   auto kept = coord_->ReportBadCheckpoint(
@@ -677,14 +689,7 @@ TEST_F(ReplicationTest, ADamagedCopysGenerationStaysUncountedAcrossARestart) {
   ASSERT_TRUE(kept.ok()) << kept.status();
   ASSERT_TRUE(*kept);
   Open();  // a restart: the verdict in memory is gone
-  for (const auto& [w, rank] : std::vector<std::pair<std::string, int>>{{"w0", 0}, {"w1", 1}}) {
-    v1::TaskStatus running;
-    running.mutable_ref()->set_job_id(id);
-    running.mutable_ref()->set_generation(2);
-    running.set_rank(rank);
-    running.set_state(v1::TASK_RUNNING);
-    AddWorker(w, 1, {running}, /*peer=*/true);
-  }
+  for (const char* w : {"w0", "w1"}) ReattachRunning(w, id, 2);
   TaskState("w1", id, 2, 1, v1::TASK_EXITED, 1);
   ASSERT_EQ(Job(id).generation(), 3) << Job(id).reason();
   EXPECT_EQ(Job(id).restarts(), 1) << "the damaged copy's generation was counted after a restart";
