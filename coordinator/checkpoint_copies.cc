@@ -100,7 +100,13 @@ absl::StatusOr<int64_t> CheckpointCopies::DamagedIn(const std::string& job_id,
   const int e = errno;
   if (fd >= 0) ::close(fd);
   if (n < 0) {
-    return absl::UnavailableError(absl::StrCat("cannot read ", mark, ": ", std::strerror(e)));
+    // Only a passing failure is worth waiting for; a mark that can never be
+    // read (a directory, a link) is no mark, or its record could never be
+    // dropped.
+    if (e == EMFILE || e == ENFILE || e == ENOMEM || e == EIO || e == EAGAIN) {
+      return absl::UnavailableError(absl::StrCat("cannot read ", mark, ": ", std::strerror(e)));
+    }
+    return -1;
   }
   absl::string_view text(buf, static_cast<size_t>(n));
   int64_t generation = -1;

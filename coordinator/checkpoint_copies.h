@@ -52,8 +52,9 @@ class CheckpointCopies {
   // cannot be written (the copy is removed all the same).
   absl::Status MarkDamaged(const std::string& job_id, int64_t step, int64_t generation) const;
   // The generation whose rank found the copy of (job, step) damaged; -1
-  // when none did (no mark, or one that does not parse). UNAVAILABLE when
-  // a mark exists but cannot be read (EIO, EMFILE, a directory there).
+  // when none did (no mark, one that does not parse or that can never be
+  // read: a directory, a link). UNAVAILABLE when a mark cannot be read now
+  // (EMFILE, ENFILE, ENOMEM, EIO).
   absl::StatusOr<int64_t> DamagedIn(const std::string& job_id, int64_t step) const;
   // Removes the job's complete copies whose step is not in `keep` (copies
   // that were uploaded but never reported); best effort. Partial files of
