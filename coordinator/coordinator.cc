@@ -1089,15 +1089,18 @@ absl::StatusOr<bool> Coordinator::CopyDamagedThisGenerationLocked(const Job& job
 
 absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, bool* removed) {
   const std::string& job_id = bad.ref().job_id();
+  auto intact = [&](const v1::CheckpointRecord& r) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the coordinator's copy of job ", job_id, "'s checkpoint of step ", r.step(),
+        " matches its record (", r.bytes(), " bytes, ", r.checksum(),
+        "): it is not damaged; the download that was not these bytes failed on its way"));
+  };
   // The verdict a report of this generation already had: the same answer.
   auto answer = [&](const Job& job, const v1::CheckpointRecord& r, bool has_holders)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> std::optional<absl::StatusOr<bool>> {
     const Job::CopyVerdict& v = job.copy_verdict;
     if (v.generation == job.generation && v.path == bad.path() && !v.damaged) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the coordinator's copy of job ", job_id, "'s checkpoint of step ", r.step(),
-          " matches its record (", r.bytes(), " bytes, ", r.checksum(),
-          "): it is not damaged; the download that was not these bytes failed on its way"));
+      return intact(r);
     }
     absl::StatusOr<bool> damaged =
         CopyDamagedThisGenerationLocked(job, bad.path(), r.step(), has_holders);
@@ -1154,7 +1157,7 @@ absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, 
     if (auto a = answer(**job, found->first, !holders.empty())) return *a;
     if (!damaged) return false;  // no copy to check, no verdict: as any bad one
     jobs_.NoteCopyVerdict(job_id, bad.path(), *damaged);
-    if (!*damaged) return *answer(**job, found->first, !holders.empty());
+    if (!*damaged) return intact(found->first);
     *removed = true;
     if (!holders.empty()) {
       jobs_.ResumeFailed(job_id);
@@ -1169,6 +1172,12 @@ absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, 
       events_.Emit(std::move(e));
     }
   }
+  // With no holder the caller drops the record: the copy goes, no mark
+  // is needed.
+  if (holders.empty()) {
+    copies_.Remove(job_id, record->step());
+    return false;
+  }
   // Marked (for a restarted coordinator) and removed after the verdict is
   // kept: a report that finds no copy from now on finds the verdict. A
   // mark that cannot be written is logged (the copy is removed all the
@@ -1178,7 +1187,6 @@ absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, 
       !s.ok()) {
     std::fprintf(stderr, "coordinator: %s\n", std::string(s.message()).c_str());
   }
-  if (holders.empty()) return false;
   Flush();
   return true;
 }

@@ -376,9 +376,10 @@ class Coordinator {
   // neither size nor checksum, nothing to check; no copy; or another
   // rank's report dropped it already). FAILED_PRECONDITION when the copy
   // matches its record; UNAVAILABLE when it cannot be read (nothing
-  // removed). A damaged copy is marked before it is removed
+  // removed). A damaged copy whose record stays is marked as it is removed
   // (CheckpointCopies::MarkDamaged), so a restarted coordinator gives the
-  // generation's other ranks the same answer.
+  // generation's other ranks the same answer; with no holder it is only
+  // removed (the record goes too).
   absl::StatusOr<bool> DropDamagedCopy(const v1::BadCheckpoint& bad, bool* removed)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Whether a rank of `job`'s current generation found the coordinator's
