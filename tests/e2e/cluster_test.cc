@@ -241,12 +241,10 @@ struct StoppedJob {
   std::vector<pid_t> pids;
   v1::CheckpointRecord newest, before;
 };
-void StopWithTwoCheckpoints(const std::string& name, StoppedJob* out) {
-  auto c = Cluster::Start({});
-  ASSERT_TRUE(c.ok()) << c.status();
-  out->cluster = std::move(*c);
-  std::string spec = TrainJob(name, 200, 20);
-  spec.replace(spec.find("max_restarts: 1"), 15, "max_restarts: 2");
+// `spec` (max_restarts 2, a disk checkpoint every 20 steps) on `cluster`.
+void StopWithTwoCheckpoints(std::unique_ptr<Cluster> cluster, const std::string& spec,
+                            StoppedJob* out) {
+  out->cluster = std::move(cluster);
   auto id = out->cluster->Submit(spec);
   ASSERT_TRUE(id.ok()) << id.status();
   out->id = *id;
@@ -259,6 +257,14 @@ void StopWithTwoCheckpoints(const std::string& name, StoppedJob* out) {
   ASSERT_GE(cks.size(), 2u);
   out->newest = cks.back();
   out->before = cks[cks.size() - 2];
+}
+// frameworm-train's job.
+void StopWithTwoCheckpoints(const std::string& name, StoppedJob* out) {
+  auto c = Cluster::Start({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::string spec = TrainJob(name, 200, 20);
+  spec.replace(spec.find("max_restarts: 1"), 15, "max_restarts: 2");
+  StopWithTwoCheckpoints(std::move(*c), spec, out);
 }
 
 // No copy of the newest checkpoint loads (this host's and the coordinator's
@@ -295,6 +301,32 @@ TEST(ClusterE2E, ACheckpointWithNoGoodCopyIsDroppedAndTheJobResumesFromTheOneBef
   }
 }
 
+// Removes the newest checkpoint's file, damages the coordinator's copy of
+// it, kills the stopped trainers and checks what follows on the job.
+void GoneFileAndDamagedCopy(StoppedJob& job) {
+  Cluster& c = *job.cluster;
+  const v1::CheckpointRecord& bad = job.newest;
+  ASSERT_TRUE(std::filesystem::remove(bad.path()));
+  FlipAByte(absl::StrCat(c.state_on_host(), "/checkpoint-copies/", job.id, "/ckpt-", bad.step(),
+                         ".pt"));
+  for (pid_t p : job.pids) kill(p, SIGKILL);
+  auto st = c.WaitForFinal(job.id, absl::Seconds(180));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
+  EXPECT_EQ(st->restarts(), 2) << st->ShortDebugString();
+  EXPECT_EQ(st->generation(), 4) << st->ShortDebugString();
+  RunResult events = c.Cli({"events", job.id});
+  EXPECT_NE(events.output.find(absl::StrCat("the coordinator's copy of the checkpoint of step ",
+                                            bad.step(), " is damaged")),
+            std::string::npos)
+      << events.output;
+  EXPECT_NE(events.output.find("checkpoint_bad"), std::string::npos) << events.output;
+  for (const auto& r : Checkpoints(c, job.id)) {
+    EXPECT_FALSE(r.path() == bad.path() && r.checksum() == bad.checksum())
+        << "the bad record is still listed";
+  }
+}
+
 // Two faults at once: the newest checkpoint's file is gone from the host
 // and the coordinator's copy of it is damaged. Each rank downloads that
 // copy, finds it is not the record's bytes and reports it with
@@ -307,35 +339,45 @@ TEST(ClusterE2E, ACheckpointWithNoGoodCopyIsDroppedAndTheJobResumesFromTheOneBef
 TEST(ClusterE2E, AGoneFileAndADamagedCoordinatorCopyCostTheNewestCheckpointOnly) {
   StoppedJob job;
   ASSERT_NO_FATAL_FAILURE(StopWithTwoCheckpoints("gone-and-damaged", &job));
+  ASSERT_NO_FATAL_FAILURE(GoneFileAndDamagedCopy(job));
   Cluster& c = *job.cluster;
-  const std::string& id = job.id;
-  const std::vector<pid_t>& pids = job.pids;
-  const v1::CheckpointRecord bad = job.newest, before = job.before;
-  ASSERT_TRUE(std::filesystem::remove(bad.path()));
-  FlipAByte(absl::StrCat(c.state_on_host(), "/checkpoint-copies/", id, "/ckpt-", bad.step(),
-                         ".pt"));
-  for (pid_t p : pids) kill(p, SIGKILL);
-  auto st = c.WaitForFinal(id, absl::Seconds(180));
-  ASSERT_TRUE(st.ok()) << st.status();
-  EXPECT_EQ(st->state(), v1::SUCCEEDED) << st->ShortDebugString();
-  EXPECT_EQ(st->restarts(), 2) << st->ShortDebugString();
-  EXPECT_EQ(st->generation(), 4) << st->ShortDebugString();
-  RunResult events = c.Cli({"events", id});
-  EXPECT_NE(events.output.find(absl::StrCat("the coordinator's copy of the checkpoint of step ",
-                                            bad.step(), " is damaged")),
-            std::string::npos)
-      << events.output;
-  EXPECT_NE(events.output.find("checkpoint_bad"), std::string::npos) << events.output;
   // The first rank to tell says so (the other may be stopped before it
   // tells: its generation ends with the first failure).
-  RunResult logs = c.Cli({"logs", id, "--rank", "0"});
-  RunResult logs1 = c.Cli({"logs", id, "--rank", "1"});
+  RunResult logs = c.Cli({"logs", job.id, "--rank", "0"});
+  RunResult logs1 = c.Cli({"logs", job.id, "--rank", "1"});
   EXPECT_NE((logs.output + logs1.output).find("the coordinator removed its damaged copy"),
             std::string::npos)
       << logs.output.substr(0, 6000);
-  EXPECT_NE(logs.output.find("\"event\":\"resumed\",\"path\":\"" + before.path() + "\""),
+  EXPECT_NE(logs.output.find("\"event\":\"resumed\",\"path\":\"" + job.before.path() + "\""),
             std::string::npos)
       << logs.output.substr(0, 6000);
+}
+
+// The same two faults under a torchrun-style Python program: its
+// reporter.resume() reports the coordinator's copy as the damaged one (a
+// report without that would drop the record at once: restarts 1), and the
+// job goes on from the checkpoint before it.
+TEST(ClusterE2E, APythonEntrypointReportsTheCoordinatorsDamagedCopyAsSuch) {
+  auto started = StartWithPythonPackage();
+  ASSERT_TRUE(started.ok()) << started.status();
+  const auto& [src, python, site] = started->package;
+  const std::string spec = absl::StrCat(
+      "name: py-gone-and-damaged\nnodes: 2\nmax_restarts: 2\nheartbeat_timeout: 6\n"
+      "checkpoint:\n  every_n_steps: 20\n  keep_last: 2\n"
+      "env:\n  PYTHONPATH: ", site, "\n"
+      "entrypoint: [\"", python, "\", \"", src, "/tests/e2e/python_resume.py\", \"200\"]\n");
+  StoppedJob job;
+  ASSERT_NO_FATAL_FAILURE(StopWithTwoCheckpoints(std::move(started->cluster), spec, &job));
+  ASSERT_NO_FATAL_FAILURE(GoneFileAndDamagedCopy(job));
+  RunResult logs = job.cluster->Cli({"logs", job.id, "--rank", "0"});
+  RunResult logs1 = job.cluster->Cli({"logs", job.id, "--rank", "1"});
+  EXPECT_NE((logs.output + logs1.output).find("its record says " + job.newest.checksum()),
+            std::string::npos)
+      << logs.output.substr(0, 6000);
+  EXPECT_NE(logs.output.find(absl::StrCat("resumed from step ", job.before.step(), "\n")),
+            std::string::npos)
+      << logs.output.substr(0, 6000);
+  EXPECT_NE(logs.output.find("done at step 200"), std::string::npos) << logs.output.substr(0, 6000);
 }
 
 // In-memory checkpoints (checkpoint.memory_every_n_steps) between the disk
