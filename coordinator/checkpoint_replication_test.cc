@@ -776,6 +776,66 @@ TEST_F(ReplicationTest, ACheckpointWithNoCopyLeftCostsNoRestart) {
   EXPECT_EQ(starts[0].resume_from(), CkptPath(id, 10));
 }
 
+// An in-memory checkpoint held only by the worker that was lost (rank 0's
+// node, before its replica was made): it is still listed as the holder,
+// but a silent holder serves no rank, so the generation that found no
+// copy is not counted either, and the job, whose one restart the loss used
+// up, goes on from the disk checkpoint before it.
+TEST_F(ReplicationTest, ACheckpointHeldOnlyByALostWorkerCostsNoRestart) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(1);
+  spec.set_heartbeat_timeout_s(5);
+  const std::string id = StartJob(spec);
+  HeldByBoth(id, 10);
+  const std::string mem = absl::StrCat("/dev/shm/frameworm/", id, "-", Job(id).submitted_unix_ms(),
+                                       "/ckpt-20.pt");
+  v1::CheckpointRecord r;
+  r.mutable_ref()->set_job_id(id);
+  r.mutable_ref()->set_generation(1);
+  r.mutable_ref()->set_token(TokenOf(id, 1, 0));
+  r.set_step(20);
+  r.set_path(mem);
+  r.set_bytes(3);
+  r.set_checksum("crc32:0000abcd");
+  r.set_memory(true);
+  ASSERT_TRUE(coord_->ReportCheckpoint(r).ok());
+  Held("w0", id, 20);
+  Take("w0");
+  Take("w1");
+  // w0 goes silent past the job's heartbeat timeout; w1 and w2 do not.
+  for (int i = 0; i < 6; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("w1");
+    Heartbeat("w2");
+    coord_->Tick();
+  }
+  v1::JobStatus st = Job(id);
+  ASSERT_EQ(st.generation(), 2) << st.reason();
+  ASSERT_EQ(st.restarts(), 1);
+  EXPECT_THAT(HoldersOf(id, 20), ElementsAre("w0"));
+  std::string rank0;
+  for (const char* w : {"w1", "w2"}) {
+    for (const auto& t : Starts(w)) {
+      EXPECT_EQ(t.resume_from(), mem);
+      if (t.rank() == 0) rank0 = w;
+    }
+  }
+  ASSERT_FALSE(rank0.empty());
+  auto told = coord_->ReportBadCheckpoint(
+      Bad(id, 2, 0, mem, "not on this host; its holder w0 did not answer"));
+  ASSERT_TRUE(told.ok()) << told.status();
+  EXPECT_FALSE(*told) << "dropped, not kept for its holder";
+  EXPECT_TRUE(HoldersOf(id, 20).empty()) << "the record is gone";
+  TaskState(rank0, id, 2, 0, v1::TASK_EXITED, 1);
+  st = Job(id);
+  ASSERT_EQ(st.state(), v1::RUNNING) << st.reason();
+  EXPECT_EQ(st.generation(), 3);
+  EXPECT_EQ(st.restarts(), 1) << "the generation that found no copy is not counted";
+  auto starts = Starts(rank0);
+  ASSERT_EQ(starts.size(), 1u);
+  EXPECT_EQ(starts[0].resume_from(), CkptPath(id, 10));
+}
+
 }  // namespace
 }  // namespace frameworm::coordinator
 

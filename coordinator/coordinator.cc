@@ -1072,6 +1072,16 @@ Coordinator::RecordOfLocked(const std::string& job_id, const std::string& path) 
   return std::nullopt;
 }
 
+std::vector<std::string> Coordinator::ServingLocked(
+    const std::vector<std::string>& holders) const {
+  std::vector<std::string> out;
+  for (const std::string& h : holders) {
+    const WorkerRegistry::Worker* w = workers_.Find(h);
+    if (w != nullptr && workers_.Schedulable(*w)) out.push_back(h);
+  }
+  return out;
+}
+
 absl::StatusOr<bool> Coordinator::CopyDamagedThisGenerationLocked(const Job& job,
                                                                   const std::string& path,
                                                                   int64_t step, bool has_holders) {
@@ -1122,7 +1132,7 @@ absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, 
         (found->first.bytes() == 0 && found->first.checksum().empty())) {
       return false;
     }
-    if (auto a = answer(**job, found->first, !found->second.empty())) return *a;
+    if (auto a = answer(**job, found->first, !ServingLocked(found->second).empty())) return *a;
     record = found->first;
   }
   // The check: outside the lock (it may read the whole copy). No copy here
@@ -1153,7 +1163,7 @@ absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, 
     if (!job.ok()) return job.status();  // the generation ended meanwhile
     auto found = RecordOfLocked(job_id, bad.path());
     if (!found) return false;
-    holders = found->second;
+    holders = ServingLocked(found->second);
     if (auto a = answer(**job, found->first, !holders.empty())) return *a;
     if (!damaged) return false;  // no copy to check, no verdict: as any bad one
     jobs_.NoteCopyVerdict(job_id, bad.path(), *damaged);
@@ -1207,22 +1217,24 @@ absl::StatusOr<bool> Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& b
     if (!found) return false;  // another rank of the generation told first
     step = found->first.step();
     const std::vector<std::string>& holders = found->second;
+    // A holder that is lost (silent) serves no rank: it does not count.
+    const bool served = !ServingLocked(holders).empty();
     // Another rank of this generation found the coordinator's copy damaged
     // and it was removed for the holders: this rank's download found none.
-    if (!holders.empty()) {
+    if (served) {
       absl::StatusOr<bool> damaged =
           CopyDamagedThisGenerationLocked(**job, bad.path(), step, /*has_holders=*/true);
       if (!damaged.ok()) return damaged.status();  // the mark unread: nothing dropped
       if (*damaged) return true;
     }
-    // No copy anywhere (no holder left, none on the coordinator: an
-    // in-memory checkpoint whose holders are gone) is the catalog's
-    // staleness, not a fault of the job: the generation's end is not
-    // counted. A copy that exists but does not load counts as before, so
+    // No copy anywhere (no holder left, or only lost ones; none on the
+    // coordinator: an in-memory checkpoint whose holders are gone) is the
+    // catalog's staleness, not a fault of the job: the generation's end is
+    // not counted. A copy that exists but does not load counts as before, so
     // max_restarts bounds how many records a load error can drop; so does
     // a coordinator copy found damaged with no holder left.
     const bool unavailable =
-        holders.empty() && !removed && !copies_.PathOf((*job)->id, step).ok();
+        !served && !removed && !copies_.PathOf((*job)->id, step).ok();
     if (absl::Status s = checkpoints_.Remove((*job)->id, bad.path()); !s.ok()) return s;
     if (unavailable) jobs_.ResumeFailed((*job)->id);
     for (auto& [w, m] : DropCommands((*job)->id, step, holders)) workers_.Send(w, std::move(m));

@@ -391,6 +391,12 @@ class Coordinator {
   absl::StatusOr<bool> CopyDamagedThisGenerationLocked(const Job& job, const std::string& path,
                                                        int64_t step, bool has_holders)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Those of `holders` that can serve a rank now: registered, attached and
+  // heard from lately (WorkerRegistry::Schedulable). A lost worker stays a
+  // record's holder (back with its copy it serves again; a registration
+  // without it ends its claim) but counts for no decision meanwhile.
+  std::vector<std::string> ServingLocked(const std::vector<std::string>& holders) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The record of `path` in `job` and its holders; nullopt when none.
   std::optional<std::pair<v1::CheckpointRecord, std::vector<std::string>>> RecordOfLocked(
       const std::string& job_id, const std::string& path) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
