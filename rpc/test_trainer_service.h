@@ -89,10 +89,33 @@ class RecordingTrainerService final
       v1::ReportCheckpointResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
     absl::MutexLock l(&mu_);
+    ++checkpoint_calls_;
+    if (fail_checkpoints_ > 0) {  // FailNextCheckpointReports: nothing recorded
+      --fail_checkpoints_;
+      reactor->Finish(grpc::Status(fail_checkpoint_code_, "refused by FailNextCheckpointReports"));
+      return reactor;
+    }
     checkpoints_.push_back(*req);
-    resp->add_expired("/old/ckpt");
+    for (const std::string& e : expired_) resp->add_expired(e);
     reactor->Finish(grpc::Status::OK);
     return reactor;
+  }
+  // The next n ReportCheckpoint calls end with `code` and record nothing.
+  void FailNextCheckpointReports(int n, grpc::StatusCode code) {
+    absl::MutexLock l(&mu_);
+    fail_checkpoints_ = n;
+    fail_checkpoint_code_ = code;
+  }
+  // What a recorded ReportCheckpoint answers as expired ({"/old/ckpt"}
+  // until set).
+  void set_expired(std::vector<std::string> paths) {
+    absl::MutexLock l(&mu_);
+    expired_ = std::move(paths);
+  }
+  // ReportCheckpoint calls, recorded or failed.
+  int checkpoint_calls() {
+    absl::MutexLock l(&mu_);
+    return checkpoint_calls_;
   }
   void ReleaseHeld() {
     absl::MutexLock l(&mu_);
@@ -153,6 +176,10 @@ class RecordingTrainerService final
   bool batches_ ABSL_GUARDED_BY(mu_) = true;
   std::vector<int> batch_sizes_ ABSL_GUARDED_BY(mu_);
   int fail_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  int fail_checkpoints_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::StatusCode fail_checkpoint_code_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::UNAVAILABLE;
+  int checkpoint_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> expired_ ABSL_GUARDED_BY(mu_) = {"/old/ckpt"};
   grpc::StatusCode fail_code_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::UNAVAILABLE;
   std::vector<int> failed_batches_ ABSL_GUARDED_BY(mu_);
   std::string download_ ABSL_GUARDED_BY(mu_), download_checksum_ ABSL_GUARDED_BY(mu_);

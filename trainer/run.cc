@@ -23,6 +23,7 @@
 #include "train/data.h"
 #include "train/json_values.h"
 #include "train/trainer.h"
+#include "trainer/checkpoint_handover.h"
 #include "trainer/run_setup.h"
 #include "trainer/liveness_pinger.h"
 #include "trainer/step_reporter.h"
@@ -51,23 +52,6 @@ absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
   ::closedir(d);
   if (best < 0) return absl::NotFoundError(absl::StrCat("no ckpt-<step>.pt in ", dir));
   return absl::StrCat(dir, "/", best_name);
-}
-
-// Retention on rank 0's disk: deletes `path` only when it is a
-// ckpt-<step>.pt file directly inside `dir` (the coordinator's answer never
-// makes this program delete anything else).
-void RemoveExpiredCheckpoint(const std::string& dir, const std::string& path) {
-  namespace fs = std::filesystem;
-  if (dir.empty()) return;
-  std::error_code ec;
-  const fs::path p = fs::absolute(path, ec).lexically_normal();
-  const fs::path d = fs::absolute(dir, ec).lexically_normal();
-  const std::string name = p.filename().string();
-  if (ec || p.parent_path() != d || name.rfind("ckpt-", 0) != 0 ||
-      p.extension() != ".pt" || fs::is_symlink(p, ec) || !fs::is_regular_file(p, ec)) {
-    return;
-  }
-  fs::remove(p, ec);
 }
 
 int Fail(const std::string& what) {
@@ -279,48 +263,17 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     cr.checksum = info.checksum;
     cr.memory = !f.memory_checkpoint_dir.empty() &&
                 path.rfind(f.memory_checkpoint_dir + "/", 0) == 0;
-    // The coordinator keeps a copy first, so a rank on a host without this
-    // file can resume from it; a checkpoint it has no copy of is not reported.
-    // A coordinator that is away (restarting) gets 3 more tries, 1 s apart.
-    // In-memory checkpoints stay in memory: the workers copy them.
-    // Away: unreachable; for the report (idempotent: the same file
-    // reported again is recorded once, and its deadline is short) also
-    // paused or slow past its deadline. An upload past its deadline (sized
-    // for the file) would only time out again.
-    auto away = [](const absl::Status& s) { return s.code() == absl::StatusCode::kUnavailable; };
-    auto report_away = [&](const absl::Status& s) {
-      return away(s) || s.code() == absl::StatusCode::kDeadlineExceeded;
-    };
-    auto pause = [] { std::this_thread::sleep_for(std::chrono::seconds(1)); };
-    absl::Status up = cr.memory ? absl::OkStatus() : channel->UploadCheckpoint(step, path);
-    for (int i = 0; i < 3 && away(up); ++i) {
-      pause();
-      up = channel->UploadCheckpoint(step, path);
-    }
-    if (!up.ok()) {
-      std::cerr << "frameworm-train: checkpoint " << path
-                << " not reported: its upload to the coordinator failed: " << up << std::endl;
-      // Shown by `status` (the job's warning) until a newer one: a refusal
-      // that repeats (the coordinator's disk has no room) is not silent.
-      std::lock_guard<std::mutex> l(warning_mu);
-      warning = absl::StrCat("checkpoint of step ", step,
-                             " not reported (the file stays on rank 0's disk): its upload "
-                             "failed: ", up.ToString());
-      return;
-    }
-    absl::StatusOr<std::vector<std::string>> expired = channel->ReportCheckpoint(cr);
-    for (int i = 0; i < 3 && report_away(expired.status()); ++i) {
-      pause();
-      expired = channel->ReportCheckpoint(cr);
-    }
-    if (!expired.ok()) {
-      std::cerr << "frameworm-train: checkpoint report failed: " << expired.status() << std::endl;
-      return;
-    }
-    for (const std::string& old : *expired) {
-      RemoveExpiredCheckpoint(f.checkpoint_dir, old);
-      RemoveExpiredCheckpoint(f.memory_checkpoint_dir, old);
-    }
+    absl::Status handed =
+        HandOverCheckpoint(*channel, cr, f.checkpoint_dir, f.memory_checkpoint_dir);
+    if (handed.ok()) return;
+    std::cerr << "frameworm-train: checkpoint " << path << " not reported: " << handed.message()
+              << (cr.memory ? " (the in-memory file is removed)" : "") << std::endl;
+    if (cr.memory) return;  // the next one is due soon; a disk one may not be
+    // Shown by `status` (the job's warning) until a newer one: a refusal
+    // that repeats (the coordinator's disk has no room) is not silent.
+    std::lock_guard<std::mutex> l(warning_mu);
+    warning = absl::StrCat("checkpoint of step ", step,
+                           " not reported (the file stays on rank 0's disk): ", handed.ToString());
   };
 
   std::unique_ptr<Trainer> trainer;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "trainer/checkpoint_handover.h"
 #include "trainer/liveness_pinger.h"
 #include "trainer/step_reporter.h"
 #include "absl/strings/str_cat.h"
@@ -447,6 +448,109 @@ TEST_F(TrainerChannelTest, ADownloadThisHostCannotWriteIsNotDataLoss) {
   std::error_code ec;
   EXPECT_TRUE(std::filesystem::is_empty(dir, ec)) << "a partial file was left";
   std::filesystem::remove_all(dir);
+}
+
+// Files for HandOverCheckpoint: a disk and a memory directory, each with
+// the ckpt-<step>.pt files of `steps`.
+struct HandOverDirs {
+  std::string disk, memory, outside;
+  explicit HandOverDirs(const std::string& name) {
+    const std::string root = absl::StrCat(::testing::TempDir(), "/", name, "-", ::getpid());
+    disk = root + "/disk";
+    memory = root + "/shm/job";
+    outside = root + "/outside";
+    for (const std::string& d : {disk, memory, outside}) std::filesystem::create_directories(d);
+  }
+  ~HandOverDirs() { std::filesystem::remove_all(std::filesystem::path(disk).parent_path()); }
+  static std::string Write(const std::string& dir, const std::string& name) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << "data";
+    return path;
+  }
+  static bool Exists(const std::string& path) { return std::filesystem::exists(path); }
+};
+
+CheckpointReport Report(int64_t step, const std::string& path, bool memory) {
+  CheckpointReport r;
+  r.step = step;
+  r.path = path;
+  r.bytes = 4;
+  r.checksum = "crc32:0000abcd";
+  r.memory = memory;
+  return r;
+}
+
+// An in-memory checkpoint the coordinator did not record is removed: no
+// record means nothing resumes from it, expires it or releases it, and it
+// holds a whole snapshot of the node's RAM. One the coordinator records
+// after being away stays.
+TEST_F(TrainerChannelTest, AnInMemoryCheckpointThatWasNotRecordedIsRemoved) {
+  auto ch = Channel("job-7", 3);
+  HandOverDirs dirs("handover-memory");
+  const std::string mem = HandOverDirs::Write(dirs.memory, "ckpt-5.pt");
+  service_.FailNextCheckpointReports(4, grpc::StatusCode::UNAVAILABLE);  // away past the tries
+  absl::Status s = HandOverCheckpoint(*ch, Report(5, mem, true), dirs.disk, dirs.memory,
+                                      absl::Milliseconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("its report to the coordinator failed"), std::string::npos) << s;
+  EXPECT_EQ(service_.checkpoint_calls(), 4) << "one call and 3 more tries";
+  EXPECT_FALSE(HandOverDirs::Exists(mem));
+  // A refusal (not away) is not tried again.
+  const std::string refused = HandOverDirs::Write(dirs.memory, "ckpt-6.pt");
+  service_.FailNextCheckpointReports(1, grpc::StatusCode::PERMISSION_DENIED);
+  s = HandOverCheckpoint(*ch, Report(6, refused, true), dirs.disk, dirs.memory,
+                         absl::Milliseconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_EQ(service_.checkpoint_calls(), 5);
+  EXPECT_FALSE(HandOverDirs::Exists(refused));
+  // Away for less than the tries: recorded, and kept.
+  const std::string kept = HandOverDirs::Write(dirs.memory, "ckpt-7.pt");
+  service_.FailNextCheckpointReports(2, grpc::StatusCode::DEADLINE_EXCEEDED);
+  s = HandOverCheckpoint(*ch, Report(7, kept, true), dirs.disk, dirs.memory,
+                         absl::Milliseconds(10));
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(HandOverDirs::Exists(kept));
+  ASSERT_EQ(service_.checkpoints().size(), 1u);
+  EXPECT_TRUE(service_.checkpoints()[0].memory());
+}
+
+// A disk checkpoint whose upload fails is not reported and stays on disk
+// (the test service has no UploadCheckpoint: UNIMPLEMENTED, not retried).
+TEST_F(TrainerChannelTest, ADiskCheckpointThatCouldNotBeUploadedStaysUnreported) {
+  auto ch = Channel("job-7", 3);
+  HandOverDirs dirs("handover-disk");
+  const std::string disk = HandOverDirs::Write(dirs.disk, "ckpt-5.pt");
+  const absl::Status s = HandOverCheckpoint(*ch, Report(5, disk, false), dirs.disk, dirs.memory,
+                                            absl::Milliseconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_NE(s.message().find("its upload to the coordinator failed"), std::string::npos) << s;
+  EXPECT_TRUE(HandOverDirs::Exists(disk));
+  EXPECT_EQ(service_.checkpoint_calls(), 0);
+}
+
+// The files the coordinator answers as expired are removed only when they
+// are ckpt-<step>.pt files directly in the disk or the memory directory.
+TEST_F(TrainerChannelTest, OnlyExpiredCheckpointFilesInTheJobsDirectoriesAreRemoved) {
+  auto ch = Channel("job-7", 3);
+  HandOverDirs dirs("handover-expired");
+  const std::string old_disk = HandOverDirs::Write(dirs.disk, "ckpt-1.pt");
+  const std::string old_mem = HandOverDirs::Write(dirs.memory, "ckpt-2.pt");
+  const std::string other = HandOverDirs::Write(dirs.disk, "notes.txt");
+  const std::string elsewhere = HandOverDirs::Write(dirs.outside, "ckpt-3.pt");
+  const std::string target = HandOverDirs::Write(dirs.outside, "ckpt-4.pt");
+  std::filesystem::create_symlink(target, dirs.disk + "/ckpt-4.pt");
+  std::filesystem::create_directories(dirs.disk + "/sub");
+  const std::string nested = HandOverDirs::Write(dirs.disk + "/sub", "ckpt-5.pt");
+  service_.set_expired({old_disk, old_mem, other, elsewhere, dirs.disk + "/ckpt-4.pt",
+                        dirs.disk + "/../outside/ckpt-3.pt", nested});
+  const std::string mem = HandOverDirs::Write(dirs.memory, "ckpt-9.pt");
+  ASSERT_TRUE(HandOverCheckpoint(*ch, Report(9, mem, true), dirs.disk, dirs.memory).ok());
+  EXPECT_FALSE(HandOverDirs::Exists(old_disk));
+  EXPECT_FALSE(HandOverDirs::Exists(old_mem));
+  for (const std::string& p : {other, elsewhere, target, nested, mem}) {
+    EXPECT_TRUE(HandOverDirs::Exists(p)) << p;
+  }
+  EXPECT_TRUE(std::filesystem::is_symlink(dirs.disk + "/ckpt-4.pt"));
 }
 
 TEST_F(TrainerChannelTest, AbortedStaysAborted) {
