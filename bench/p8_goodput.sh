@@ -46,7 +46,7 @@ else:
           f"disturbed {s['disturbed_wall_s']:.1f} s with {len(fails)} failures ({s['restarts']} restarts); the disturbed run "
           + ("SUCCEEDED." if s["disturbed_ok"] else "did NOT succeed."),
           f"- **Steps lost per failure: median {lost:.0f}, at most {max(r['steps_lost'] for r in fails) if fails else 0}** "
-          "(target <= one in-memory checkpoint interval, 10 steps here: a failure loses the steps since the newest "
+          "(target <= one in-memory checkpoint interval, which the automatic cadence keeps at 10 steps or more: a failure loses the steps since the newest "
           "recorded checkpoint, in memory or on disk); median time from the kill to the next generation's first step: "
           f"{back:.2f} s.",
           f"- **Accuracy**: undisturbed {s['undisturbed_accuracy']:.4f}, disturbed {s['disturbed_accuracy']:.4f} "
