@@ -159,8 +159,9 @@ TEST(AsyncCheckpointTest, HoldsTheStateOfItsStepWhileTrainingGoesOnAdam) {
 }
 
 // A process killed in the middle of writing ckpt-4 (header place and part of
-// the payload written, no rename) leaves ckpt-2 loadable; the next trainer
-// to checkpoint there removes the dead writer's temporary file.
+// the payload on disk: more than one of the writer's 8 MiB buffers, no
+// rename) leaves ckpt-2 loadable; the next trainer to checkpoint there
+// removes the dead writer's temporary file.
 TEST(AsyncCheckpointTest, AWriterKilledMidWriteLeavesThePreviousOneAndNoTempFile) {
   const std::string dir = testutil::MakeTempDir("async-crash");
   TrainerOptions o;
@@ -179,8 +180,14 @@ TEST(AsyncCheckpointTest, AWriterKilledMidWriteLeavesThePreviousOneAndNoTempFile
   if (child == 0) {
     auto w = CheckpointFileWriter::Open(path4);
     if (!w.ok()) ::_exit(2);
-    std::string part(1 << 20, 'x');
+    std::string part(20 << 20, 'x');
     if (!(*w)->Append(part.data(), part.size()).ok()) ::_exit(3);
+    // The writer's thread has put at least one buffer in the file.
+    const std::string mine = path4 + ".tmp." + std::to_string(::getpid());
+    struct stat st {};
+    for (int i = 0; i < 500 && (::stat(mine.c_str(), &st) != 0 || st.st_size < (8 << 20)); ++i) {
+      ::usleep(10000);
+    }
     ::raise(SIGKILL);  // mid-write: no commit, no destructor
     ::_exit(4);
   }
@@ -188,7 +195,9 @@ TEST(AsyncCheckpointTest, AWriterKilledMidWriteLeavesThePreviousOneAndNoTempFile
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
   const std::string temp = path4 + ".tmp." + std::to_string(child);
-  ASSERT_TRUE(std::ifstream(temp).good()) << "the killed writer left no partial file to test with";
+  struct stat partial {};
+  ASSERT_EQ(::stat(temp.c_str(), &partial), 0) << "the killed writer left no partial file to test with";
+  EXPECT_GE(partial.st_size, 8 << 20) << "no payload reached the file before the kill";
   EXPECT_FALSE(std::ifstream(path4).good());
 
   Rig r = MakeRig(7, o);
