@@ -1015,7 +1015,11 @@ absl::StatusOr<std::vector<std::string>> Coordinator::ReportCheckpoint(
     expired = checkpoints_.Record(rec, (*job)->spec.checkpoint().keep_last());
     if (!expired.ok()) return expired;
     for (const auto& c : checkpoints_.List(rec.ref().job_id())) steps_before.erase(c.step());
-    jobs_.CheckpointRecorded(rec.ref().job_id(), rec.step());
+    // Only a disk checkpoint answers a requested one (a growth's, a timed
+    // one): an in-memory record has no coordinator copy and, this early, no
+    // holder, so no new node could resume from it; its steps may also come
+    // in before a disk checkpoint that is still uploading.
+    if (!rec.memory()) jobs_.CheckpointRecorded(rec.ref().job_id(), rec.step());
     if (!rec.memory()) {
       v1::Event e = EventLog::Make(
           "checkpoint_saved", rec.ref().job_id(),
@@ -1132,7 +1136,7 @@ absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, 
         (found->first.bytes() == 0 && found->first.checksum().empty())) {
       return false;
     }
-    if (auto a = answer(**job, found->first, !ServingLocked(found->second).empty())) return *a;
+    if (auto a = answer(**job, found->first, !found->second.empty())) return *a;
     record = found->first;
   }
   // The check: outside the lock (it may read the whole copy). No copy here
@@ -1163,7 +1167,7 @@ absl::StatusOr<bool> Coordinator::DropDamagedCopy(const v1::BadCheckpoint& bad, 
     if (!job.ok()) return job.status();  // the generation ended meanwhile
     auto found = RecordOfLocked(job_id, bad.path());
     if (!found) return false;
-    holders = ServingLocked(found->second);
+    holders = found->second;
     if (auto a = answer(**job, found->first, !holders.empty())) return *a;
     if (!damaged) return false;  // no copy to check, no verdict: as any bad one
     jobs_.NoteCopyVerdict(job_id, bad.path(), *damaged);
@@ -1217,11 +1221,11 @@ absl::StatusOr<bool> Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& b
     if (!found) return false;  // another rank of the generation told first
     step = found->first.step();
     const std::vector<std::string>& holders = found->second;
-    // A holder that is lost (silent) serves no rank: it does not count.
-    const bool served = !ServingLocked(holders).empty();
     // Another rank of this generation found the coordinator's copy damaged
     // and it was removed for the holders: this rank's download found none.
-    if (served) {
+    // (Whether they serve now or not: every rank of a generation gets the
+    // same verdict.)
+    if (!holders.empty()) {
       absl::StatusOr<bool> damaged =
           CopyDamagedThisGenerationLocked(**job, bad.path(), step, /*has_holders=*/true);
       if (!damaged.ok()) return damaged.status();  // the mark unread: nothing dropped
@@ -1233,8 +1237,9 @@ absl::StatusOr<bool> Coordinator::ReportBadCheckpoint(const v1::BadCheckpoint& b
     // not counted. A copy that exists but does not load counts as before, so
     // max_restarts bounds how many records a load error can drop; so does
     // a coordinator copy found damaged with no holder left.
-    const bool unavailable =
-        !served && !removed && !copies_.PathOf((*job)->id, step).ok();
+    // A holder that is lost (not serving: silent, detached) served no rank.
+    const bool unavailable = ServingLocked(holders).empty() && !removed &&
+                             !copies_.PathOf((*job)->id, step).ok();
     if (absl::Status s = checkpoints_.Remove((*job)->id, bad.path()); !s.ok()) return s;
     if (unavailable) jobs_.ResumeFailed((*job)->id);
     for (auto& [w, m] : DropCommands((*job)->id, step, holders)) workers_.Send(w, std::move(m));

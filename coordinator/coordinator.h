@@ -394,7 +394,8 @@ class Coordinator {
   // Those of `holders` that can serve a rank now: registered, attached and
   // heard from lately (WorkerRegistry::Schedulable). A lost worker stays a
   // record's holder (back with its copy it serves again; a registration
-  // without it ends its claim) but counts for no decision meanwhile.
+  // without it ends its claim); a generation that found no copy while none
+  // served is not counted.
   std::vector<std::string> ServingLocked(const std::vector<std::string>& holders) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The record of `path` in `job` and its holders; nullopt when none.

@@ -404,6 +404,64 @@ TEST_F(CoordinatorTest, UnreportedCheckpointUploadsDoNotAccumulate) {
   EXPECT_TRUE(coord_->CheckpointCopyOf(ref, p).ok());
 }
 
+// An in-memory checkpoint answers no requested checkpoint: one past the
+// requested step leaves the request standing (a growth waits for the disk
+// one, which may still be uploading), and in-memory checkpoints every few
+// seconds do not put off a timed (every_n_minutes) disk checkpoint.
+TEST_F(CoordinatorTest, InMemoryCheckpointsAnswerNoRequestedCheckpoint) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  v1::JobSpec spec = Spec(2, 1);
+  spec.mutable_checkpoint()->set_every_n_minutes(1);
+  const std::string id = Submit(spec);
+  const std::string mem =
+      absl::StrCat("/dev/shm/frameworm/", id, "-", Job(id).submitted_unix_ms());
+  auto memory = [&](int64_t step) {
+    v1::CheckpointRecord r;
+    r.mutable_ref()->set_job_id(id);
+    r.mutable_ref()->set_generation(1);
+    r.mutable_ref()->set_token(TokenOf(id, 1, 0));
+    r.set_step(step);
+    r.set_path(absl::StrCat(mem, "/ckpt-", step, ".pt"));
+    r.set_bytes(3);
+    r.set_checksum("crc32:0000abcd");
+    r.set_memory(true);
+    return coord_->ReportCheckpoint(r).status();
+  };
+  ASSERT_TRUE(Step(id, 1, 0, 5).ok());
+  ASSERT_TRUE(Step(id, 1, 1, 5).ok());
+  auto at = coord_->RequestCheckpoint(id);
+  ASSERT_TRUE(at.ok());
+  ASSERT_EQ(*at, 7);
+  ASSERT_TRUE(memory(8).ok());
+  auto resp = Step(id, 1, 0, 8);
+  ASSERT_TRUE(resp.ok());
+  EXPECT_EQ(resp->checkpoint_at_step(), 7) << "an in-memory record answered the request";
+  ASSERT_TRUE(Checkpoint(id, 1, 8, CkptPath(id, 8)).ok());
+  resp = Step(id, 1, 0, 9);
+  EXPECT_EQ(resp->checkpoint_at_step(), 0);
+  // In-memory checkpoints every 5 s; the timed disk one comes a minute
+  // after the disk checkpoint all the same.
+  int64_t step = 9;
+  int64_t asked_at = 0;
+  absl::Duration elapsed;
+  while (asked_at == 0 && elapsed < absl::Seconds(90)) {
+    clock_.Advance(absl::Seconds(5));
+    elapsed += absl::Seconds(5);
+    Heartbeat("w0");
+    Heartbeat("w1");
+    ++step;
+    ASSERT_TRUE(Step(id, 1, 1, step).ok());
+    ASSERT_TRUE(memory(step).ok());
+    coord_->Tick();
+    auto r = Step(id, 1, 0, step);
+    ASSERT_TRUE(r.ok()) << r.status();
+    asked_at = r->checkpoint_at_step();
+  }
+  EXPECT_EQ(elapsed, absl::Seconds(60));
+  EXPECT_EQ(Job(id).generation(), 1);
+}
+
 TEST_F(CoordinatorTest, OnDemandAndTimedCheckpointsAreAheadOfProgress) {
   AddWorker("w0", 1);
   AddWorker("w1", 1);
