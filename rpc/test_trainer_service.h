@@ -121,6 +121,57 @@ class RecordingTrainerService final
     absl::MutexLock l(&mu_);
     for (auto* r : held_) r->Finish(grpc::Status::OK);
     held_.clear();
+    hold_uploads_ = false;
+    for (auto* r : held_uploads_) r->Finish(grpc::Status::OK);
+    held_uploads_.clear();
+  }
+  // Reads every chunk; once the stream ends records its step (uploads())
+  // and answers its byte count, or, while HoldUploads(true), keeps the
+  // call open until HoldUploads(false).
+  grpc::ServerReadReactor<v1::CheckpointChunk>* UploadCheckpoint(
+      grpc::CallbackServerContext*, v1::UploadCheckpointResponse* resp) override {
+    class Reader final : public grpc::ServerReadReactor<v1::CheckpointChunk> {
+     public:
+      Reader(RecordingTrainerService* s, v1::UploadCheckpointResponse* resp) : s_(s), resp_(resp) {
+        StartRead(&chunk_);
+      }
+      void OnReadDone(bool ok) override {
+        if (ok) {
+          if (step_ < 0) step_ = chunk_.step();
+          bytes_ += static_cast<int64_t>(chunk_.data().size());
+          StartRead(&chunk_);
+          return;
+        }
+        resp_->set_bytes(bytes_);
+        s_->Uploaded(this, step_);
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      RecordingTrainerService* s_;
+      v1::UploadCheckpointResponse* resp_;
+      v1::CheckpointChunk chunk_;
+      int64_t step_ = -1;
+      int64_t bytes_ = 0;
+    };
+    return new Reader(this, resp);
+  }
+  void HoldUploads(bool on) {
+    absl::MutexLock l(&mu_);
+    hold_uploads_ = on;
+    if (on) return;
+    for (auto* r : held_uploads_) r->Finish(grpc::Status::OK);
+    held_uploads_.clear();
+  }
+  // Every upload from now on ends with `code` (OK: accepted again).
+  void RefuseUploads(grpc::StatusCode code) {
+    absl::MutexLock l(&mu_);
+    upload_refusal_ = code;
+  }
+  // The steps of the uploads received whole, in order (held ones too).
+  std::vector<int64_t> uploads() {
+    absl::MutexLock l(&mu_);
+    return uploads_;
   }
   std::vector<v1::StepMetrics> steps() {
     absl::MutexLock l(&mu_);
@@ -176,6 +227,23 @@ class RecordingTrainerService final
   bool batches_ ABSL_GUARDED_BY(mu_) = true;
   std::vector<int> batch_sizes_ ABSL_GUARDED_BY(mu_);
   int fail_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  void Uploaded(grpc::ServerReadReactor<v1::CheckpointChunk>* r, int64_t step) {
+    absl::MutexLock l(&mu_);
+    if (upload_refusal_ != grpc::StatusCode::OK) {
+      r->Finish(grpc::Status(upload_refusal_, "refused by RefuseUploads"));
+      return;
+    }
+    uploads_.push_back(step);
+    if (hold_uploads_) {
+      held_uploads_.push_back(r);
+    } else {
+      r->Finish(grpc::Status::OK);
+    }
+  }
+  bool hold_uploads_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::StatusCode upload_refusal_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::OK;
+  std::vector<grpc::ServerReadReactor<v1::CheckpointChunk>*> held_uploads_ ABSL_GUARDED_BY(mu_);
+  std::vector<int64_t> uploads_ ABSL_GUARDED_BY(mu_);
   int fail_checkpoints_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::StatusCode fail_checkpoint_code_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::UNAVAILABLE;
   int checkpoint_calls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,6 +1,6 @@
 // Rank 0's handing over of a checkpoint file it wrote to the coordinator
-// (frameworm-train's on_checkpoint, run on the trainer's background save
-// thread). A disk checkpoint is uploaded first (the coordinator's copy, so a
+// (frameworm-train's on_checkpoint: an in-memory one on the trainer's
+// checkpoint thread, a disk one on CheckpointUploader's). A disk checkpoint is uploaded first (the coordinator's copy, so a
 // rank on a host without the file can resume from it) and only then
 // reported; an in-memory one (`report.memory`) is reported only, since the
 // workers copy it. A coordinator that is away (UNAVAILABLE; for the
@@ -13,7 +13,9 @@
 // else). An in-memory checkpoint that was not recorded is removed too: no
 // record means nothing resumes from it, expires it or releases it when the
 // job ends, and it holds a whole snapshot of the node's RAM. A disk one
-// stays on disk.
+// stays on disk. (A coordinator that was only slow may record the removed
+// one later: its worker, asked to hold it, finds no file and holds none,
+// so a restart that picks it finds no copy and is not counted.)
 //
 // Errors: the last error of the upload ("its upload to the coordinator
 // failed: ...") or of the report ("its report to the coordinator failed:

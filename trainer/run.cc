@@ -24,6 +24,7 @@
 #include "train/json_values.h"
 #include "train/trainer.h"
 #include "trainer/checkpoint_handover.h"
+#include "trainer/checkpoint_uploader.h"
 #include "trainer/run_setup.h"
 #include "trainer/liveness_pinger.h"
 #include "trainer/step_reporter.h"
@@ -134,6 +135,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   std::unique_ptr<ControlChannel> channel;
   std::unique_ptr<ControlChannel> ckpt_channel;
   std::unique_ptr<ControlChannel> ping_channel;  // the liveness thread's own
+  TrainerChannelOptions ckpt_channel_options;     // rank 0's, for its uploader's channel
   if (!env.coordinator.empty() && !env.job_id.empty()) {
     TrainerChannelOptions co;
     co.coordinator = env.coordinator;
@@ -146,12 +148,14 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     auto ch = NewTrainerChannel(co);
     if (!ch.ok()) return Fail(std::string(ch.status().message()));
     channel = std::move(*ch);
-    // Rank 0 uploads and reports checkpoints from the checkpoint thread
-    // (asynchronous saves), on a channel of its own; no other rank does.
+    // Rank 0 reports in-memory checkpoints from the checkpoint thread, on
+    // a channel of its own, and uploads disk ones from its uploader's
+    // thread on another (below); no other rank does.
     if (rank == 0) {
       ch = NewTrainerChannel(co);
       if (!ch.ok()) return Fail(std::string(ch.status().message()));
       ckpt_channel = std::move(*ch);
+      ckpt_channel_options = co;
     }
     ch = NewTrainerChannel(co);
     if (!ch.ok()) return Fail(std::string(ch.status().message()));
@@ -253,6 +257,26 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     r.progress_only = true;
     (void)reporter->Submit(std::move(r));  // best effort; a step report handles errors
   };
+  auto not_handed_over = [&](const CheckpointReport& cr, const absl::Status& why) {
+    std::cerr << "frameworm-train: checkpoint " << cr.path << " not reported: " << why.message()
+              << (cr.memory ? " (the in-memory file is removed)" : "") << std::endl;
+    if (cr.memory || why.code() == absl::StatusCode::kAborted) return;  // a newer one comes
+    // Shown by `status` (the job's warning) until a newer one: a refusal
+    // that repeats (the coordinator's disk has no room) is not silent.
+    std::lock_guard<std::mutex> l(warning_mu);
+    warning = absl::StrCat("checkpoint of step ", cr.step,
+                           " not reported (the file stays on rank 0's disk): ", why.ToString());
+  };
+  // Rank 0's disk checkpoints of asynchronous saves, handed over on a
+  // thread and channel of their own (a synchronous save hands over before
+  // it returns, as before).
+  std::unique_ptr<CheckpointUploader> uploader;
+  if (ckpt_channel && f.async_checkpoint) {
+    auto ch = NewTrainerChannel(ckpt_channel_options);
+    if (!ch.ok()) return Fail(std::string(ch.status().message()));
+    uploader = std::make_unique<CheckpointUploader>(
+        std::move(*ch), f.checkpoint_dir, f.memory_checkpoint_dir, not_handed_over);
+  }
   to.on_checkpoint = [&](int64_t step, const std::string& path, const CheckpointFileInfo& info) {
     ControlChannel* channel = ckpt_channel.get();
     if (!channel) return;
@@ -263,17 +287,15 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     cr.checksum = info.checksum;
     cr.memory = !f.memory_checkpoint_dir.empty() &&
                 path.rfind(f.memory_checkpoint_dir + "/", 0) == 0;
+    // A disk checkpoint of an asynchronous save uploads on the uploader's
+    // thread: this (checkpoint) thread is free for in-memory checkpoints.
+    if (uploader && !cr.memory) {
+      uploader->Submit(std::move(cr));
+      return;
+    }
     absl::Status handed =
         HandOverCheckpoint(*channel, cr, f.checkpoint_dir, f.memory_checkpoint_dir);
-    if (handed.ok()) return;
-    std::cerr << "frameworm-train: checkpoint " << path << " not reported: " << handed.message()
-              << (cr.memory ? " (the in-memory file is removed)" : "") << std::endl;
-    if (cr.memory) return;  // the next one is due soon; a disk one may not be
-    // Shown by `status` (the job's warning) until a newer one: a refusal
-    // that repeats (the coordinator's disk has no room) is not silent.
-    std::lock_guard<std::mutex> l(warning_mu);
-    warning = absl::StrCat("checkpoint of step ", step,
-                           " not reported (the file stays on rank 0's disk): ", handed.ToString());
+    if (!handed.ok()) not_handed_over(cr, handed);
   };
 
   std::unique_ptr<Trainer> trainer;
@@ -405,6 +427,10 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     if (const FlightRecorder* rec = trainer->flight_recorder()) r.collectives = RecentCollectives(*rec);
   });
   absl::Status s = trainer->train(train_loader, val_loader);
+  // The last disk checkpoint is recorded before this rank exits (a
+  // generation that ends on a checkpoint resumes from it); a sign of life
+  // each second meanwhile, so a long upload is not taken for a hang.
+  while (uploader && !uploader->Drain(absl::Seconds(1))) to.on_progress();
   pinger.Stop();
   // The last steps' reports reach the coordinator before the exit does.
   if (reporter) (void)reporter->Close(std::chrono::seconds(10));

@@ -8,12 +8,14 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <fstream>
 #include <filesystem>
 #include <thread>
 
 #include "trainer/checkpoint_handover.h"
+#include "trainer/checkpoint_uploader.h"
 #include "trainer/liveness_pinger.h"
 #include "trainer/step_reporter.h"
 #include "absl/strings/str_cat.h"
@@ -515,11 +517,12 @@ TEST_F(TrainerChannelTest, AnInMemoryCheckpointThatWasNotRecordedIsRemoved) {
 }
 
 // A disk checkpoint whose upload fails is not reported and stays on disk
-// (the test service has no UploadCheckpoint: UNIMPLEMENTED, not retried).
+// (a refusal that is not UNAVAILABLE is not tried again).
 TEST_F(TrainerChannelTest, ADiskCheckpointThatCouldNotBeUploadedStaysUnreported) {
   auto ch = Channel("job-7", 3);
   HandOverDirs dirs("handover-disk");
   const std::string disk = HandOverDirs::Write(dirs.disk, "ckpt-5.pt");
+  service_.RefuseUploads(grpc::StatusCode::UNIMPLEMENTED);
   const absl::Status s = HandOverCheckpoint(*ch, Report(5, disk, false), dirs.disk, dirs.memory,
                                             absl::Milliseconds(10));
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
@@ -551,6 +554,68 @@ TEST_F(TrainerChannelTest, OnlyExpiredCheckpointFilesInTheJobsDirectoriesAreRemo
     EXPECT_TRUE(HandOverDirs::Exists(p)) << p;
   }
   EXPECT_TRUE(std::filesystem::is_symlink(dirs.disk + "/ckpt-4.pt"));
+}
+
+// The uploader hands disk checkpoints over on its own thread: Submit
+// returns at once while an upload runs; one more waits, and a newer one
+// supersedes it (its file removed, reported as failed, never uploaded);
+// Drain returns once the last one is recorded.
+TEST_F(TrainerChannelTest, TheUploaderHandsOverInOrderAndANewerCheckpointSupersedesAWaitingOne) {
+  HandOverDirs dirs("uploader");
+  std::mutex mu;
+  std::vector<std::pair<int64_t, absl::StatusCode>> failed;
+  service_.HoldUploads(true);
+  {
+    CheckpointUploader up(Channel("job-7", 3), dirs.disk, dirs.memory,
+                          [&](const CheckpointReport& r, const absl::Status& s) {
+                            std::lock_guard<std::mutex> l(mu);
+                            failed.emplace_back(r.step, s.code());
+                          });
+    // Destroyed before `up` (whose destructor drains): a failed assertion
+    // below releases the held upload instead of hanging.
+    struct Release {
+      testing::RecordingTrainerService& s;
+      ~Release() { s.HoldUploads(false); }
+    } release{service_};
+    const std::string p10 = HandOverDirs::Write(dirs.disk, "ckpt-10.pt");
+    const std::string p20 = HandOverDirs::Write(dirs.disk, "ckpt-20.pt");
+    const std::string p30 = HandOverDirs::Write(dirs.disk, "ckpt-30.pt");
+    up.Submit(Report(10, p10, false));
+    // Step 10's upload is held open by the service: 20 waits behind it.
+    for (int i = 0; i < 500 && service_.uploads().empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_EQ(service_.uploads(), std::vector<int64_t>{10});
+    EXPECT_FALSE(up.Drain(absl::Milliseconds(50))) << "drained with an upload held open";
+    const auto t0 = std::chrono::steady_clock::now();
+    up.Submit(Report(20, p20, false));
+    up.Submit(Report(30, p30, false));  // supersedes 20
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(4))
+        << "Submit waited for an upload";
+    EXPECT_FALSE(HandOverDirs::Exists(p20)) << "the superseded file stays";
+    {
+      std::lock_guard<std::mutex> l(mu);
+      ASSERT_EQ(failed.size(), 1u);
+      EXPECT_EQ(failed[0], std::make_pair(int64_t{20}, absl::StatusCode::kAborted));
+    }
+    EXPECT_TRUE(service_.checkpoints().empty()) << "reported before its upload ended";
+    service_.HoldUploads(false);
+    EXPECT_TRUE(up.Drain(absl::Seconds(30)));
+    EXPECT_EQ(service_.uploads(), (std::vector<int64_t>{10, 30}));
+    std::vector<int64_t> reported;
+    for (const auto& c : service_.checkpoints()) reported.push_back(c.step());
+    EXPECT_EQ(reported, (std::vector<int64_t>{10, 30}));
+    EXPECT_TRUE(HandOverDirs::Exists(p10) && HandOverDirs::Exists(p30));
+    // A failure reaches `failed` with the hand-over's error.
+    service_.RefuseUploads(grpc::StatusCode::RESOURCE_EXHAUSTED);
+    const std::string p40 = HandOverDirs::Write(dirs.disk, "ckpt-40.pt");
+    up.Submit(Report(40, p40, false));
+    // Destroyed without Drain: the destructor drains.
+  }
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_EQ(failed.size(), 2u);
+  EXPECT_EQ(failed[1], std::make_pair(int64_t{40}, absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(service_.checkpoints().size(), 2u);
 }
 
 TEST_F(TrainerChannelTest, AbortedStaysAborted) {
