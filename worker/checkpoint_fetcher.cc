@@ -1,5 +1,7 @@
 #include "worker/checkpoint_fetcher.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 
 namespace frameworm {
@@ -17,6 +19,13 @@ CheckpointFetcher::~CheckpointFetcher() {
 }
 
 absl::Status CheckpointFetcher::Enqueue(HeldCheckpoint h) {
+  bool superseded = false;
+  absl::Status queued = EnqueueOrSupersede(std::move(h), &superseded);
+  if (superseded) on_done_();  // their answers
+  return queued;
+}
+
+absl::Status CheckpointFetcher::EnqueueOrSupersede(HeldCheckpoint h, bool* superseded) {
   absl::MutexLock l(&mu_);
   for (HeldCheckpoint& q : queue_) {
     if (q.job_id == h.job_id && q.step == h.step && q.path == h.path &&
@@ -25,6 +34,22 @@ absl::Status CheckpointFetcher::Enqueue(HeldCheckpoint h) {
       q.sources = std::move(h.sources);
       return absl::OkStatus();
     }
+  }
+  const std::string dir = std::filesystem::path(h.path).parent_path().string();
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->job_id != h.job_id || it->step >= h.step ||
+        std::filesystem::path(it->path).parent_path().string() != dir) {
+      ++it;
+      continue;
+    }
+    const int64_t step = it->step;
+    done_.emplace_back(std::move(*it),
+                       absl::AbortedError(absl::StrCat(
+                           "hold of ", h.job_id, "'s checkpoint of step ", step,
+                           " superseded by its checkpoint of step ", h.step,
+                           " before its fetch began")));
+    it = queue_.erase(it);
+    *superseded = true;
   }
   if (queue_.size() >= kMaxQueued) {
     return absl::ResourceExhaustedError(absl::StrCat(

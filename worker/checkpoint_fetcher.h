@@ -8,8 +8,12 @@
 // replaces it. A hold equal to one still queued (job, step, path, size,
 // checksum) is merged into it: the queued one takes its secret and sources
 // (the newer ask is answered), so asks repeated while a fetch hangs add no
-// attempts. At most kMaxQueued holds wait: Enqueue refuses more with
-// RESOURCE_EXHAUSTED.
+// attempts. A queued hold of an older step of the same job in the same
+// directory is superseded by a newer one: it is never fetched and is done
+// with ABORTED (its answer says so), so a replica that lags behind the
+// checkpoints (a slow link, memory checkpoints every few seconds) fetches
+// the newest next, not every one in turn; the one running goes on. At most
+// kMaxQueued holds wait: Enqueue refuses more with RESOURCE_EXHAUSTED.
 //
 // Shutdown: the destructor sets the stop flag `fetch` is given, drops what
 // is queued and joins the thread (a running fetch ends at its next chunk,
@@ -45,6 +49,7 @@ class CheckpointFetcher {
 
  private:
   void Loop();
+  absl::Status EnqueueOrSupersede(HeldCheckpoint h, bool* superseded);
   const Fetch fetch_;
   const std::function<void()> on_done_;
   std::atomic<bool> stop_{false};

@@ -916,6 +916,61 @@ TEST(CheckpointFetcher, EqualQueuedHoldsMerge) {
   EXPECT_EQ(secrets, (std::vector<std::string>{"first", "third", "other"}));
 }
 
+// A newer hold of the same job in the same directory supersedes the older
+// ones still queued (done with ABORTED, never fetched); the running fetch,
+// other jobs' holds and other directories' are left alone.
+TEST(CheckpointFetcher, ANewerHoldSupersedesOlderQueuedOnesOfItsJob) {
+  absl::Notification release;
+  absl::Mutex mu;
+  std::vector<int64_t> fetched;
+  std::atomic<int> woken{0};
+  {
+    CheckpointFetcher fetcher(
+        [&](HeldCheckpoint& h, const std::atomic<bool>&) {
+          release.WaitForNotification();
+          absl::MutexLock l(&mu);
+          fetched.push_back(h.step);
+          return absl::OkStatus();
+        },
+        [&] { ++woken; });
+    auto hold = [](const std::string& job, int64_t step, const std::string& dir) {
+      HeldCheckpoint h;
+      h.job_id = job;
+      h.step = step;
+      h.path = absl::StrCat(dir, "/ckpt-", step, ".pt");
+      h.checksum = "crc32:00000001";
+      return h;
+    };
+    ASSERT_TRUE(fetcher.Enqueue(hold("job-1", 10, "/shm/job-1")).ok());
+    for (int i = 0; i < 500 && !fetcher.Pending("/shm/job-1/ckpt-10.pt"); ++i) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    absl::SleepFor(absl::Milliseconds(50));  // step 10 is running
+    ASSERT_TRUE(fetcher.Enqueue(hold("job-1", 20, "/shm/job-1")).ok());
+    ASSERT_TRUE(fetcher.Enqueue(hold("job-1", 25, "/disk/job-1")).ok());
+    ASSERT_TRUE(fetcher.Enqueue(hold("job-2", 20, "/shm/job-2")).ok());
+    EXPECT_EQ(woken.load(), 0);
+    ASSERT_TRUE(fetcher.Enqueue(hold("job-1", 30, "/shm/job-1")).ok());  // supersedes 20
+    EXPECT_EQ(woken.load(), 1) << "the superseded hold's answer was not signalled";
+    auto done = fetcher.TakeDone();
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].first.step, 20);
+    EXPECT_EQ(done[0].second.code(), absl::StatusCode::kAborted);
+    EXPECT_THAT(std::string(done[0].second.message()),
+                HasSubstr("superseded by its checkpoint of step 30"));
+    EXPECT_FALSE(fetcher.Pending("/shm/job-1/ckpt-20.pt"));
+    release.Notify();
+    for (int i = 0; i < 1000; ++i) {
+      {
+        absl::MutexLock l(&mu);
+        if (fetched.size() == 4) break;
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  }
+  EXPECT_EQ(fetched, (std::vector<int64_t>{10, 25, 20, 30}));
+}
+
 TEST(CheckpointFetcher, QueueIsBounded) {
   std::atomic<int> fetched{0};
   {
@@ -927,11 +982,11 @@ TEST(CheckpointFetcher, QueueIsBounded) {
         },
         [] {});
     HeldCheckpoint h;
-    h.job_id = "job-1";
     h.path = "/tmp/x/ckpt-1.pt";
     size_t accepted = 0;
     absl::Status refused;
     for (size_t i = 0; i < CheckpointFetcher::kMaxQueued + 2 && refused.ok(); ++i) {
+      h.job_id = absl::StrCat("job-", i);  // one job's newer hold would supersede
       h.step = static_cast<int64_t>(i);
       refused = fetcher.Enqueue(h);
       if (refused.ok()) ++accepted;
