@@ -462,6 +462,38 @@ TEST_F(CoordinatorTest, InMemoryCheckpointsAnswerNoRequestedCheckpoint) {
   EXPECT_EQ(Job(id).generation(), 1);
 }
 
+// A timed checkpoint that the ranks pass without its record arriving (its
+// file still uploading, or never taken) is dropped after 10 steps, and
+// asked for again a whole interval after the ask, not at the next tick.
+TEST_F(CoordinatorTest, AMissedTimedCheckpointIsAskedAgainAnIntervalLater) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  v1::JobSpec spec = Spec(2, 1);
+  spec.mutable_checkpoint()->set_every_n_minutes(1);
+  const std::string id = Submit(spec);
+  int64_t step = 1;
+  std::vector<absl::Duration> asks;  // when a new checkpoint step was asked
+  int64_t asked = 0;
+  absl::Duration elapsed;
+  while (elapsed < absl::Seconds(150)) {
+    clock_.Advance(absl::Seconds(1));
+    elapsed += absl::Seconds(1);
+    Heartbeat("w0");
+    Heartbeat("w1");
+    step += 2;  // 2 steps a second: a request is missed 5 s after its step
+    ASSERT_TRUE(Step(id, 1, 1, step).ok());
+    coord_->Tick();
+    auto r = Step(id, 1, 0, step);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (r->checkpoint_at_step() > asked) {
+      asked = r->checkpoint_at_step();
+      asks.push_back(elapsed);
+    }
+  }
+  ASSERT_EQ(asks.size(), 2u) << "asked again at once after the miss";
+  EXPECT_EQ(asks[1] - asks[0], absl::Seconds(60));
+}
+
 TEST_F(CoordinatorTest, OnDemandAndTimedCheckpointsAreAheadOfProgress) {
   AddWorker("w0", 1);
   AddWorker("w1", 1);

@@ -100,8 +100,13 @@ void GenerationProgress::CheckpointRecorded(int64_t step, absl::Time now) {
 void GenerationProgress::MaybeTimedCheckpoint(absl::Time now,
                                               absl::Duration every, int lead) {
   if (every > absl::ZeroDuration() && any_report_ && checkpoint_at_ == 0 &&
-      now - last_checkpoint_ >= every)
+      now - last_checkpoint_ >= every) {
     checkpoint_at_ = max_step_ + lead;
+    // The next interval counts from this ask: one dropped as missed (its
+    // file still uploading past the ranks' 10 steps, or not taken) is
+    // asked again an interval later, not at the next tick.
+    last_checkpoint_ = now;
+  }
 }
 
 void GenerationProgress::MaybeSteppedCheckpoint(int64_t every, int lead) {

@@ -80,7 +80,8 @@ class GenerationProgress {
   // A checkpoint of `step` completed at `now`.
   void CheckpointRecorded(int64_t step, absl::Time now);
   // Requests a checkpoint (max step + `lead`) when `every` > 0 has passed
-  // since the last one and nothing is pending; only once ranks report.
+  // since the last one recorded or asked for and nothing is pending; only
+  // once ranks report.
   void MaybeTimedCheckpoint(absl::Time now, absl::Duration every, int lead);
   // Requests a checkpoint at the next multiple of `every` > 0 steps at
   // least `lead` past the max step, when nothing is pending; only once
