@@ -6,8 +6,12 @@
 
 namespace frameworm {
 
-CheckpointFetcher::CheckpointFetcher(Fetch fetch, std::function<void()> on_done)
-    : fetch_(std::move(fetch)), on_done_(std::move(on_done)), thread_([this] { Loop(); }) {}
+CheckpointFetcher::CheckpointFetcher(Fetch fetch, std::function<void()> on_done,
+                                     std::function<bool(const std::string&)> waited_on)
+    : fetch_(std::move(fetch)),
+      on_done_(std::move(on_done)),
+      waited_on_(std::move(waited_on)),
+      thread_([this] { Loop(); }) {}
 
 CheckpointFetcher::~CheckpointFetcher() {
   {
@@ -38,7 +42,8 @@ absl::Status CheckpointFetcher::EnqueueOrSupersede(HeldCheckpoint h, bool* super
   const std::string dir = std::filesystem::path(h.path).parent_path().string();
   for (auto it = queue_.begin(); it != queue_.end();) {
     if (it->job_id != h.job_id || it->step >= h.step ||
-        std::filesystem::path(it->path).parent_path().string() != dir) {
+        std::filesystem::path(it->path).parent_path().string() != dir ||
+        (waited_on_ && waited_on_(it->path))) {
       ++it;
       continue;
     }

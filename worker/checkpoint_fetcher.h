@@ -9,8 +9,11 @@
 // checksum) is merged into it: the queued one takes its secret and sources
 // (the newer ask is answered), so asks repeated while a fetch hangs add no
 // attempts. A queued hold of an older step of the same job in the same
-// directory is superseded by a newer one: it is never fetched and is done
-// with ABORTED (its answer says so), so a replica that lags behind the
+// directory is superseded by a newer one (unless a rank waits to resume
+// from it, `waited_on`; steps are compared, not generations: a program
+// that counts its steps from 0 again in a later generation may see a
+// replica of its older, higher step fetched first): it is never fetched
+// and is done with ABORTED (its answer says so), so a replica that lags behind the
 // checkpoints (a slow link, memory checkpoints every few seconds) fetches
 // the newest next, not every one in turn; the one running goes on. At most
 // kMaxQueued holds wait: Enqueue refuses more with RESOURCE_EXHAUSTED.
@@ -39,7 +42,11 @@ class CheckpointFetcher {
  public:
   // Fetches `h` into place; sets h.copied when it wrote the file.
   using Fetch = std::function<absl::Status(HeldCheckpoint& h, const std::atomic<bool>& stop)>;
-  CheckpointFetcher(Fetch fetch, std::function<void()> on_done);
+  // `waited_on(path)`: a rank waits to resume from `path` (called by
+  // Enqueue, on its caller's thread, under the fetcher's lock): a queued
+  // hold of that path is never superseded.
+  CheckpointFetcher(Fetch fetch, std::function<void()> on_done,
+                    std::function<bool(const std::string&)> waited_on = nullptr);
   ~CheckpointFetcher();
 
   static constexpr size_t kMaxQueued = 1024;
@@ -52,6 +59,7 @@ class CheckpointFetcher {
   absl::Status EnqueueOrSupersede(HeldCheckpoint h, bool* superseded);
   const Fetch fetch_;
   const std::function<void()> on_done_;
+  const std::function<bool(const std::string&)> waited_on_;
   std::atomic<bool> stop_{false};
   mutable absl::Mutex mu_;
   std::deque<HeldCheckpoint> queue_ ABSL_GUARDED_BY(mu_);

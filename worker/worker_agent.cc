@@ -111,7 +111,15 @@ class WorkerAgentImpl final : public WorkerAgent {
               }
               return s;
             },
-            [this] { Wake(); }) {
+            [this] { Wake(); },
+            // A rank waiting to resume from a path (deferred_ is the
+            // loop's, as is every Enqueue).
+            [this](const std::string& path) {
+              for (const TaskLaunch& l : deferred_) {
+                if (l.rank_env.resume_from == path) return true;
+              }
+              return false;
+            }) {
     // What this worker held before a restart (worker/holdings_file.h).
     absl::StatusOr<std::vector<HeldCheckpoint>> kept = ReadHoldingsFile(HoldingsPath());
     if (!kept.ok()) Event(absl::StrCat("frameworm-worker ", o.name, ": ", kept.status().message()));

@@ -918,7 +918,8 @@ TEST(CheckpointFetcher, EqualQueuedHoldsMerge) {
 
 // A newer hold of the same job in the same directory supersedes the older
 // ones still queued (done with ABORTED, never fetched); the running fetch,
-// other jobs' holds and other directories' are left alone.
+// a path a rank waits to resume from, other jobs' holds and other
+// directories' are left alone.
 TEST(CheckpointFetcher, ANewerHoldSupersedesOlderQueuedOnesOfItsJob) {
   absl::Notification release;
   absl::Mutex mu;
@@ -932,7 +933,16 @@ TEST(CheckpointFetcher, ANewerHoldSupersedesOlderQueuedOnesOfItsJob) {
           fetched.push_back(h.step);
           return absl::OkStatus();
         },
-        [&] { ++woken; });
+        [&] { ++woken; },
+        [](const std::string& path) { return path == "/shm/job-1/ckpt-15.pt"; });
+    // Destroyed before `fetcher` (which joins its thread): a failed
+    // assertion below lets the running fetch end instead of hanging.
+    struct Release {
+      absl::Notification& n;
+      ~Release() {
+        if (!n.HasBeenNotified()) n.Notify();
+      }
+    } guard{release};
     auto hold = [](const std::string& job, int64_t step, const std::string& dir) {
       HeldCheckpoint h;
       h.job_id = job;
@@ -946,6 +956,7 @@ TEST(CheckpointFetcher, ANewerHoldSupersedesOlderQueuedOnesOfItsJob) {
       absl::SleepFor(absl::Milliseconds(1));
     }
     absl::SleepFor(absl::Milliseconds(50));  // step 10 is running
+    ASSERT_TRUE(fetcher.Enqueue(hold("job-1", 15, "/shm/job-1")).ok());  // a rank waits on it
     ASSERT_TRUE(fetcher.Enqueue(hold("job-1", 20, "/shm/job-1")).ok());
     ASSERT_TRUE(fetcher.Enqueue(hold("job-1", 25, "/disk/job-1")).ok());
     ASSERT_TRUE(fetcher.Enqueue(hold("job-2", 20, "/shm/job-2")).ok());
@@ -963,12 +974,12 @@ TEST(CheckpointFetcher, ANewerHoldSupersedesOlderQueuedOnesOfItsJob) {
     for (int i = 0; i < 1000; ++i) {
       {
         absl::MutexLock l(&mu);
-        if (fetched.size() == 4) break;
+        if (fetched.size() == 5) break;
       }
       absl::SleepFor(absl::Milliseconds(2));
     }
   }
-  EXPECT_EQ(fetched, (std::vector<int64_t>{10, 25, 20, 30}));
+  EXPECT_EQ(fetched, (std::vector<int64_t>{10, 15, 25, 20, 30}));
 }
 
 TEST(CheckpointFetcher, QueueIsBounded) {
