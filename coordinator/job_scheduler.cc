@@ -397,6 +397,9 @@ bool JobScheduler::StartGeneration(Job& job,
     events_.Emit(std::move(g));
   }
   // Workers without the checkpoint fetch it first (their StartTask waits).
+  // The hold and the StartTask go out back to back, in this order: a worker
+  // defers the launch before any later hold can supersede the prefetch
+  // (CheckpointFetcher's waited_on).
   if (const v1::CheckpointRecord* rec = checkpoints_.NewestRecord(job.id);
       rec != nullptr && rec->path() == in.resume_from) {
     for (auto& [w, m] : PrefetchCommands(workers_, *rec, workers)) workers_.Send(w, std::move(m));

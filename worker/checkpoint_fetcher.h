@@ -21,7 +21,9 @@
 // Shutdown: the destructor sets the stop flag `fetch` is given, drops what
 // is queued and joins the thread (a running fetch ends at its next chunk,
 // or at its deadline).
-// Thread safety: every member is thread-safe.
+// Thread safety: every member is thread-safe, Enqueue as far as its
+// `waited_on` is (the agent's reads its loop's state: Enqueue is called
+// from the loop only).
 #ifndef FRAMEWORM_WORKER_CHECKPOINT_FETCHER_H_
 #define FRAMEWORM_WORKER_CHECKPOINT_FETCHER_H_
 
