@@ -787,18 +787,8 @@ TEST_F(ReplicationTest, ACheckpointHeldOnlyByALostWorkerCostsNoRestart) {
   spec.set_heartbeat_timeout_s(5);
   const std::string id = StartJob(spec);
   HeldByBoth(id, 10);
-  const std::string mem = absl::StrCat("/dev/shm/frameworm/", id, "-", Job(id).submitted_unix_ms(),
-                                       "/ckpt-20.pt");
-  v1::CheckpointRecord r;
-  r.mutable_ref()->set_job_id(id);
-  r.mutable_ref()->set_generation(1);
-  r.mutable_ref()->set_token(TokenOf(id, 1, 0));
-  r.set_step(20);
-  r.set_path(mem);
-  r.set_bytes(3);
-  r.set_checksum("crc32:0000abcd");
-  r.set_memory(true);
-  ASSERT_TRUE(coord_->ReportCheckpoint(r).ok());
+  const std::string mem = MemoryPath(id, 20);
+  ASSERT_TRUE(MemoryCheckpoint(id, 1, 20).ok());
   Held("w0", id, 20);
   Take("w0");
   Take("w1");

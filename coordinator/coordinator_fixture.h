@@ -167,6 +167,37 @@ class CoordinatorTest : public ::testing::Test {
   std::string CkptPath(const std::string& job, int64_t step) const {
     return absl::StrCat(dir_, "/checkpoints/", job, "/ckpt-", step, ".pt");
   }
+  // Job `job`'s in-memory checkpoint of `step` under the default memory
+  // root, reported by rank 0 of generation `gen`.
+  std::string MemoryPath(const std::string& job, int64_t step) {
+    return absl::StrCat("/dev/shm/frameworm/", job, "-", Job(job).submitted_unix_ms(), "/ckpt-",
+                        step, ".pt");
+  }
+  absl::Status MemoryCheckpoint(const std::string& job, int64_t gen, int64_t step) {
+    v1::CheckpointRecord r;
+    r.mutable_ref()->set_job_id(job);
+    r.mutable_ref()->set_generation(gen);
+    r.mutable_ref()->set_token(TokenOf(job, gen, 0));
+    r.set_step(step);
+    r.set_path(MemoryPath(job, step));
+    r.set_bytes(3);
+    r.set_checksum("crc32:0000abcd");
+    r.set_memory(true);
+    return coord_->ReportCheckpoint(r).status();
+  }
+  // One tick of a running generation-1 job of 2 ranks on w0 and w1: the
+  // clock moves `by`, both workers heartbeat, rank 1 reports `step`, Tick
+  // runs, then rank 0 reports `step`. Returns the checkpoint step rank 0's
+  // answer asks for (0: none), or -1 when a report failed.
+  int64_t TickTwoRanks(const std::string& job, int64_t step, absl::Duration by) {
+    clock_.Advance(by);
+    Heartbeat("w0");
+    Heartbeat("w1");
+    if (!Step(job, 1, 1, step).ok()) return -1;
+    coord_->Tick();
+    auto r = Step(job, 1, 0, step);
+    return r.ok() ? r->checkpoint_at_step() : -1;
+  }
   absl::StatusOr<std::vector<std::string>> Checkpoint(const std::string& job,
                                                       int64_t gen,
                                                       int64_t step,

@@ -414,26 +414,12 @@ TEST_F(CoordinatorTest, InMemoryCheckpointsAnswerNoRequestedCheckpoint) {
   v1::JobSpec spec = Spec(2, 1);
   spec.mutable_checkpoint()->set_every_n_minutes(1);
   const std::string id = Submit(spec);
-  const std::string mem =
-      absl::StrCat("/dev/shm/frameworm/", id, "-", Job(id).submitted_unix_ms());
-  auto memory = [&](int64_t step) {
-    v1::CheckpointRecord r;
-    r.mutable_ref()->set_job_id(id);
-    r.mutable_ref()->set_generation(1);
-    r.mutable_ref()->set_token(TokenOf(id, 1, 0));
-    r.set_step(step);
-    r.set_path(absl::StrCat(mem, "/ckpt-", step, ".pt"));
-    r.set_bytes(3);
-    r.set_checksum("crc32:0000abcd");
-    r.set_memory(true);
-    return coord_->ReportCheckpoint(r).status();
-  };
   ASSERT_TRUE(Step(id, 1, 0, 5).ok());
   ASSERT_TRUE(Step(id, 1, 1, 5).ok());
   auto at = coord_->RequestCheckpoint(id);
   ASSERT_TRUE(at.ok());
   ASSERT_EQ(*at, 7);
-  ASSERT_TRUE(memory(8).ok());
+  ASSERT_TRUE(MemoryCheckpoint(id, 1, 8).ok());
   auto resp = Step(id, 1, 0, 8);
   ASSERT_TRUE(resp.ok());
   EXPECT_EQ(resp->checkpoint_at_step(), 7) << "an in-memory record answered the request";
@@ -446,17 +432,11 @@ TEST_F(CoordinatorTest, InMemoryCheckpointsAnswerNoRequestedCheckpoint) {
   int64_t asked_at = 0;
   absl::Duration elapsed;
   while (asked_at == 0 && elapsed < absl::Seconds(90)) {
-    clock_.Advance(absl::Seconds(5));
     elapsed += absl::Seconds(5);
-    Heartbeat("w0");
-    Heartbeat("w1");
     ++step;
-    ASSERT_TRUE(Step(id, 1, 1, step).ok());
-    ASSERT_TRUE(memory(step).ok());
-    coord_->Tick();
-    auto r = Step(id, 1, 0, step);
-    ASSERT_TRUE(r.ok()) << r.status();
-    asked_at = r->checkpoint_at_step();
+    ASSERT_TRUE(MemoryCheckpoint(id, 1, step).ok());
+    asked_at = TickTwoRanks(id, step, absl::Seconds(5));
+    ASSERT_GE(asked_at, 0);
   }
   EXPECT_EQ(elapsed, absl::Seconds(60));
   EXPECT_EQ(Job(id).generation(), 1);
@@ -476,17 +456,12 @@ TEST_F(CoordinatorTest, AMissedTimedCheckpointIsAskedAgainAnIntervalLater) {
   int64_t asked = 0;
   absl::Duration elapsed;
   while (elapsed < absl::Seconds(150)) {
-    clock_.Advance(absl::Seconds(1));
     elapsed += absl::Seconds(1);
-    Heartbeat("w0");
-    Heartbeat("w1");
     step += 2;  // 2 steps a second: a request is missed 5 s after its step
-    ASSERT_TRUE(Step(id, 1, 1, step).ok());
-    coord_->Tick();
-    auto r = Step(id, 1, 0, step);
-    ASSERT_TRUE(r.ok()) << r.status();
-    if (r->checkpoint_at_step() > asked) {
-      asked = r->checkpoint_at_step();
+    const int64_t at = TickTwoRanks(id, step, absl::Seconds(1));
+    ASSERT_GE(at, 0);
+    if (at > asked) {
+      asked = at;
       asks.push_back(elapsed);
     }
   }
@@ -519,16 +494,10 @@ TEST_F(CoordinatorTest, OnDemandAndTimedCheckpointsAreAheadOfProgress) {
   int64_t asked_at = 0;
   absl::Duration elapsed;
   while (asked_at == 0 && elapsed < absl::Seconds(90)) {
-    clock_.Advance(absl::Seconds(5));
     elapsed += absl::Seconds(5);
-    Heartbeat("w0");
-    Heartbeat("w1");
     ++step;
-    ASSERT_TRUE(Step(id, 1, 1, step).ok());
-    coord_->Tick();
-    auto r = Step(id, 1, 0, step);
-    ASSERT_TRUE(r.ok()) << r.status();
-    asked_at = r->checkpoint_at_step();
+    asked_at = TickTwoRanks(id, step, absl::Seconds(5));
+    ASSERT_GE(asked_at, 0);
   }
   EXPECT_EQ(elapsed, absl::Seconds(60));
   EXPECT_EQ(asked_at, step + 2);  // max reported step (rank 1) + 2

@@ -135,7 +135,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   std::unique_ptr<ControlChannel> channel;
   std::unique_ptr<ControlChannel> ckpt_channel;
   std::unique_ptr<ControlChannel> ping_channel;  // the liveness thread's own
-  TrainerChannelOptions ckpt_channel_options;     // rank 0's, for its uploader's channel
+  std::unique_ptr<ControlChannel> upload_channel;  // rank 0's uploader's own
   if (!env.coordinator.empty() && !env.job_id.empty()) {
     TrainerChannelOptions co;
     co.coordinator = env.coordinator;
@@ -155,7 +155,11 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
       ch = NewTrainerChannel(co);
       if (!ch.ok()) return Fail(std::string(ch.status().message()));
       ckpt_channel = std::move(*ch);
-      ckpt_channel_options = co;
+      if (f.async_checkpoint) {
+        ch = NewTrainerChannel(co);
+        if (!ch.ok()) return Fail(std::string(ch.status().message()));
+        upload_channel = std::move(*ch);
+      }
     }
     ch = NewTrainerChannel(co);
     if (!ch.ok()) return Fail(std::string(ch.status().message()));
@@ -271,11 +275,9 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   // thread and channel of their own (a synchronous save hands over before
   // it returns, as before).
   std::unique_ptr<CheckpointUploader> uploader;
-  if (ckpt_channel && f.async_checkpoint) {
-    auto ch = NewTrainerChannel(ckpt_channel_options);
-    if (!ch.ok()) return Fail(std::string(ch.status().message()));
+  if (upload_channel) {
     uploader = std::make_unique<CheckpointUploader>(
-        std::move(*ch), f.checkpoint_dir, f.memory_checkpoint_dir, not_handed_over);
+        std::move(upload_channel), f.checkpoint_dir, f.memory_checkpoint_dir, not_handed_over);
   }
   to.on_checkpoint = [&](int64_t step, const std::string& path, const CheckpointFileInfo& info) {
     ControlChannel* channel = ckpt_channel.get();
