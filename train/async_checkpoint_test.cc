@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 
 #include <gtest/gtest.h>
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include <torch/torch.h>
 
 #include "train/checkpoint_file.h"
@@ -70,6 +72,15 @@ std::vector<torch::Tensor> OptimizerTensors(Rig& s) {
   return out;
 }
 
+// Waits (at most 20 s) until training has done `step`; true if it has.
+bool WaitForStep(const std::atomic<int64_t>& done_step, int64_t step) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (done_step < step && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return done_step >= step;
+}
+
 long RssKb() {
   std::ifstream f("/proc/self/status");
   std::string line;
@@ -107,11 +118,7 @@ void CheckpointHoldsItsStep(bool adam) {
   s.trainer->options().on_checkpoint = [&](int64_t step, const std::string&,
                                            const CheckpointFileInfo&) {
     reported.push_back(step);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (done_step < 6 && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    saw_training_go_on = done_step >= 6;
+    saw_training_go_on = WaitForStep(done_step, 6);
   };
   {
     auto tl = TrainLoader();
@@ -516,7 +523,7 @@ namespace frameworm {
 namespace {
 
 // In-memory checkpoints go to their own directory at their own cadence
-// (a memory one is skipped, never waited for, while a save is in flight),
+// (a memory one is put off, never waited for, while a save is in flight),
 // are reported like disk ones and load back; a failed memory write does
 // not end training.
 TEST(MemoryCheckpointTest, EveryNStepsToTheirOwnDirectoryAndTheyLoad) {
@@ -539,6 +546,7 @@ TEST(MemoryCheckpointTest, EveryNStepsToTheirOwnDirectoryAndTheyLoad) {
   auto vl = ValLoader();
   ASSERT_TRUE(s.trainer->train(tl, vl).ok());
   int memory = 0;
+  std::set<int64_t> windows;
   for (const std::string& p : reported) {
     if (p.rfind(dir + "/mem/", 0) != 0) continue;
     ++memory;
@@ -546,15 +554,67 @@ TEST(MemoryCheckpointTest, EveryNStepsToTheirOwnDirectoryAndTheyLoad) {
     ASSERT_TRUE(absl::SimpleAtoi(p.substr(p.rfind("ckpt-") + 5, p.size() - p.rfind("ckpt-") - 8),
                                  &step))
         << p;
-    EXPECT_EQ(step % 4, 0) << p;
+    // Due at each multiple of 4, put off while a save is in flight, and
+    // a disk checkpoint replaces the one due at its step.
+    windows.insert(step / 4);
     EXPECT_NE(step % 12, 0) << p << ": a disk checkpoint step takes no memory one";
     EXPECT_TRUE(ReadCheckpointFile(p).ok()) << p;
   }
+  EXPECT_EQ(windows.size(), static_cast<size_t>(memory)) << "two in one cadence window";
   EXPECT_GE(memory, 1) << "no in-memory checkpoint was written";
   EXPECT_LE(memory, 4);  // 4, 8, 16, 20 (12 and 24 are disk steps)
   Rig again = MakeRig(2, o);
   ASSERT_TRUE(again.trainer->load_checkpoint(dir + "/mem/ckpt-4.pt").ok() ||
               again.trainer->load_checkpoint(dir + "/mem/ckpt-8.pt").ok());
+  testutil::RemoveTree(dir);
+}
+
+// A memory checkpoint due while a disk one is still being written is put
+// off to the first step that finds no save in flight, not dropped: the
+// disk save of step 6 lasts past step 8, and the memory checkpoint due at
+// 8 is taken at step 9 or 10, not dropped for the disk one at 12.
+TEST(MemoryCheckpointTest, OneDueDuringASaveIsTakenOnceTheSaveEnds) {
+  const std::string dir = testutil::MakeTempDir("memory-put-off");
+  TrainerOptions o;
+  o.epochs = 10;  // 8 steps each
+  o.max_steps = 12;
+  o.checkpoint_every = 6;
+  o.checkpoint_dir = dir + "/disk";
+  o.memory_checkpoint_dir = dir + "/mem";
+  o.memory_checkpoint_every = 4;
+  std::atomic<int64_t> done_step{0};
+  std::mutex mu;
+  std::vector<int64_t> memory_steps;
+  bool held_until_9 = false;
+  Rig s = MakeRig(1, o);
+  s.trainer->options().on_step = [&](const StepInfo& info) -> absl::StatusOr<StepAction> {
+    done_step = info.step;
+    // Time for the checkpoint thread to end the save it was let go from.
+    if (info.step == 10) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return StepAction{};
+  };
+  s.trainer->options().on_checkpoint = [&](int64_t step, const std::string& path,
+                                           const CheckpointFileInfo&) {
+    if (path.rfind(dir + "/mem/", 0) == 0) {
+      std::lock_guard<std::mutex> l(mu);
+      memory_steps.push_back(step);
+      return;
+    }
+    if (step != 6) return;
+    // The disk save of step 6 is in flight through step 8 (the memory
+    // checkpoint's due step) and beyond.
+    held_until_9 = WaitForStep(done_step, 9);
+  };
+  auto tl = TrainLoader();
+  auto vl = ValLoader();
+  absl::Status st = s.trainer->train(tl, vl);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(held_until_9) << "training waited for the disk save";
+  std::lock_guard<std::mutex> l(mu);
+  ASSERT_EQ(memory_steps.size(), 2u) << absl::StrJoin(memory_steps, ",");
+  EXPECT_EQ(memory_steps[0], 4);
+  EXPECT_GE(memory_steps[1], 9) << "taken while the disk save was in flight";
+  EXPECT_LE(memory_steps[1], 10) << "the one due at step 8 was dropped";
   testutil::RemoveTree(dir);
 }
 

@@ -306,6 +306,10 @@ absl::StatusOr<bool> Trainer::AfterStep(const StepInfo& info) {
   if (a.checkpoint) {
     absl::Status s = CheckpointAt(info.step);
     if (!s.ok()) return s;
+    // A disk checkpoint is newer than any in-memory one due: the next
+    // memory one is the next multiple of a fixed cadence after it.
+    const int64_t every = options_.memory_checkpoint_every;
+    if (every > 0) next_memory_step_ = (info.step / every + 1) * every;
   } else {
     absl::Status s = MaybeMemoryCheckpoint(info);
     if (!s.ok()) return s;  // the save before it failed
@@ -352,8 +356,12 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
       !options_.async_checkpoint) {
     return absl::OkStatus();
   }
-  const bool due = every > 0 ? info.step % every == 0 : info.step >= next_memory_step_;
-  if (!due || ckpt_busy_.load()) return absl::OkStatus();  // never waits for a save in flight
+  if (every > 0 && next_memory_step_ == 0) {
+    next_memory_step_ = ((info.step - 1) / every + 1) * every;  // the first multiple from here
+  }
+  // Due from its step on: one whose step finds a save in flight is taken at
+  // the first step after it that finds none (it never waits for the save).
+  if (info.step < next_memory_step_ || ckpt_busy_.load()) return absl::OkStatus();
   // The save before this one ended: its failure (a disk checkpoint's) ends
   // training, as it would at the next step.
   if (absl::Status previous = wait_for_checkpoint(); !previous.ok()) return previous;
@@ -378,7 +386,9 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
     std::cerr << "frameworm: in-memory checkpoint of step " << info.step << " skipped: " << s
               << "\n";
   }
-  if (every < 0) {
+  if (every > 0) {
+    next_memory_step_ = (info.step / every + 1) * every;
+  } else {
     const double budget = 0.02 * std::max(mean_step_seconds_, 1e-6);
     // A copy made during the next step counts too: it competes for the
     // cores and memory bandwidth (the previous one's time: this one runs).

@@ -206,8 +206,10 @@ struct TrainerOptions {
   // In-memory checkpoints (rank 0, with async_checkpoint): every
   // `memory_checkpoint_every` steps (-1: automatic; 0: none) the snapshot
   // is written to <memory_checkpoint_dir>/ckpt-<step>.pt (meant for a
-  // tmpfs: memory outside this process), unless a save is still in flight
-  // (then that one is skipped, never waited for). Automatic: the next one
+  // tmpfs: memory outside this process); one due while a save is still in
+  // flight is put off (never waited for) to the first step that finds none,
+  // and a disk checkpoint at or after its step replaces it (the next is the
+  // next multiple after the disk one's step). Automatic: the next one
   // comes max(10, ceil(blocked / (0.02 x mean step time))) steps after the
   // last, `blocked` being how long its snapshot held training plus the last
   // copy made during a step (it shares the cores), so
@@ -408,7 +410,7 @@ class Trainer {
   int64_t next_action_sync_step_ = 0;
   StepAction pending_action_;
   double action_sync_seconds_ = 0;
-  int64_t next_memory_step_ = 0;        // automatic cadence: the next one
+  int64_t next_memory_step_ = 0;        // the next in-memory one is due (0: unset)
   int64_t schedule_total_ = 0;          // steps the schedule spans (train())
   std::optional<double> best_;          // the monitored metric's best value
   int64_t evaluations_since_best_ = 0;

@@ -31,7 +31,7 @@ TEST(FramewormTrainUploadTest, InMemoryCheckpointsGoOnWhileADiskCheckpointUpload
   std::thread run([&] {
     r = RunTrain(absl::StrCat("--model=mlp --dataset=synthetic --max-steps=200 --batch-size=16 ",
                               "--checkpoint-dir=", dir, "/ckpt --checkpoint-every=20 ",
-                              "--memory-checkpoint-dir=", root, "/job --memory-checkpoint-every=5"),
+                              "--memory-checkpoint-dir=", root, "/job --memory-checkpoint-every=3"),
                  absl::StrCat("FRAMEWORM_COORDINATOR=127.0.0.1:", started->port,
                               " FRAMEWORM_JOB_ID=job-1 FRAMEWORM_GENERATION=1"));
   });
