@@ -74,6 +74,20 @@ bool CheckpointFetcher::Pending(const std::string& path) const {
   return false;
 }
 
+bool CheckpointFetcher::PendingUnder(const std::string& dir) const {
+  std::filesystem::path want = std::filesystem::path(dir).lexically_normal();
+  if (!want.has_filename()) want = want.parent_path();  // "/a/b/"
+  auto in = [&](const std::string& path) {
+    return !path.empty() && std::filesystem::path(path).lexically_normal().parent_path() == want;
+  };
+  absl::MutexLock l(&mu_);
+  if (in(running_)) return true;
+  for (const HeldCheckpoint& h : queue_) {
+    if (in(h.path)) return true;
+  }
+  return false;
+}
+
 std::vector<std::pair<HeldCheckpoint, absl::Status>> CheckpointFetcher::TakeDone() {
   absl::MutexLock l(&mu_);
   return std::exchange(done_, {});

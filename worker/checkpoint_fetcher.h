@@ -54,6 +54,8 @@ class CheckpointFetcher {
   static constexpr size_t kMaxQueued = 1024;
   absl::Status Enqueue(HeldCheckpoint h);
   bool Pending(const std::string& path) const;
+  // Whether a hold of a path directly in `dir` is queued or running.
+  bool PendingUnder(const std::string& dir) const;
   std::vector<std::pair<HeldCheckpoint, absl::Status>> TakeDone();
 
  private:

@@ -25,6 +25,7 @@
 #include "worker/checkpoint_holdings.h"
 #include "worker/fetch_journal.h"
 #include "worker/holdings_file.h"
+#include "worker/memory_dir_sweeper.h"
 #include "worker/peer_service.h"
 #include "worker/stack_dump.h"
 
@@ -120,6 +121,7 @@ class WorkerAgentImpl final : public WorkerAgent {
               }
               return false;
             }) {
+    sweeper_ = MemoryDirSweeper(o.memory_sweep_quiet);
     // What this worker held before a restart (worker/holdings_file.h).
     absl::StatusOr<std::vector<HeldCheckpoint>> kept = ReadHoldingsFile(HoldingsPath());
     if (!kept.ok()) Event(absl::StrCat("frameworm-worker ", o.name, ": ", kept.status().message()));
@@ -208,6 +210,7 @@ class WorkerAgentImpl final : public WorkerAgent {
       }
       CapLogs();
       ForgetDelivered();
+      SweepMemoryDirs(now);
 
       if (killing && supervisor_.running_count() == 0 && deferred_.empty()) {
         if (connected_) {
@@ -265,6 +268,9 @@ class WorkerAgentImpl final : public WorkerAgent {
   void Apply(const v1::CoordinatorMessage& c) {
     if (c.has_start()) {
       TaskLaunch l = FromProto(c.start().task());
+      if (!l.rank_env.memory_checkpoint_dir.empty()) {
+        sweeper_.Launched(l.key().job_id, l.rank_env.memory_checkpoint_dir, absl::Now());
+      }
       // Started once its checkpoint is here, and once a GPU that a task
       // being killed holds (the generation before, on this node) is free.
       if (!Startable(l)) {
@@ -425,6 +431,38 @@ class WorkerAgentImpl final : public WorkerAgent {
     }
     return true;
   }
+  // What a job that left this node left in its memory directory
+  // (MemoryDirSweeper). While the coordinator is away, or was away two
+  // heartbeats ago (a hold it sent may be on its way), every job counts as
+  // busy: a snapshot it recorded must not go before its hold comes.
+  void SweepMemoryDirs(absl::Time now) {
+    if (now < next_sweep_) return;
+    next_sweep_ = now + std::min(options_.memory_sweep_quiet / 2, absl::Seconds(5));
+    const std::vector<TaskStatusInfo> running = supervisor_.Running();
+    auto busy = [&](const std::string& job_id, const std::string& dir) {
+      if (!connected_ || now - connected_since_ < 2 * heartbeat_interval_) return true;
+      for (const TaskStatusInfo& t : running) {
+        if (t.key.job_id == job_id) return true;
+      }
+      for (const TaskLaunch& l : deferred_) {
+        if (l.key().job_id == job_id) return true;
+      }
+      return fetcher_.PendingUnder(dir);
+    };
+    const std::vector<std::string> removed =
+        sweeper_.Sweep(now, busy, [this](const std::string& path) { return HeldAt(path); });
+    if (removed.empty()) return;
+    std::string listed;
+    for (size_t i = 0; i < removed.size() && i < 3; ++i) {
+      absl::StrAppend(&listed, i ? ", " : "", PrintableLine(removed[i], 256));
+    }
+    if (removed.size() > 3) absl::StrAppend(&listed, " and ", removed.size() - 3, " more");
+    Event(absl::StrCat("frameworm-worker ", options_.name,
+                       ": removed what no hold names from the in-memory checkpoint directories "
+                       "of jobs no longer on this node: ",
+                       listed));
+  }
+
   // Whether a held copy (of any job and step) lies at `path`.
   bool HeldAt(const std::string& path) const {
     const std::filesystem::path want = std::filesystem::path(path).lexically_normal();
@@ -721,6 +759,7 @@ class WorkerAgentImpl final : public WorkerAgent {
       session_broken_ = true;
     });
     connected_ = true;
+    connected_since_ = absl::Now();
     cut_off_since_.reset();
     backoff_ = options_.initial_backoff;
     Event(absl::StrCat("frameworm-worker ", options_.name,
@@ -812,6 +851,9 @@ class WorkerAgentImpl final : public WorkerAgent {
   std::vector<Final> finals_;
   std::map<TaskKey, LogState> logs_;
   std::vector<TaskLaunch> deferred_;  // waiting for their checkpoint's fetch
+  MemoryDirSweeper sweeper_{absl::Minutes(1)};  // options_.memory_sweep_quiet (constructor)
+  absl::Time next_sweep_ = absl::InfinitePast();
+  absl::Time connected_since_ = absl::InfinitePast();
   std::deque<v1::CheckpointHeld> held_out_;
 
   CheckpointHoldings holdings_;  // thread-safe: also read by the peer server

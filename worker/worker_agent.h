@@ -29,7 +29,9 @@
 //    CheckpointHeld answer goes up. A StartTask whose resume path is being
 //    fetched waits for the fetch (a KillTask meanwhile ends it as KILLED
 //    without starting it). DropCheckpoint deletes the held files. Holds are
-//    served to peers (PeerService) from this node's files.
+//    served to peers (PeerService) from this node's files. The in-memory
+//    checkpoint directories of the tasks it started are swept once their
+//    job has left the node (Options::memory_sweep_quiet).
 //  - Shutdown(): every trainer gets SIGTERM, then SIGKILL after
 //    shutdown_grace; their final statuses are sent when connected; Run()
 //    returns once no trainer is left.
@@ -87,6 +89,12 @@ class WorkerAgent {
     std::string peer_listen;
     // One fetch of a checkpoint copy from one peer takes at most this long.
     absl::Duration fetch_timeout = absl::Minutes(10);
+    // The in-memory checkpoint directory of a job no task of which has run
+    // or waited here, and none of whose copies has been fetched into it, for
+    // this long while connected to the coordinator loses the checkpoint
+    // files in it this long unchanged that no hold names
+    // (worker/memory_dir_sweeper.h; one line says what went).
+    absl::Duration memory_sweep_quiet = absl::Minutes(1);
     // Called with one human-readable line on registration, re-registration,
     // loss of the coordinator and each checkpoint copy (main prints them).
     std::function<void(const std::string&)> on_event;

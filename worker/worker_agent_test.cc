@@ -272,6 +272,7 @@ class WorkerAgentTest : public ::testing::Test {
     o.peer_listen = peer_listen_;
     o.fetch_timeout = fetch_timeout_;
     o.gpus = gpus_;
+    o.memory_sweep_quiet = memory_sweep_quiet_;
     auto agent = WorkerAgent::Create(o, *launcher_);
     ASSERT_TRUE(agent.ok()) << agent.status();
     agent_ = *std::move(agent);
@@ -296,6 +297,7 @@ class WorkerAgentTest : public ::testing::Test {
   std::string peer_listen_ = "127.0.0.1:0";
   absl::Duration fetch_timeout_ = absl::Minutes(1);
   std::vector<std::string> gpus_;
+  absl::Duration memory_sweep_quiet_ = absl::Minutes(1);
   std::unique_ptr<TestCoordinator> coord_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
@@ -737,6 +739,48 @@ TEST_F(WorkerAgentTest, HoldsServeFetchAndDropCheckpointCopies) {
 // A fetch from a source that never answers: the rank waiting for it is
 // killed before it ever started when the coordinator says so, and the hold
 // is answered with an error naming the source once the fetch gives up.
+// What a job leaves in its in-memory checkpoint directory on this node
+// and no hold names (a snapshot never reported, a killed writer's partial
+// file) goes once no task of the job has run here for a while; a held
+// copy stays, and the directory goes once its drop empties it.
+TEST_F(WorkerAgentTest, AMemoryDirectoryIsSweptOfWhatNoHoldNamesOnceItsJobLeaves) {
+  memory_sweep_quiet_ = absl::Milliseconds(300);
+  StartAgent();
+  const std::string mem = dir_ + "/shm/job-1-100";
+  std::filesystem::create_directories(mem);
+  std::filesystem::permissions(mem, std::filesystem::perms::owner_all);
+  const std::string data = Pattern(1000);
+  for (const char* name : {"ckpt-5.pt", "ckpt-10.pt", "ckpt-15.pt.tmp.99999"}) {
+    std::ofstream(mem + "/" + name, std::ios::binary) << data;
+  }
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(mem + "/ckpt-10.pt", 10, data)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindHeld(ms, 10); }));
+  ASSERT_TRUE(FindHeld(coord_->messages(), 10)->ok()) << FindHeld(coord_->messages(), 10)->error();
+  RankEnv env = TaskEnv(0);
+  env.memory_checkpoint_dir = mem;
+  env.memory_checkpoint_every = 5;
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("sleep 1.5", env)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindStatus(ms, 0, v1::TASK_RUNNING); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  EXPECT_TRUE(std::filesystem::exists(mem + "/ckpt-5.pt")) << "swept while its job runs here";
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindStatus(ms, 0, v1::TASK_EXITED); }));
+  for (int i = 0; i < 500 && std::filesystem::exists(mem + "/ckpt-5.pt"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(std::filesystem::exists(mem + "/ckpt-5.pt"));
+  EXPECT_FALSE(std::filesystem::exists(mem + "/ckpt-15.pt.tmp.99999"));
+  EXPECT_TRUE(std::filesystem::exists(mem + "/ckpt-10.pt")) << "a held copy was swept";
+  EXPECT_THAT(events(), ::testing::Contains(HasSubstr("removed what no hold names")));
+  v1::CoordinatorMessage drop;
+  drop.mutable_drop()->set_job_id("job-1");
+  drop.mutable_drop()->set_step(10);
+  ASSERT_TRUE(coord_->SendWhenConnected(drop));
+  for (int i = 0; i < 500 && std::filesystem::exists(mem); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(std::filesystem::exists(mem)) << "the emptied directory stays";
+}
+
 TEST_F(WorkerAgentTest, ARankWaitingForAFetchCanBeKilledAndAFailedFetchIsAnswered) {
   std::string source, copy;
   const int silent = StartARankWaitingForAFetch(absl::Seconds(3), &source, &copy);
@@ -970,6 +1014,11 @@ TEST(CheckpointFetcher, ANewerHoldSupersedesOlderQueuedOnesOfItsJob) {
     EXPECT_THAT(std::string(done[0].second.message()),
                 HasSubstr("superseded by its checkpoint of step 30"));
     EXPECT_FALSE(fetcher.Pending("/shm/job-1/ckpt-20.pt"));
+    // A fetch into a directory (queued or running) keeps it from a sweep.
+    EXPECT_TRUE(fetcher.PendingUnder("/shm/job-1"));
+    EXPECT_TRUE(fetcher.PendingUnder("/shm//job-2/"));
+    EXPECT_FALSE(fetcher.PendingUnder("/shm/job-3"));
+    EXPECT_FALSE(fetcher.PendingUnder("/shm"));
     release.Notify();
     for (int i = 0; i < 1000; ++i) {
       {
