@@ -569,16 +569,16 @@ TEST(MemoryCheckpointTest, EveryNStepsToTheirOwnDirectoryAndTheyLoad) {
   testutil::RemoveTree(dir);
 }
 
-// A memory checkpoint due while a disk one is still being written is put
-// off to the first step that finds no save in flight, not dropped: the
-// disk save of step 6 lasts past step 8, and the memory checkpoint due at
-// 8 is taken at step 9 or 10, not dropped for the disk one at 12.
-TEST(MemoryCheckpointTest, OneDueDuringASaveIsTakenOnceTheSaveEnds) {
-  const std::string dir = testutil::MakeTempDir("memory-put-off");
+// Rank 0 trains `max_steps` with in-memory checkpoints every 4 steps and
+// a disk checkpoint requested at step 6 whose save stays in flight until
+// training has done step 9; `checkpoint_every` adds periodic disk ones.
+// The steps of the memory checkpoints, in order.
+std::vector<int64_t> MemoryStepsAroundASlowSave(const std::string& dir, int64_t max_steps,
+                                                int64_t checkpoint_every) {
   TrainerOptions o;
   o.epochs = 10;  // 8 steps each
-  o.max_steps = 12;
-  o.checkpoint_every = 6;
+  o.max_steps = max_steps;
+  o.checkpoint_every = checkpoint_every;
   o.checkpoint_dir = dir + "/disk";
   o.memory_checkpoint_dir = dir + "/mem";
   o.memory_checkpoint_every = 4;
@@ -589,9 +589,12 @@ TEST(MemoryCheckpointTest, OneDueDuringASaveIsTakenOnceTheSaveEnds) {
   Rig s = MakeRig(1, o);
   s.trainer->options().on_step = [&](const StepInfo& info) -> absl::StatusOr<StepAction> {
     done_step = info.step;
-    // Time for the checkpoint thread to end the save it was let go from.
-    if (info.step == 10) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    return StepAction{};
+    // Time for the checkpoint thread to end the save it is let go from now,
+    // before this step's memory checkpoint is looked at.
+    if (info.step == 9) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    StepAction a;
+    a.checkpoint = info.step == 6;
+    return a;
   };
   s.trainer->options().on_checkpoint = [&](int64_t step, const std::string& path,
                                            const CheckpointFileInfo&) {
@@ -600,21 +603,42 @@ TEST(MemoryCheckpointTest, OneDueDuringASaveIsTakenOnceTheSaveEnds) {
       memory_steps.push_back(step);
       return;
     }
-    if (step != 6) return;
     // The disk save of step 6 is in flight through step 8 (the memory
     // checkpoint's due step) and beyond.
-    held_until_9 = WaitForStep(done_step, 9);
+    if (step == 6) held_until_9 = WaitForStep(done_step, 9);
   };
   auto tl = TrainLoader();
   auto vl = ValLoader();
   absl::Status st = s.trainer->train(tl, vl);
-  ASSERT_TRUE(st.ok()) << st;
-  ASSERT_TRUE(held_until_9) << "training waited for the disk save";
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_TRUE(held_until_9) << "training waited for the disk save";
   std::lock_guard<std::mutex> l(mu);
-  ASSERT_EQ(memory_steps.size(), 2u) << absl::StrJoin(memory_steps, ",");
-  EXPECT_EQ(memory_steps[0], 4);
-  EXPECT_GE(memory_steps[1], 9) << "taken while the disk save was in flight";
-  EXPECT_LE(memory_steps[1], 10) << "the one due at step 8 was dropped";
+  return memory_steps;
+}
+
+// A memory checkpoint due while a disk one is still being written is put
+// off to the first step that finds no save in flight, not dropped: the one
+// due at step 8 is taken at step 9 (or just after), not at 12.
+TEST(MemoryCheckpointTest, OneDueDuringASaveIsTakenOnceTheSaveEnds) {
+  const std::string dir = testutil::MakeTempDir("memory-put-off");
+  const std::vector<int64_t> steps = MemoryStepsAroundASlowSave(dir, 12, /*checkpoint_every=*/0);
+  ASSERT_GE(steps.size(), 2u) << absl::StrJoin(steps, ",");
+  EXPECT_EQ(steps[0], 4);
+  EXPECT_GE(steps[1], 9) << "taken while the disk save was in flight";
+  EXPECT_LE(steps[1], 11) << "the one due at step 8 was dropped";
+  testutil::RemoveTree(dir);
+}
+
+// ... but not to within half an interval (2 steps) of a periodic disk
+// checkpoint, whose save would wait for its write: the disk checkpoint of
+// step 10 replaces it, and the next memory one is due at 12 (taken there,
+// or at 13 while the save of step 10 is still being written).
+TEST(MemoryCheckpointTest, OnePutOffIsLeftToAPeriodicDiskCheckpointDueSoon) {
+  const std::string dir = testutil::MakeTempDir("memory-put-off-disk");
+  const std::vector<int64_t> steps = MemoryStepsAroundASlowSave(dir, 14, /*checkpoint_every=*/10);
+  ASSERT_EQ(steps.size(), 2u) << absl::StrJoin(steps, ",");
+  EXPECT_EQ(steps[0], 4);
+  EXPECT_GE(steps[1], 12) << "taken right before the periodic disk checkpoint";
   testutil::RemoveTree(dir);
 }
 

@@ -307,9 +307,12 @@ absl::StatusOr<bool> Trainer::AfterStep(const StepInfo& info) {
     absl::Status s = CheckpointAt(info.step);
     if (!s.ok()) return s;
     // A disk checkpoint is newer than any in-memory one due: the next
-    // memory one is the next multiple of a fixed cadence after it.
+    // memory one is the next multiple of a fixed cadence after it, or an
+    // automatic interval after it. (Also when the disk one is then skipped
+    // for a full disk: a memory one comes an interval later.)
     const int64_t every = options_.memory_checkpoint_every;
     if (every > 0) next_memory_step_ = (info.step / every + 1) * every;
+    if (every < 0) next_memory_step_ = info.step + memory_interval_;
   } else {
     absl::Status s = MaybeMemoryCheckpoint(info);
     if (!s.ok()) return s;  // the save before it failed
@@ -358,10 +361,19 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
   }
   if (every > 0 && next_memory_step_ == 0) {
     next_memory_step_ = ((info.step - 1) / every + 1) * every;  // the first multiple from here
+    memory_interval_ = every;
   }
   // Due from its step on: one whose step finds a save in flight is taken at
-  // the first step after it that finds none (it never waits for the save).
+  // the first step after it that finds none (it never waits for the save),
+  // unless a periodic disk checkpoint comes within half an interval: that
+  // save would wait for this write, and replaces it anyway.
   if (info.step < next_memory_step_ || ckpt_busy_.load()) return absl::OkStatus();
+  if (const int64_t disk = options_.checkpoint_every; info.step > next_memory_step_ && disk > 0) {
+    const int64_t next_disk = (info.step / disk + 1) * disk;
+    if (next_disk - info.step <= std::max<int64_t>(1, memory_interval_ / 2)) {
+      return absl::OkStatus();
+    }
+  }
   // The save before this one ended: its failure (a disk checkpoint's) ends
   // training, as it would at the next step.
   if (absl::Status previous = wait_for_checkpoint(); !previous.ok()) return previous;
@@ -388,6 +400,7 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
   }
   if (every > 0) {
     next_memory_step_ = (info.step / every + 1) * every;
+    memory_interval_ = every;
   } else {
     const double budget = 0.02 * std::max(mean_step_seconds_, 1e-6);
     // A copy made during the next step counts too: it competes for the
@@ -397,8 +410,8 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
       std::lock_guard<std::mutex> l(ckpt_mu_);
       cost += copy_seconds_;
     }
-    next_memory_step_ =
-        info.step + std::max<int64_t>(10, static_cast<int64_t>(std::ceil(cost / budget)));
+    memory_interval_ = std::max<int64_t>(10, static_cast<int64_t>(std::ceil(cost / budget)));
+    next_memory_step_ = info.step + memory_interval_;
   }
   return absl::OkStatus();
 }
@@ -524,6 +537,7 @@ absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t ste
       std::chrono::duration<double>(std::chrono::steady_clock::now() - taken).count();
   if (!snap.ok()) return snap.status();
   ckpt_busy_ = true;
+  if (!IsMemoryPath(path)) disk_save_step_ = step;
   if ((*snap)->has_deferred_copies()) {
     std::lock_guard<std::mutex> l(ckpt_mu_);
     ckpt_copying_ = true;
@@ -552,6 +566,7 @@ absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t ste
       std::lock_guard<std::mutex> l(ckpt_mu_);
       if (!kept.ok() && ckpt_error_.ok()) ckpt_error_ = kept;
     }
+    disk_save_step_ = 0;
     ckpt_busy_ = false;
   });
   return absl::OkStatus();
@@ -606,6 +621,7 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
   PrepareLoaders(train_loader, val_loader);
   next_action_sync_step_ = 0;  // the first step's action is broadcast
   pending_action_ = StepAction{};
+  next_memory_step_ = 0;  // from this run's first step (a load may have moved it back)
   const int accum = std::max(1, options_.gradient_accumulation_steps);
   {
     // The steps a cosine or linear schedule spans, unless given.

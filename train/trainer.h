@@ -207,9 +207,11 @@ struct TrainerOptions {
   // `memory_checkpoint_every` steps (-1: automatic; 0: none) the snapshot
   // is written to <memory_checkpoint_dir>/ckpt-<step>.pt (meant for a
   // tmpfs: memory outside this process); one due while a save is still in
-  // flight is put off (never waited for) to the first step that finds none,
-  // and a disk checkpoint at or after its step replaces it (the next is the
-  // next multiple after the disk one's step). Automatic: the next one
+  // flight is put off (never waited for) to the first step that finds none
+  // (but not to within half an interval of a checkpoint_every disk step:
+  // that save would wait for it), and a disk checkpoint at or after its
+  // step replaces it (the next is the next multiple after the disk one's
+  // step, or an automatic interval after it). Automatic: the next one
   // comes max(10, ceil(blocked / (0.02 x mean step time))) steps after the
   // last, `blocked` being how long its snapshot held training plus the last
   // copy made during a step (it shares the cores), so
@@ -270,6 +272,10 @@ class Trainer {
   // Waits until no asynchronous save is in flight; returns (and forgets) the
   // failure of the last one, if any (a full disk is not a failure).
   absl::Status wait_for_checkpoint();
+  // The step of the asynchronous save to a path outside
+  // memory_checkpoint_dir (a disk checkpoint) still being written, or
+  // reported through on_checkpoint, 0: none. Thread-safe.
+  int64_t disk_checkpoint_in_flight() const { return disk_save_step_.load(); }
   // Waits until the asynchronous save in flight, if any, holds its own copy
   // of parameters and optimizer state (see checkpoint_copy_during_step);
   // its write may still be going on.
@@ -396,6 +402,7 @@ class Trainer {
   bool temps_cleaned_ = false;
   bool memory_temps_cleaned_ = false;
   std::atomic<bool> ckpt_busy_{false};  // a save is in flight (rank 0)
+  std::atomic<int64_t> disk_save_step_{0};  // disk_checkpoint_in_flight()
   std::condition_variable ckpt_cv_;     // ckpt_copying_ became false
   bool ckpt_copying_ = false;           // guarded by ckpt_mu_: deferred copies not made yet
   double copy_seconds_ = 0;             // guarded by ckpt_mu_: the last deferred copy's time
@@ -411,6 +418,7 @@ class Trainer {
   StepAction pending_action_;
   double action_sync_seconds_ = 0;
   int64_t next_memory_step_ = 0;        // the next in-memory one is due (0: unset)
+  int64_t memory_interval_ = 10;        // steps between in-memory ones (the last cadence)
   int64_t schedule_total_ = 0;          // steps the schedule spans (train())
   std::optional<double> best_;          // the monitored metric's best value
   int64_t evaluations_since_best_ = 0;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 
 #include "absl/strings/str_split.h"
 
@@ -94,6 +95,10 @@ std::vector<std::string> MemoryDirSweeper::Sweep(
       continue;
     }
     const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno != ENOENT && errno != ELOOP && errno != ENOTDIR) {
+      ++it;  // out of descriptors or memory for now: tried again next time
+      continue;
+    }
     struct stat st;
     if (fd < 0 || ::fstat(fd, &st) != 0 || st.st_uid != ::geteuid() ||
         (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {

@@ -21,7 +21,9 @@
 //    `quiet` before `now`, and for which `held(path)` is false, is removed.
 //    A dir left empty is removed and forgotten, as is one that is gone; a
 //    dir that is a symlink, or is not owned by this process's effective
-//    uid, or that others may write to, is left alone and forgotten. Returns
+//    uid, or that others may write to, is left alone and forgotten (one
+//    that cannot be opened for another reason, e.g. no descriptor left,
+//    is tried again at the next sweep). Returns
 //    the paths removed (files and dirs).
 //
 // Thread safety: none (the agent's loop owns it).

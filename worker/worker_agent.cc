@@ -8,6 +8,7 @@
 #include <deque>
 #include <optional>
 #include <random>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -268,8 +269,13 @@ class WorkerAgentImpl final : public WorkerAgent {
   void Apply(const v1::CoordinatorMessage& c) {
     if (c.has_start()) {
       TaskLaunch l = FromProto(c.start().task());
-      if (!l.rank_env.memory_checkpoint_dir.empty()) {
-        sweeper_.Launched(l.key().job_id, l.rank_env.memory_checkpoint_dir, absl::Now());
+      if (!l.rank_env.memory_checkpoint_dir.empty() &&
+          !sweeper_.Launched(l.key().job_id, l.rank_env.memory_checkpoint_dir, absl::Now()) &&
+          sweeper_.size() >= MemoryDirSweeper::kMaxDirs && !sweeper_full_said_) {
+        sweeper_full_said_ = true;
+        Event(absl::StrCat("frameworm-worker ", options_.name, ": ", MemoryDirSweeper::kMaxDirs,
+                           " in-memory checkpoint directories are watched already; those of "
+                           "jobs started from now on are not swept"));
       }
       // Started once its checkpoint is here, and once a GPU that a task
       // being killed holds (the generation before, on this node) is free.
@@ -449,8 +455,14 @@ class WorkerAgentImpl final : public WorkerAgent {
       }
       return fetcher_.PendingUnder(dir);
     };
+    std::set<std::filesystem::path> held;
+    for (const HeldCheckpoint& h : holdings_.All()) {
+      held.insert(std::filesystem::path(h.path).lexically_normal());
+    }
     const std::vector<std::string> removed =
-        sweeper_.Sweep(now, busy, [this](const std::string& path) { return HeldAt(path); });
+        sweeper_.Sweep(now, busy, [&](const std::string& path) {
+          return held.contains(std::filesystem::path(path).lexically_normal());
+        });
     if (removed.empty()) return;
     std::string listed;
     for (size_t i = 0; i < removed.size() && i < 3; ++i) {
@@ -853,6 +865,7 @@ class WorkerAgentImpl final : public WorkerAgent {
   std::vector<TaskLaunch> deferred_;  // waiting for their checkpoint's fetch
   MemoryDirSweeper sweeper_{absl::Minutes(1)};  // options_.memory_sweep_quiet (constructor)
   absl::Time next_sweep_ = absl::InfinitePast();
+  bool sweeper_full_said_ = false;
   absl::Time connected_since_ = absl::InfinitePast();
   std::deque<v1::CheckpointHeld> held_out_;
 

@@ -90,9 +90,9 @@ class WorkerAgent {
     // One fetch of a checkpoint copy from one peer takes at most this long.
     absl::Duration fetch_timeout = absl::Minutes(10);
     // The in-memory checkpoint directory of a job no task of which has run
-    // or waited here, and none of whose copies has been fetched into it, for
-    // this long while connected to the coordinator loses the checkpoint
-    // files in it this long unchanged that no hold names
+    // or waited here, and into which no fetch has been pending, for this
+    // long while connected to the coordinator loses the checkpoint files
+    // in it this long unchanged that no hold names
     // (worker/memory_dir_sweeper.h; one line says what went).
     absl::Duration memory_sweep_quiet = absl::Minutes(1);
     // Called with one human-readable line on registration, re-registration,

@@ -736,9 +736,6 @@ TEST_F(WorkerAgentTest, HoldsServeFetchAndDropCheckpointCopies) {
   EXPECT_TRUE(std::filesystem::exists(mine));
 }
 
-// A fetch from a source that never answers: the rank waiting for it is
-// killed before it ever started when the coordinator says so, and the hold
-// is answered with an error naming the source once the fetch gives up.
 // What a job leaves in its in-memory checkpoint directory on this node
 // and no hold names (a snapshot never reported, a killed writer's partial
 // file) goes once no task of the job has run here for a while; a held
@@ -759,11 +756,16 @@ TEST_F(WorkerAgentTest, AMemoryDirectoryIsSweptOfWhatNoHoldNamesOnceItsJobLeaves
   RankEnv env = TaskEnv(0);
   env.memory_checkpoint_dir = mem;
   env.memory_checkpoint_every = 5;
-  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("sleep 1.5", env)));
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("exec sleep 60", env)));
   ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindStatus(ms, 0, v1::TASK_RUNNING); }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));  // three times the quiet time
   EXPECT_TRUE(std::filesystem::exists(mem + "/ckpt-5.pt")) << "swept while its job runs here";
-  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindStatus(ms, 0, v1::TASK_EXITED); }));
+  v1::CoordinatorMessage kill;
+  kill.mutable_kill()->mutable_ref()->set_job_id("job-1");
+  kill.mutable_kill()->mutable_ref()->set_generation(1);
+  kill.mutable_kill()->set_rank(0);
+  ASSERT_TRUE(coord_->SendWhenConnected(kill));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindStatus(ms, 0, v1::TASK_KILLED); }));
   for (int i = 0; i < 500 && std::filesystem::exists(mem + "/ckpt-5.pt"); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -781,6 +783,9 @@ TEST_F(WorkerAgentTest, AMemoryDirectoryIsSweptOfWhatNoHoldNamesOnceItsJobLeaves
   EXPECT_FALSE(std::filesystem::exists(mem)) << "the emptied directory stays";
 }
 
+// A fetch from a source that never answers: the rank waiting for it is
+// killed before it ever started when the coordinator says so, and the hold
+// is answered with an error naming the source once the fetch gives up.
 TEST_F(WorkerAgentTest, ARankWaitingForAFetchCanBeKilledAndAFailedFetchIsAnswered) {
   std::string source, copy;
   const int silent = StartARankWaitingForAFetch(absl::Seconds(3), &source, &copy);
