@@ -1425,6 +1425,12 @@ TEST_F(CoordinatorTest, StepReportsWithNonFiniteOrNegativeNumbersAreRefused) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_samples(-8); }).code(),
             absl::StatusCode::kInvalidArgument);
+  // A checkpoint in flight is of a step done: within [0, step].
+  EXPECT_TRUE(report([](v1::StepMetrics& m) { m.set_checkpoint_in_flight(1); }).ok());
+  EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_checkpoint_in_flight(2); }).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_checkpoint_in_flight(-1); }).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(report([](v1::StepMetrics& m) { m.set_rank(99999); }).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(report([](v1::StepMetrics& m) {

@@ -14,6 +14,7 @@ void GenerationProgress::Start(int world, absl::Time now) {
   any_report_ = false;
   started_ = now;
   checkpoint_at_ = 0;
+  in_flight_ = 0;
   last_checkpoint_ = now;
 }
 
@@ -33,8 +34,9 @@ void GenerationProgress::ForgiveStall(absl::Duration gap, absl::Time now) {
 }
 
 int64_t GenerationProgress::Step(int rank, int64_t step, int64_t total_steps,
-                                 absl::Time now) {
+                                 absl::Time now, int64_t in_flight) {
   Rank& r = ranks_[rank];
+  if (rank == 0) in_flight_ = in_flight;
   r.reported = true;
   r.last_report = now;
   r.last_step = step;
@@ -44,8 +46,9 @@ int64_t GenerationProgress::Step(int rank, int64_t step, int64_t total_steps,
   }
   max_step_ = std::max(max_step_, step);
   if (total_steps > 0) reported_total_steps_ = total_steps;
-  // A pending checkpoint every rank has long passed was missed: drop it.
-  if (checkpoint_at_ > 0 &&
+  // A pending checkpoint every rank has long passed was missed: drop it
+  // (not one rank 0 is still writing or uploading).
+  if (checkpoint_at_ > 0 && in_flight_ < checkpoint_at_ &&
       std::none_of(ranks_.begin(), ranks_.end(), [&](const Rank& x) {
         return !x.done && x.last_step <= checkpoint_at_ + 10;
       }))
@@ -53,8 +56,9 @@ int64_t GenerationProgress::Step(int rank, int64_t step, int64_t total_steps,
   return checkpoint_at_;
 }
 
-int64_t GenerationProgress::Progress(int rank, absl::Time now) {
+int64_t GenerationProgress::Progress(int rank, absl::Time now, int64_t in_flight) {
   ranks_[rank].last_report = now;
+  if (rank == 0) in_flight_ = in_flight;
   return checkpoint_at_;
 }
 

@@ -9,7 +9,10 @@
 //
 // Checkpoint steps are always ahead of every rank's progress: a request
 // asks for max reported step + lead. A pending request that every running
-// rank has passed by more than 10 steps was missed and is dropped.
+// rank has passed by more than 10 steps was missed and is dropped, unless
+// rank 0's latest report says a checkpoint of its step or later is in
+// flight (StepMetrics.checkpoint_in_flight: written or uploading; it is
+// recorded once there).
 //
 // Across generations (Start) the per-rank state, the first report and the
 // pending request reset; the highest step and the trainers' total_steps
@@ -50,10 +53,13 @@ class GenerationProgress {
   int world() const { return static_cast<int>(ranks_.size()); }
 
   // A step report; returns the checkpoint step to tell the rank (0: none).
-  int64_t Step(int rank, int64_t step, int64_t total_steps, absl::Time now);
+  // `in_flight`: its checkpoint_in_flight (kept for rank 0 only).
+  int64_t Step(int rank, int64_t step, int64_t total_steps, absl::Time now,
+               int64_t in_flight = 0);
   // A progress-only report (evaluating, checkpointing): refreshes the
-  // rank's hang timer only. Returns the checkpoint step.
-  int64_t Progress(int rank, absl::Time now);
+  // rank's hang timer (and rank 0's `in_flight`) only. Returns the
+  // checkpoint step.
+  int64_t Progress(int rank, absl::Time now, int64_t in_flight = 0);
   // A liveness ping from the rank's process (not progress: the hang timer
   // stays): its training thread has been blocked in the gradient
   // collectives for `waiting_seconds` (0: it is not there).
@@ -140,6 +146,7 @@ class GenerationProgress {
   absl::Time started_;  // Start()
   absl::Time first_report_;
   int64_t checkpoint_at_ = 0;  // pending checkpoint step, 0: none
+  int64_t in_flight_ = 0;      // rank 0's checkpoint_in_flight, 0: none
   absl::Time last_checkpoint_;
   int64_t max_step_ = 0;
   int64_t reported_total_steps_ = 0;

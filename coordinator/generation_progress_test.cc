@@ -80,6 +80,37 @@ TEST(GenerationProgressTest, MissedCheckpointIsDropped) {
   EXPECT_EQ(p.Step(1, 14, 0, clock.Now()), 0);  // everyone long past it
 }
 
+// A requested checkpoint rank 0 took and is still uploading (its reports'
+// checkpoint_in_flight) is not dropped however far the ranks go; once the
+// upload is over and the record has not come, it is.
+TEST(GenerationProgressTest, ACheckpointStillUploadingIsNotMissed) {
+  SimulatedClock clock;
+  GenerationProgress p;
+  p.Start(2, clock.Now());
+  p.Step(0, 1, 0, clock.Now());
+  EXPECT_EQ(p.RequestCheckpoint(kLead), 3);
+  EXPECT_EQ(p.Step(1, 40, 0, clock.Now()), 3);
+  EXPECT_EQ(p.Step(0, 40, 0, clock.Now(), /*in_flight=*/3), 3);
+  EXPECT_EQ(p.Step(1, 41, 0, clock.Now()), 3) << "dropped while rank 0 uploads it";
+  EXPECT_EQ(p.Progress(0, clock.Now(), /*in_flight=*/2), 3) << "an older one is no answer";
+  EXPECT_EQ(p.Step(1, 42, 0, clock.Now()), 0);
+  // A later checkpoint in flight answers the request too; rank 1's own
+  // (a program's) value counts for nothing.
+  EXPECT_EQ(p.RequestCheckpoint(kLead), 44);
+  EXPECT_EQ(p.Step(0, 60, 0, clock.Now(), /*in_flight=*/50), 44);
+  EXPECT_EQ(p.Step(1, 60, 0, clock.Now()), 44);
+  EXPECT_EQ(p.Step(1, 61, 0, clock.Now(), /*in_flight=*/61), 44);
+  EXPECT_EQ(p.Step(0, 61, 0, clock.Now(), /*in_flight=*/0), 0);  // uploaded, never recorded
+  // A new generation forgets it.
+  p.Start(2, clock.Now());
+  p.Step(0, 61, 0, clock.Now(), /*in_flight=*/61);
+  p.Start(2, clock.Now());
+  p.Step(0, 61, 0, clock.Now());
+  EXPECT_EQ(p.RequestCheckpoint(kLead), 63);
+  p.Step(0, 80, 0, clock.Now());
+  EXPECT_EQ(p.Step(1, 80, 0, clock.Now()), 0);
+}
+
 TEST(GenerationProgressTest, TimedCheckpointOnlyOnceRanksReport) {
   SimulatedClock clock;
   GenerationProgress p;

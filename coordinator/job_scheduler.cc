@@ -848,6 +848,11 @@ absl::Status CheckStepReport(const v1::StepMetrics& m) {
         m.waiting_seconds()));
   }
   if (absl::Status s = CheckCollectiveProgress(m.collectives()); !s.ok()) return s;
+  if (m.checkpoint_in_flight() < 0 || m.checkpoint_in_flight() > m.step()) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint_in_flight ",
+                                                   m.checkpoint_in_flight(),
+                                                   " outside [0, step ", m.step(), "]"));
+  }
   if (m.warning().size() > 512) {
     return absl::InvalidArgumentError(
         absl::StrCat("step report warning of ", m.warning().size(), " bytes; at most 512"));
@@ -933,7 +938,7 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
     return out;
   }
   if (m.progress_only()) {
-    out.checkpoint_at = job->progress.Progress(m.rank(), now);
+    out.checkpoint_at = job->progress.Progress(m.rank(), now, m.checkpoint_in_flight());
     return out;
   }
   const v1::AggregatedStep* agg = nullptr;
@@ -951,7 +956,7 @@ absl::StatusOr<JobScheduler::StepOutcome> JobScheduler::ReportStep(
     NoteStragglers(*job, {agg->stragglers().begin(), agg->stragglers().end()});
   }
   out.checkpoint_at =
-      job->progress.Step(m.rank(), m.step(), m.total_steps(), now);
+      job->progress.Step(m.rank(), m.step(), m.total_steps(), now, m.checkpoint_in_flight());
   Changed(*job);
   return out;
 }

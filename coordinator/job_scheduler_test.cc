@@ -88,7 +88,7 @@ class JobSchedulerTest : public ::testing::Test {
   // A step report from `rank` of the current generation; returns the
   // checkpoint step the rank is told.
   int64_t Report(const std::string& id, int rank, int64_t step, double step_seconds = 0,
-                 double wait_seconds = 0) {
+                 double wait_seconds = 0, int64_t checkpoint_in_flight = 0) {
     v1::StepMetrics m;
     m.mutable_ref()->set_job_id(id);
     m.mutable_ref()->set_generation(Get(id).generation);
@@ -98,6 +98,7 @@ class JobSchedulerTest : public ::testing::Test {
     m.set_samples(8);
     m.set_step_seconds(step_seconds);
     m.set_wait_seconds(wait_seconds);
+    m.set_checkpoint_in_flight(checkpoint_in_flight);
     absl::StatusOr<JobScheduler::StepOutcome> out = jobs_->ReportStep(m, true);
     EXPECT_TRUE(out.ok()) << out.status();
     return out.ok() ? out->checkpoint_at : -1;
@@ -601,6 +602,24 @@ TEST_F(JobSchedulerTest, GrowthWhoseWorkerWasTakenMeanwhileKeepsTheGeneration) {
   EXPECT_EQ(Get(id).generation, 1);
   EXPECT_EQ(Get(id).state, v1::RUNNING);
   EXPECT_EQ(Get(id).grow_at, 0);  // planned again when a worker is free
+}
+
+// A growth checkpoint whose upload outlasts 10 steps (a large model) is not
+// taken for missed: rank 0 says it is in flight, and its record grows the
+// job when it comes.
+TEST_F(JobSchedulerTest, AGrowthCheckpointStillUploadingGrowsTheJobWhenRecorded) {
+  const std::string id = GrowableJob();
+  AddWorker("w2", 1);
+  jobs_->Schedule();
+  ASSERT_EQ(Get(id).grow_at, 7);
+  Report(id, 1, 30);
+  EXPECT_EQ(Report(id, 0, 30, 0, 0, /*checkpoint_in_flight=*/7), 7);
+  jobs_->Supervise();
+  jobs_->Schedule();
+  EXPECT_EQ(Get(id).grow_at, 7) << "given up while its checkpoint uploads";
+  jobs_->CheckpointRecorded(id, 7);
+  EXPECT_EQ(Get(id).generation, 2);
+  EXPECT_EQ(Get(id).workers.size(), 3u);
 }
 
 TEST_F(JobSchedulerTest, AMissedGrowthCheckpointIsNotAskedForAgain) {

@@ -1,5 +1,6 @@
 #include "trainer/checkpoint_uploader.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -57,6 +58,11 @@ bool CheckpointUploader::Drain(absl::Duration timeout) {
   return cv_.wait_for(l, absl::ToChronoNanoseconds(timeout), done);
 }
 
+int64_t CheckpointUploader::InFlightStep() {
+  std::lock_guard<std::mutex> l(mu_);
+  return std::max(busy_ ? busy_step_ : 0, waiting_ ? waiting_->step : 0);
+}
+
 void CheckpointUploader::Loop() {
   for (;;) {
     CheckpointReport report;
@@ -67,12 +73,14 @@ void CheckpointUploader::Loop() {
       report = std::move(*waiting_);
       waiting_.reset();
       busy_ = true;
+      busy_step_ = report.step;
     }
     absl::Status s = HandOverCheckpoint(*channel_, report, checkpoint_dir_, memory_dir_, retry_pause_);
     if (!s.ok() && failed_) failed_(report, s);
     {
       std::lock_guard<std::mutex> l(mu_);
       busy_ = false;
+      busy_step_ = 0;
     }
     cv_.notify_all();
   }

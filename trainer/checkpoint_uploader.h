@@ -48,6 +48,8 @@ class CheckpointUploader {
   void Submit(CheckpointReport report);
   // Whether everything submitted was handed over within `timeout`.
   bool Drain(absl::Duration timeout = absl::InfiniteDuration());
+  // The highest step being handed over or waiting, 0: none.
+  int64_t InFlightStep();
 
  private:
   void Loop();
@@ -61,6 +63,7 @@ class CheckpointUploader {
   std::condition_variable cv_;
   std::optional<CheckpointReport> waiting_;  // guarded by mu_
   bool busy_ = false;                        // a hand-over runs; guarded by mu_
+  int64_t busy_step_ = 0;                    // its step; guarded by mu_
   bool stop_ = false;                        // guarded by mu_
   std::thread thread_;                       // last: started once the rest is set
 };

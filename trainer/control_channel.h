@@ -63,6 +63,9 @@ struct StepReport {
   std::map<std::string, double> values;  // "loss", "accuracy", ...
   // Shown in the job's status (StepMetrics.warning); empty: none.
   std::string warning;
+  // Rank 0: the step of a disk checkpoint still being written or uploaded
+  // (StepMetrics.checkpoint_in_flight), 0: none.
+  int64_t checkpoint_in_flight = 0;
 };
 
 struct StepDirective {

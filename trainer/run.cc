@@ -185,6 +185,9 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   // created when training starts, once the training thread is done with
   // `channel` (resume); closed (flushed) before the process exits.
   std::unique_ptr<StepReporter> reporter;
+  // Rank 0's disk checkpoint being written or uploaded (set once the
+  // trainer and the uploader exist, below).
+  std::function<int64_t()> checkpoint_in_flight = [] { return int64_t{0}; };
   to.on_step = [&](const StepInfo& s) -> absl::StatusOr<StepAction> {
     if (s.step > 5) {
       step_time_sum += s.seconds;
@@ -219,6 +222,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
       sent = warning;
     }
     r.warning = sent.substr(0, 512);
+    r.checkpoint_in_flight = checkpoint_in_flight();
     auto d = reporter->Submit(std::move(r));
     if (!sent.empty()) {  // handed over (a batch that fails drops it, as before)
       std::lock_guard<std::mutex> l(warning_mu);
@@ -259,6 +263,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     r.rank = rank;
     r.step = last_step;
     r.progress_only = true;
+    r.checkpoint_in_flight = checkpoint_in_flight();
     (void)reporter->Submit(std::move(r));  // best effort; a step report handles errors
   };
   auto not_handed_over = [&](const CheckpointReport& cr, const absl::Status& why) {
@@ -334,6 +339,9 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     }
     trainer = std::make_unique<Trainer>(model, opt, device, to);
   }
+  checkpoint_in_flight = [&] {
+    return std::max(trainer->disk_checkpoint_in_flight(), uploader ? uploader->InFlightStep() : 0);
+  };
 
   std::string resume = env.resume_from.empty() ? f.resume : env.resume_from;
   if (resume == "latest") {

@@ -4,6 +4,7 @@
 // only once every disk checkpoint is recorded (trainer/checkpoint_uploader.h).
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -48,12 +49,20 @@ TEST(FramewormTrainUploadTest, InMemoryCheckpointsGoOnWhileADiskCheckpointUpload
   }
   bool disk_reported = false;
   for (const auto& c : service.checkpoints()) disk_reported = disk_reported || !c.memory();
+  // The step reports meanwhile say a checkpoint of that step or later is
+  // in flight (so the coordinator does not take its request for missed).
+  int64_t in_flight = 0;
+  for (int i = 0; i < 500 && in_flight < held; ++i) {
+    for (const auto& m : service.steps()) in_flight = std::max(in_flight, m.checkpoint_in_flight());
+    if (in_flight < held) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   service.HoldUploads(false);
   run.join();
   EXPECT_GE(held, 0) << "no upload began\n" << r.err;
   EXPECT_GT(memory_after, held) << "no in-memory checkpoint was reported during the upload\n"
                                 << r.err;
   EXPECT_FALSE(disk_reported) << "a disk checkpoint was reported before its upload ended";
+  EXPECT_GE(in_flight, held) << "no step report said a checkpoint was uploading";
   ASSERT_EQ(r.code, 0) << r.err;
   // Every upload that began was reported before the trainer exited, the
   // last one (the final checkpoint, at the step the service's stop

@@ -65,6 +65,7 @@ class GrpcTrainerChannel final : public ControlChannel {
       }
     }
     req->set_warning(PrintableLine(r.warning, 512));
+    req->set_checkpoint_in_flight(std::clamp<int64_t>(r.checkpoint_in_flight, 0, r.step));
     // The coordinator refuses non-finite values (a diverged loss): they are
     // left out here, so the step still counts; the rank's log shows them.
     for (const auto& [k, v] : r.values) {
