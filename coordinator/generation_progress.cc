@@ -83,6 +83,7 @@ std::optional<CollectiveVerdict> GenerationProgress::CompareRecorders(absl::Time
 bool GenerationProgress::MarkDone(int rank) {
   if (ranks_[rank].done) return false;
   ranks_[rank].done = true;
+  if (rank == 0) in_flight_ = 0;  // its uploads ended with it
   return true;
 }
 
@@ -106,9 +107,10 @@ void GenerationProgress::MaybeTimedCheckpoint(absl::Time now,
   if (every > absl::ZeroDuration() && any_report_ && checkpoint_at_ == 0 &&
       now - last_checkpoint_ >= every) {
     checkpoint_at_ = max_step_ + lead;
-    // The next interval counts from this ask: one dropped as missed (its
-    // file still uploading past the ranks' 10 steps, or not taken) is
-    // asked again an interval later, not at the next tick.
+    // The next interval counts from this ask: one dropped as missed (not
+    // taken, or uploading past the ranks' 10 steps from a program that
+    // does not report checkpoint_in_flight) is asked again an interval
+    // later, not at the next tick.
     last_checkpoint_ = now;
   }
 }

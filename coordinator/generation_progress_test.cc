@@ -101,14 +101,13 @@ TEST(GenerationProgressTest, ACheckpointStillUploadingIsNotMissed) {
   EXPECT_EQ(p.Step(1, 60, 0, clock.Now()), 44);
   EXPECT_EQ(p.Step(1, 61, 0, clock.Now(), /*in_flight=*/61), 44);
   EXPECT_EQ(p.Step(0, 61, 0, clock.Now(), /*in_flight=*/0), 0);  // uploaded, never recorded
-  // A new generation forgets it.
-  p.Start(2, clock.Now());
-  p.Step(0, 61, 0, clock.Now(), /*in_flight=*/61);
-  p.Start(2, clock.Now());
-  p.Step(0, 61, 0, clock.Now());
+  // Rank 0's exit ends its uploads: a request it had in flight is dropped
+  // once the others are past it.
   EXPECT_EQ(p.RequestCheckpoint(kLead), 63);
-  p.Step(0, 80, 0, clock.Now());
-  EXPECT_EQ(p.Step(1, 80, 0, clock.Now()), 0);
+  p.Step(0, 80, 0, clock.Now(), /*in_flight=*/63);
+  EXPECT_EQ(p.Step(1, 80, 0, clock.Now()), 63);
+  p.MarkDone(0);
+  EXPECT_EQ(p.Step(1, 81, 0, clock.Now()), 0);
 }
 
 TEST(GenerationProgressTest, TimedCheckpointOnlyOnceRanksReport) {

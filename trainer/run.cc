@@ -340,7 +340,10 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
     trainer = std::make_unique<Trainer>(model, opt, device, to);
   }
   checkpoint_in_flight = [&] {
-    return std::max(trainer->disk_checkpoint_in_flight(), uploader ? uploader->InFlightStep() : 0);
+    // The trainer first: it lets go of a checkpoint only after handing it
+    // to the uploader, so a 0 read here means the uploader shows it now.
+    const int64_t writing = trainer->disk_checkpoint_in_flight();
+    return std::max(writing, uploader ? uploader->InFlightStep() : int64_t{0});
   };
 
   std::string resume = env.resume_from.empty() ? f.resume : env.resume_from;
