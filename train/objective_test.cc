@@ -12,6 +12,7 @@
 #include "train/data.h"
 #include "train/lr_schedule.h"
 #include "train/objective.h"
+#include "train/memory_cadence.h"
 #include "train/step_action_gap.h"
 #include "train/tensor_file.h"
 #include "train/test_util.h"
@@ -61,6 +62,18 @@ TEST(ObjectiveTest, ValuesAreTorchsAndShapeMismatchesThrow) {
 
 // The gap between spaced step-action broadcasts: enough steps to keep a
 // broadcast within the share, no more than fit in the delay, at least 1.
+// 2% of the step time: the snapshot's blocking and its background copy and
+// write both count; at least 10 steps, at most 10^6; bad inputs are safe.
+TEST(MemoryCheckpointIntervalTest, KeepsBlockingAndBackgroundWorkNearTwoPercent) {
+  EXPECT_EQ(MemoryCheckpointInterval(0.001, 0.0, 0.1), 10);   // 0.5 steps' worth
+  EXPECT_EQ(MemoryCheckpointInterval(0.01, 0.05, 0.1), 30);   // 60 ms / 2 ms
+  EXPECT_EQ(MemoryCheckpointInterval(0.01, 0.0, 0.1), 10);    // the background is what counts
+  EXPECT_EQ(MemoryCheckpointInterval(0.0, 0.2, 0.05), 200);
+  EXPECT_EQ(MemoryCheckpointInterval(0.0, 0.2, 0.0), 1000000);
+  EXPECT_EQ(MemoryCheckpointInterval(-1.0, std::nan(""), 0.1), 10);
+  EXPECT_EQ(MemoryCheckpointInterval(1e300, 1e300, 1e-300), 1000000);
+}
+
 TEST(StepActionGapTest, KeepsTheShareWithinTheDelay) {
   // 0.5 ms broadcast, 4 ms step, 1%: 13 steps wanted, 12 fit in 50 ms.
   EXPECT_EQ(StepActionGap(0.0005, 0.004, 0.01, 0.05), 12);

@@ -2,6 +2,7 @@
 
 #include "common/private_dir.h"
 #include "train/json_values.h"
+#include "train/memory_cadence.h"
 #include "train/step_action_gap.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -402,15 +403,15 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
     next_memory_step_ = (info.step / every + 1) * every;
     memory_interval_ = every;
   } else {
-    const double budget = 0.02 * std::max(mean_step_seconds_, 1e-6);
-    // A copy made during the next step counts too: it competes for the
-    // cores and memory bandwidth (the previous one's time: this one runs).
-    double cost = take_seconds_;
+    // The last in-memory save's copy and write beside training count too:
+    // they compete for the cores and memory bandwidth (the previous save's
+    // times, this one is running; before one ended, the copy's).
+    double background = 0;
     {
       std::lock_guard<std::mutex> l(ckpt_mu_);
-      cost += copy_seconds_;
+      background = memory_background_seconds_ >= 0 ? memory_background_seconds_ : copy_seconds_;
     }
-    memory_interval_ = std::max<int64_t>(10, static_cast<int64_t>(std::ceil(cost / budget)));
+    memory_interval_ = MemoryCheckpointInterval(take_seconds_, background, mean_step_seconds_);
     next_memory_step_ = info.step + memory_interval_;
   }
   return absl::OkStatus();
@@ -543,6 +544,7 @@ absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t ste
     ckpt_copying_ = true;
   }
   ckpt_thread_ = std::thread([this, step, path, s = std::move(*snap)]() mutable {
+    const auto began = std::chrono::steady_clock::now();
     absl::StatusOr<CheckpointFileInfo> written;
     if (s->has_deferred_copies()) {
       const auto c0 = std::chrono::steady_clock::now();
@@ -560,6 +562,10 @@ absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t ste
     {
       std::lock_guard<std::mutex> l(ckpt_mu_);
       ckpt_spare_ = std::move(s);  // the next snapshot copies into its memory
+      if (IsMemoryPath(path)) {
+        memory_background_seconds_ =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+      }
     }
     absl::Status kept = Finished(/*rank0=*/true, step, path, written);
     {

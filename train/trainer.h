@@ -212,10 +212,11 @@ struct TrainerOptions {
   // that save would wait for it), and a disk checkpoint at or after its
   // step replaces it (the next is the next multiple after the disk one's
   // step, or an automatic interval after it). Automatic: the next one
-  // comes max(10, ceil(blocked / (0.02 x mean step time))) steps after the
-  // last, `blocked` being how long its snapshot held training plus the last
-  // copy made during a step (it shares the cores), so
-  // snapshots cost at most about 2% of the step time. A failed write skips
+  // comes max(10, ceil((blocked + background) / (0.02 x mean step time)))
+  // steps after the last (train/memory_cadence.h): `blocked` how long its
+  // snapshot held training, `background` how long the last in-memory
+  // save's copy and write ran beside training (they share the cores and
+  // memory bandwidth), so snapshots cost about 2% of the step time. A failed write skips
   // that checkpoint (a line on stderr), never ends training. Reported
   // through on_checkpoint like disk checkpoints (the path tells them apart).
   std::string memory_checkpoint_dir;
@@ -406,6 +407,10 @@ class Trainer {
   std::condition_variable ckpt_cv_;     // ckpt_copying_ became false
   bool ckpt_copying_ = false;           // guarded by ckpt_mu_: deferred copies not made yet
   double copy_seconds_ = 0;             // guarded by ckpt_mu_: the last deferred copy's time
+  // Guarded by ckpt_mu_: the last in-memory save's copy and write, from its
+  // thread's start to the file's end (-1: none yet; the report after it is
+  // not counted: a coordinator away would stretch it).
+  double memory_background_seconds_ = -1;
   double snapshot_wait_seconds_ = 0;    // training thread
   double take_seconds_ = 0;             // the last snapshot's blocking time
   std::atomic<int64_t> waiting_since_ns_{0};  // steady clock; 0: not waiting
