@@ -586,12 +586,20 @@ std::vector<int64_t> MemoryStepsAroundASlowSave(const std::string& dir, int64_t 
   std::mutex mu;
   std::vector<int64_t> memory_steps;
   bool held_until_9 = false;
+  std::atomic<bool> released{false};
   Rig s = MakeRig(1, o);
   s.trainer->options().on_step = [&](const StepInfo& info) -> absl::StatusOr<StepAction> {
     done_step = info.step;
-    // Time for the checkpoint thread to end the save it is let go from now,
-    // before this step's memory checkpoint is looked at.
-    if (info.step == 9) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // The save of step 6 is let go now (however slow the disk was to write
+    // it): time for the checkpoint thread to end it before this step's
+    // memory checkpoint is looked at.
+    if (info.step == 9) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!released && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     StepAction a;
     a.checkpoint = info.step == 6;
     return a;
@@ -605,7 +613,10 @@ std::vector<int64_t> MemoryStepsAroundASlowSave(const std::string& dir, int64_t 
     }
     // The disk save of step 6 is in flight through step 8 (the memory
     // checkpoint's due step) and beyond.
-    if (step == 6) held_until_9 = WaitForStep(done_step, 9);
+    if (step == 6) {
+      held_until_9 = WaitForStep(done_step, 9);
+      released = true;
+    }
   };
   auto tl = TrainLoader();
   auto vl = ValLoader();
