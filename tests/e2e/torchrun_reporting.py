@@ -29,9 +29,16 @@ def expect_error(code, fn, *args):
     raise AssertionError(f"{fn.__name__}{args} did not fail with {code}")
 
 
+def stage(name):
+    """A progress line (not read by the test's wait, which looks for
+    "checkpoint error checks "): a check that never ends shows where."""
+    print(f"checkpoint checks stage: {name}", flush=True)
+
+
 def check_checkpoint_errors(reporter, step):
     """Rank 0, after registering the checkpoint of `step`: the failure paths
     of the checkpoint calls, against the real coordinator."""
+    stage("bad paths")
     expect_error("INVALID_ARGUMENT", reporter.checkpoint_path, -1)
     expect_error("INVALID_ARGUMENT", reporter.register_checkpoint, step, "/tmp/elsewhere.pt")
     missing = step + 1000000
@@ -44,6 +51,7 @@ def check_checkpoint_errors(reporter, step):
     # An in-memory save the coordinator cannot record (it is away): the
     # error is raised, the file deleted, and the next one is not due at
     # once (the failed save counts for the cadence).
+    stage("a coordinator away")
     env = dict(os.environ, FRAMEWORM_COORDINATOR="127.0.0.1:1")
     away = frameworm.Reporter(environ=env, ping_every=0, timeout=2.0)
     assert away.step(step).memory_checkpoint, "the first is due at once"
@@ -51,12 +59,14 @@ def check_checkpoint_errors(reporter, step):
     assert not os.path.exists(away.checkpoint_path(step, True)), "an unrecorded file stayed"
     assert not away.step(step + 1).memory_checkpoint, "due again right after a failed save"
     away.close(flush=1.0)
+    stage("outside a job")
     outside = frameworm.Reporter(environ={})
     expect_error("FAILED_PRECONDITION", outside.checkpoint_path, 1)
     expect_error("FAILED_PRECONDITION", outside.checkpoint_path, 1, True)
     assert outside.register_checkpoint(1, "/x") == [] and outside.resume() is None
     # An in-memory directory that others may write to is refused before
     # anything is written or reported.
+    stage("a shared memory directory")
     shared = tempfile.mkdtemp(prefix="frameworm-shared-")
     os.chmod(shared, 0o777)
     env = dict(os.environ, FRAMEWORM_MEMORY_CHECKPOINT_DIR=os.path.join(shared, "job"))
@@ -64,6 +74,7 @@ def check_checkpoint_errors(reporter, step):
         expect_error("FAILED_PRECONDITION", other.save, step, {"step": step}, True)
     assert not os.path.exists(os.path.join(shared, "job")), "wrote into a shared directory"
     os.rmdir(shared)
+    stage("downloads")
     # A path the job never reported: the coordinator refuses its download.
     expect_error("NOT_FOUND", reporter.download_checkpoint, reporter.checkpoint_path(missing))
     # The coordinator's copy of the one just registered is the same bytes.
@@ -72,6 +83,7 @@ def check_checkpoint_errors(reporter, step):
     same = open(copy, "rb").read() == open(path, "rb").read()
     os.remove(copy)
     assert same, "the coordinator's copy differs"
+    stage("a torn resume file")
     # A resume file that does not load raises (and is reported).
     bad = os.path.join(reporter.checkpoint_dir, "not-a-checkpoint.pt")
     with open(bad, "wb") as f:
