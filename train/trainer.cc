@@ -362,7 +362,6 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
   }
   if (every > 0 && next_memory_step_ == 0) {
     next_memory_step_ = ((info.step - 1) / every + 1) * every;  // the first multiple from here
-    memory_interval_ = every;
   }
   // Due from its step on: one whose step finds a save in flight is taken at
   // the first step after it that finds none (it never waits for the save),
@@ -371,7 +370,8 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
   if (info.step < next_memory_step_ || ckpt_busy_.load()) return absl::OkStatus();
   if (const int64_t disk = options_.checkpoint_every; info.step > next_memory_step_ && disk > 0) {
     const int64_t next_disk = (info.step / disk + 1) * disk;
-    if (next_disk - info.step <= std::max<int64_t>(1, memory_interval_ / 2)) {
+    const int64_t interval = every > 0 ? every : memory_interval_;
+    if (next_disk - info.step <= std::max<int64_t>(1, interval / 2)) {
       return absl::OkStatus();
     }
   }
@@ -401,7 +401,6 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
   }
   if (every > 0) {
     next_memory_step_ = (info.step / every + 1) * every;
-    memory_interval_ = every;
   } else {
     // The last in-memory save's copy and write beside training count too:
     // they compete for the cores and memory bandwidth (the previous save's

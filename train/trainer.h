@@ -423,7 +423,7 @@ class Trainer {
   StepAction pending_action_;
   double action_sync_seconds_ = 0;
   int64_t next_memory_step_ = 0;        // the next in-memory one is due (0: unset)
-  int64_t memory_interval_ = 10;        // steps between in-memory ones (the last cadence)
+  int64_t memory_interval_ = 10;        // the automatic cadence's last interval (steps)
   int64_t schedule_total_ = 0;          // steps the schedule spans (train())
   std::optional<double> best_;          // the monitored metric's best value
   int64_t evaluations_since_best_ = 0;

@@ -65,27 +65,25 @@ absl::Status CheckpointFetcher::EnqueueOrSupersede(HeldCheckpoint h, bool* super
   return absl::OkStatus();
 }
 
-bool CheckpointFetcher::Pending(const std::string& path) const {
+bool CheckpointFetcher::PendingWhere(const std::function<bool(const std::string&)>& match) const {
   absl::MutexLock l(&mu_);
-  if (running_ == path) return true;
+  if (!running_.empty() && match(running_)) return true;
   for (const HeldCheckpoint& h : queue_) {
-    if (h.path == path) return true;
+    if (match(h.path)) return true;
   }
   return false;
+}
+
+bool CheckpointFetcher::Pending(const std::string& path) const {
+  return PendingWhere([&](const std::string& p) { return p == path; });
 }
 
 bool CheckpointFetcher::PendingUnder(const std::string& dir) const {
   std::filesystem::path want = std::filesystem::path(dir).lexically_normal();
   if (!want.has_filename()) want = want.parent_path();  // "/a/b/"
-  auto in = [&](const std::string& path) {
-    return !path.empty() && std::filesystem::path(path).lexically_normal().parent_path() == want;
-  };
-  absl::MutexLock l(&mu_);
-  if (in(running_)) return true;
-  for (const HeldCheckpoint& h : queue_) {
-    if (in(h.path)) return true;
-  }
-  return false;
+  return PendingWhere([&](const std::string& path) {
+    return std::filesystem::path(path).lexically_normal().parent_path() == want;
+  });
 }
 
 std::vector<std::pair<HeldCheckpoint, absl::Status>> CheckpointFetcher::TakeDone() {

@@ -60,6 +60,8 @@ class CheckpointFetcher {
 
  private:
   void Loop();
+  // Whether `match` is true of the running hold's path or a queued one's.
+  bool PendingWhere(const std::function<bool(const std::string&)>& match) const;
   absl::Status EnqueueOrSupersede(HeldCheckpoint h, bool* superseded);
   const Fetch fetch_;
   const std::function<void()> on_done_;

@@ -455,10 +455,7 @@ class WorkerAgentImpl final : public WorkerAgent {
       }
       return fetcher_.PendingUnder(dir);
     };
-    std::set<std::filesystem::path> held;
-    for (const HeldCheckpoint& h : holdings_.All()) {
-      held.insert(std::filesystem::path(h.path).lexically_normal());
-    }
+    const std::set<std::filesystem::path> held = HeldPaths();
     const std::vector<std::string> removed =
         sweeper_.Sweep(now, busy, [&](const std::string& path) {
           return held.contains(std::filesystem::path(path).lexically_normal());
@@ -475,13 +472,17 @@ class WorkerAgentImpl final : public WorkerAgent {
                        listed));
   }
 
+  // The paths of the held copies (of any job and step), normalized.
+  std::set<std::filesystem::path> HeldPaths() const {
+    std::set<std::filesystem::path> held;
+    for (const HeldCheckpoint& h : holdings_.All()) {
+      held.insert(std::filesystem::path(h.path).lexically_normal());
+    }
+    return held;
+  }
   // Whether a held copy (of any job and step) lies at `path`.
   bool HeldAt(const std::string& path) const {
-    const std::filesystem::path want = std::filesystem::path(path).lexically_normal();
-    for (const HeldCheckpoint& h : holdings_.All()) {
-      if (std::filesystem::path(h.path).lexically_normal() == want) return true;
-    }
-    return false;
+    return HeldPaths().contains(std::filesystem::path(path).lexically_normal());
   }
 
   void AnswerHold(const HeldCheckpoint& h, const absl::Status& s) {
