@@ -82,6 +82,13 @@ bool MemoryDirSweeper::Launched(const std::string& job_id, const std::string& di
   return true;
 }
 
+std::vector<WatchedMemoryDir> MemoryDirSweeper::Watched() const {
+  std::vector<WatchedMemoryDir> out;
+  out.reserve(dirs_.size());
+  for (const auto& [dir, d] : dirs_) out.push_back({d.job_id, dir});
+  return out;
+}
+
 std::vector<std::string> MemoryDirSweeper::Sweep(
     absl::Time now, const std::function<bool(const std::string&, const std::string&)>& busy,
     const std::function<bool(const std::string&)>& held) {

@@ -25,6 +25,9 @@
 //    that cannot be opened for another reason, e.g. no descriptor left,
 //    is tried again at the next sweep). Returns
 //    the paths removed (files and dirs).
+//  - Watched(): the dirs it watches, with their jobs (by path), so that a
+//    restarted worker still sweeps those of tasks it started before
+//    (worker/memory_dirs_file.h; Launched again at the start).
 //
 // Thread safety: none (the agent's loop owns it).
 #ifndef FRAMEWORM_WORKER_MEMORY_DIR_SWEEPER_H_
@@ -39,6 +42,12 @@
 
 namespace frameworm {
 
+struct WatchedMemoryDir {
+  std::string job_id;
+  std::string dir;
+  bool operator==(const WatchedMemoryDir&) const = default;
+};
+
 class MemoryDirSweeper {
  public:
   static constexpr size_t kMaxDirs = 1024;
@@ -50,6 +59,7 @@ class MemoryDirSweeper {
                                  const std::function<bool(const std::string& job_id,
                                                           const std::string& dir)>& busy,
                                  const std::function<bool(const std::string& path)>& held);
+  std::vector<WatchedMemoryDir> Watched() const;
   size_t size() const { return dirs_.size(); }
 
  private:

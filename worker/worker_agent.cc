@@ -27,6 +27,7 @@
 #include "worker/fetch_journal.h"
 #include "worker/holdings_file.h"
 #include "worker/memory_dir_sweeper.h"
+#include "worker/memory_dirs_file.h"
 #include "worker/peer_service.h"
 #include "worker/stack_dump.h"
 
@@ -123,6 +124,15 @@ class WorkerAgentImpl final : public WorkerAgent {
               return false;
             }) {
     sweeper_ = MemoryDirSweeper(o.memory_sweep_quiet);
+    // The memory directories of tasks started before a restart
+    // (worker/memory_dirs_file.h): their quiet time starts now.
+    absl::StatusOr<std::vector<WatchedMemoryDir>> watched = ReadMemoryDirsFile(MemoryDirsPath());
+    if (!watched.ok()) {
+      Event(absl::StrCat("frameworm-worker ", o.name, ": ", watched.status().message()));
+    }
+    for (const WatchedMemoryDir& d : watched.ok() ? *watched : std::vector<WatchedMemoryDir>{}) {
+      (void)sweeper_.Launched(d.job_id, d.dir, absl::Now());
+    }
     // What this worker held before a restart (worker/holdings_file.h).
     absl::StatusOr<std::vector<HeldCheckpoint>> kept = ReadHoldingsFile(HoldingsPath());
     if (!kept.ok()) Event(absl::StrCat("frameworm-worker ", o.name, ": ", kept.status().message()));
@@ -269,14 +279,7 @@ class WorkerAgentImpl final : public WorkerAgent {
   void Apply(const v1::CoordinatorMessage& c) {
     if (c.has_start()) {
       TaskLaunch l = FromProto(c.start().task());
-      if (!l.rank_env.memory_checkpoint_dir.empty() &&
-          !sweeper_.Launched(l.key().job_id, l.rank_env.memory_checkpoint_dir, absl::Now()) &&
-          sweeper_.size() >= MemoryDirSweeper::kMaxDirs && !sweeper_full_said_) {
-        sweeper_full_said_ = true;
-        Event(absl::StrCat("frameworm-worker ", options_.name, ": ", MemoryDirSweeper::kMaxDirs,
-                           " in-memory checkpoint directories are watched already; those of "
-                           "jobs started from now on are not swept"));
-      }
+      if (!l.rank_env.memory_checkpoint_dir.empty()) WatchMemoryDir(l);
       // Started once its checkpoint is here, and once a GPU that a task
       // being killed holds (the generation before, on this node) is free.
       if (!Startable(l)) {
@@ -429,13 +432,39 @@ class WorkerAgentImpl final : public WorkerAgent {
   // The holdings as they are now, for the next start; a failure is an
   // event (the copies are still held, only a restart would forget them).
   bool PersistHoldings() {
+    return WriteStateFile([&] { return WriteHoldingsFile(HoldingsPath(), holdings_.All()); });
+  }
+  // Writes a state file of the work dir (made if missing) with `write`;
+  // its failure is an event.
+  bool WriteStateFile(const std::function<absl::Status()>& write) {
     std::error_code ec;
     std::filesystem::create_directories(options_.work_dir, ec);
-    if (absl::Status s = WriteHoldingsFile(HoldingsPath(), holdings_.All()); !s.ok()) {
+    if (absl::Status s = write(); !s.ok()) {
       Event(absl::StrCat("frameworm-worker ", options_.name, ": ", s.message()));
       return false;
     }
     return true;
+  }
+  // Watches the memory directory of a task being started (MemoryDirSweeper),
+  // noting it in the work dir when it is new (worker/memory_dirs_file.h).
+  void WatchMemoryDir(const TaskLaunch& l) {
+    const size_t before = sweeper_.size();
+    if (sweeper_.Launched(l.key().job_id, l.rank_env.memory_checkpoint_dir, absl::Now())) {
+      if (sweeper_.size() != before) PersistMemoryDirs();
+      return;
+    }
+    if (sweeper_.size() >= MemoryDirSweeper::kMaxDirs && !sweeper_full_said_) {
+      sweeper_full_said_ = true;
+      Event(absl::StrCat("frameworm-worker ", options_.name, ": ", MemoryDirSweeper::kMaxDirs,
+                         " in-memory checkpoint directories are watched already; those of "
+                         "jobs started from now on are not swept"));
+    }
+  }
+  std::string MemoryDirsPath() const { return options_.work_dir + "/memory-dirs"; }
+  // A failure is an event: the dirs are still swept, only a restart would
+  // forget them.
+  void PersistMemoryDirs() {
+    WriteStateFile([&] { return WriteMemoryDirsFile(MemoryDirsPath(), sweeper_.Watched()); });
   }
   // What a job that left this node left in its memory directory
   // (MemoryDirSweeper). While the coordinator is away, or was away two
@@ -456,10 +485,12 @@ class WorkerAgentImpl final : public WorkerAgent {
       return fetcher_.PendingUnder(dir);
     };
     const std::set<std::filesystem::path> held = HeldPaths();
+    const size_t before = sweeper_.size();
     const std::vector<std::string> removed =
         sweeper_.Sweep(now, busy, [&](const std::string& path) {
           return held.contains(std::filesystem::path(path).lexically_normal());
         });
+    if (sweeper_.size() != before) PersistMemoryDirs();
     if (removed.empty()) return;
     std::string listed;
     for (size_t i = 0; i < removed.size() && i < 3; ++i) {

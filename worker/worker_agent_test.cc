@@ -1,6 +1,7 @@
 // The worker's Session glue against a small real WorkerService (callback
 // API) on 127.0.0.1, with real trainer processes (/bin/sh).
 #include "worker/worker_agent.h"
+#include "worker/memory_dirs_file.h"
 
 #include <signal.h>
 #include <arpa/inet.h>
@@ -781,6 +782,67 @@ TEST_F(WorkerAgentTest, AMemoryDirectoryIsSweptOfWhatNoHoldNamesOnceItsJobLeaves
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_FALSE(std::filesystem::exists(mem)) << "the emptied directory stays";
+}
+
+// A worker restarted while a task of a job with a memory directory ran
+// still sweeps that directory once the job is gone: it kept the directory
+// in its work dir (worker/memory_dirs_file.h); nobody names it again.
+TEST_F(WorkerAgentTest, ARestartedWorkerStillSweepsTheMemoryDirectoriesOfEarlierTasks) {
+  memory_sweep_quiet_ = absl::Milliseconds(300);
+  StartAgent();
+  const std::string mem = dir_ + "/shm/job-1-100";
+  std::filesystem::create_directories(mem);
+  std::filesystem::permissions(mem, std::filesystem::perms::owner_all);
+  for (const char* name : {"ckpt-5.pt", "ckpt-15.pt.tmp.99999"}) {
+    std::ofstream(mem + "/" + name, std::ios::binary) << Pattern(100);
+  }
+  RankEnv env = TaskEnv(0);
+  env.memory_checkpoint_dir = mem;
+  env.memory_checkpoint_every = 5;
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("exec sleep 60", env)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindStatus(ms, 0, v1::TASK_RUNNING); }));
+  agent_->Shutdown();  // its task goes with it
+  run_.join();
+  agent_.reset();
+  EXPECT_TRUE(std::filesystem::exists(mem + "/ckpt-5.pt")) << "swept while its job ran";
+  StartAgent();
+  ASSERT_TRUE(coord_->Await([](auto&, auto& regs) { return regs.size() >= 2; }));
+  for (int i = 0; i < 500 && std::filesystem::exists(mem); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(std::filesystem::exists(mem + "/ckpt-5.pt"));
+  EXPECT_FALSE(std::filesystem::exists(mem)) << "the emptied directory stays";
+  // Forgotten once gone: the next start watches nothing.
+  for (int i = 0; i < 100; ++i) {
+    auto left = ReadMemoryDirsFile(dir_ + "/work/memory-dirs");
+    if (left.ok() && left->empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto left = ReadMemoryDirsFile(dir_ + "/work/memory-dirs");
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_TRUE(left->empty());
+}
+
+// A list of memory directories that cannot be read or written is said in
+// the worker's log, and the worker runs on: its task starts and its
+// directories are still swept, a restart would only forget them.
+TEST_F(WorkerAgentTest, AMemoryDirsFileThatCannotBeReadOrWrittenIsSaidAndTheTaskStillRuns) {
+  std::filesystem::create_directories(dir_ + "/work/memory-dirs");  // a directory in its place
+  StartAgent();
+  EXPECT_THAT(events(), ::testing::Contains(HasSubstr("cannot read " + dir_ + "/work/memory-dirs")));
+  RankEnv env = TaskEnv(0);
+  env.memory_checkpoint_dir = dir_ + "/shm/job-1-100";
+  env.memory_checkpoint_every = 5;
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("exec sleep 60", env)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindStatus(ms, 0, v1::TASK_RUNNING); }));
+  int written_said = 0;
+  for (const std::string& e : events()) {
+    if (e.find(dir_ + "/work/memory-dirs") != std::string::npos &&
+        e.find("cannot read") == std::string::npos) {
+      ++written_said;
+    }
+  }
+  EXPECT_EQ(written_said, 1) << "the failed write is said once";
 }
 
 // A fetch from a source that never answers: the rank waiting for it is
