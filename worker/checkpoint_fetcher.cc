@@ -69,7 +69,7 @@ bool CheckpointFetcher::PendingWhere(const std::function<bool(const std::string&
   absl::MutexLock l(&mu_);
   if (!running_.empty() && match(running_)) return true;
   for (const HeldCheckpoint& h : queue_) {
-    if (match(h.path)) return true;
+    if (!h.path.empty() && match(h.path)) return true;
   }
   return false;
 }

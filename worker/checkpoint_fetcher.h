@@ -53,6 +53,7 @@ class CheckpointFetcher {
 
   static constexpr size_t kMaxQueued = 1024;
   absl::Status Enqueue(HeldCheckpoint h);
+  // (Never of an empty path.)
   bool Pending(const std::string& path) const;
   // Whether a hold of a path directly in `dir` is queued or running.
   bool PendingUnder(const std::string& dir) const;

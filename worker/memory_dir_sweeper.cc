@@ -67,19 +67,78 @@ bool SweepOpenDir(int fd, const std::string& dir, absl::Time now, absl::Duration
   return empty;
 }
 
+enum class Opened { kOpen, kGone, kRefused, kRetry };
+
+// Opens `dir` (absolute, checked by UsableDir) component by component from
+// "/", never following a symlink (O_NOFOLLOW on each): every directory on
+// the way must be root's or this user's, and writable by no one else
+// unless sticky (as /tmp and /dev/shm are), so no other user can swap an
+// entry on the path; `dir` itself must be this user's alone. On kOpen,
+// *fd is `dir` and *parent its parent (both to be closed by the caller).
+Opened OpenOwnDir(const std::string& dir, int* fd, int* parent) {
+  const uid_t me = ::geteuid();
+  auto refused = [&](const struct stat& st, bool last) {
+    if (last) return st.st_uid != me || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+    return (st.st_uid != 0 && st.st_uid != me) ||
+           ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0);
+  };
+  auto failed = [](int e) {
+    return e == ENOENT || e == ELOOP || e == ENOTDIR ? Opened::kGone : Opened::kRetry;
+  };
+  int at = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (at < 0) return Opened::kRetry;
+  const std::vector<std::string> parts = absl::StrSplit(dir.substr(1), '/', absl::SkipEmpty());
+  int up = -1;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    struct stat st;
+    if (::fstat(at, &st) != 0) {
+      const Opened o = failed(errno);
+      ::close(at);
+      if (up >= 0) ::close(up);
+      return o;
+    }
+    if (refused(st, false)) {
+      ::close(at);
+      if (up >= 0) ::close(up);
+      return Opened::kRefused;
+    }
+    const int next =
+        ::openat(at, parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    const int e = errno;
+    if (up >= 0) ::close(up);
+    up = at;
+    at = next;
+    if (at < 0) {
+      ::close(up);
+      return failed(e);
+    }
+  }
+  struct stat st;
+  if (::fstat(at, &st) != 0 || refused(st, true)) {
+    ::close(at);
+    ::close(up);
+    return Opened::kRefused;
+  }
+  *fd = at;
+  *parent = up;
+  return Opened::kOpen;
+}
+
 }  // namespace
 
-bool MemoryDirSweeper::Launched(const std::string& job_id, const std::string& dir,
-                                absl::Time now) {
-  if (!UsableDir(dir)) return false;
+MemoryDirSweeper::Launch MemoryDirSweeper::Launched(const std::string& job_id,
+                                                    const std::string& dir, absl::Time now) {
+  if (!UsableDir(dir)) return Launch::kRefused;
   auto it = dirs_.find(dir);
   if (it == dirs_.end()) {
-    if (dirs_.size() >= kMaxDirs) return false;
-    it = dirs_.emplace(dir, Dir{job_id, now}).first;
+    if (dirs_.size() >= kMaxDirs) return Launch::kRefused;
+    dirs_.emplace(dir, Dir{job_id, now});
+    return Launch::kChanged;
   }
-  it->second.job_id = job_id;
   it->second.quiet_since = now;
-  return true;
+  if (it->second.job_id == job_id) return Launch::kUnchanged;
+  it->second.job_id = job_id;
+  return Launch::kChanged;
 }
 
 std::vector<WatchedMemoryDir> MemoryDirSweeper::Watched() const {
@@ -101,22 +160,24 @@ std::vector<std::string> MemoryDirSweeper::Sweep(
       ++it;
       continue;
     }
-    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 && errno != ENOENT && errno != ELOOP && errno != ENOTDIR) {
+    int fd = -1, parent = -1;
+    const Opened opened = OpenOwnDir(dir, &fd, &parent);
+    if (opened == Opened::kRetry) {
       ++it;  // out of descriptors or memory for now: tried again next time
       continue;
     }
-    struct stat st;
-    if (fd < 0 || ::fstat(fd, &st) != 0 || st.st_uid != ::geteuid() ||
-        (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-      // Gone, a symlink, or not this user's alone: nothing to sweep.
-      if (fd >= 0) ::close(fd);
+    if (opened != Opened::kOpen) {
+      // Gone, a symlink on the way, or a directory on the way that another
+      // user may change: nothing to sweep.
       it = dirs_.erase(it);
       continue;
     }
     const bool empty = SweepOpenDir(fd, dir, now, quiet_, held, &removed);
     ::close(fd);
-    if (empty && ::rmdir(dir.c_str()) == 0) {
+    const std::string leaf = dir.substr(dir.find_last_of('/') + 1);
+    const bool gone = empty && ::unlinkat(parent, leaf.c_str(), AT_REMOVEDIR) == 0;
+    ::close(parent);
+    if (gone) {
       removed.push_back(dir);
       it = dirs_.erase(it);
       continue;

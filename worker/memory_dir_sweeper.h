@@ -10,8 +10,10 @@
 //  - Launched(job, dir, now): a task of `job` was started with `dir` as its
 //    memory checkpoint directory (RankEnv::memory_checkpoint_dir). Only an
 //    absolute path with no "." or ".." component and at least two
-//    components is kept; at most kMaxDirs are (more are ignored: Launched
-//    returns false). Launching again restarts the dir's quiet time.
+//    components is kept; at most kMaxDirs are (more are ignored). Returns
+//    kRefused for one not kept, kChanged when the dir is new or now of
+//    another job (what Watched() lists changed), else kUnchanged.
+//    Launching again restarts the dir's quiet time.
 //  - Sweep(now, busy, held): a dir for which `busy(job, dir)` is true (a task
 //    of it runs or waits here, a fetch into the dir is pending, the
 //    coordinator is away) starts its quiet time again at `now`. A dir
@@ -19,11 +21,16 @@
 //    (never a symlink, never recursing) whose name is `ckpt-<digits>.pt` or
 //    starts with `ckpt-<digits>.pt.`, whose modification time is at least
 //    `quiet` before `now`, and for which `held(path)` is false, is removed.
-//    A dir left empty is removed and forgotten, as is one that is gone; a
-//    dir that is a symlink, or is not owned by this process's effective
-//    uid, or that others may write to, is left alone and forgotten (one
-//    that cannot be opened for another reason, e.g. no descriptor left,
-//    is tried again at the next sweep). Returns
+//    The dir is opened component by component from "/", none followed if
+//    it is a symlink; every directory on the way must be root's or this
+//    process's effective uid's, and writable by no one else unless sticky
+//    (/tmp, /dev/shm), and the dir itself this uid's and writable by no one
+//    else: so no other user can redirect the sweep (e.g. a symlink put
+//    where a directory was, after a reboot emptied the tmpfs). A dir left
+//    empty is removed (unlinkat on its parent, opened the same way) and
+//    forgotten, as is one that is gone; one that fails those rules is left
+//    alone and forgotten (one that cannot be opened for another reason,
+//    e.g. no descriptor left, is tried again at the next sweep). Returns
 //    the paths removed (files and dirs).
 //  - Watched(): the dirs it watches, with their jobs (by path), so that a
 //    restarted worker still sweeps those of tasks it started before
@@ -54,7 +61,8 @@ class MemoryDirSweeper {
 
   explicit MemoryDirSweeper(absl::Duration quiet) : quiet_(quiet) {}
 
-  bool Launched(const std::string& job_id, const std::string& dir, absl::Time now);
+  enum class Launch { kChanged, kUnchanged, kRefused };
+  Launch Launched(const std::string& job_id, const std::string& dir, absl::Time now);
   std::vector<std::string> Sweep(absl::Time now,
                                  const std::function<bool(const std::string& job_id,
                                                           const std::string& dir)>& busy,

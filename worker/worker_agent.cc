@@ -142,8 +142,9 @@ class WorkerAgentImpl final : public WorkerAgent {
     // What the fetches it was killed in left (worker/fetch_journal.h):
     // partial files, and copies written but never held. (A holdings file
     // that could not be read holds nothing: its copies are kept then.)
+    const std::set<std::filesystem::path> held = HeldPaths();
     for (const std::string& gone : journal_.Recover([&](const std::string& path) {
-           return !kept.ok() || HeldAt(path);
+           return !kept.ok() || held.contains(std::filesystem::path(path).lexically_normal());
          })) {
       Event(absl::StrCat("frameworm-worker ", o.name, ": removed ", gone,
                          ", left by a fetch cut short when it last ran"));
@@ -448,12 +449,11 @@ class WorkerAgentImpl final : public WorkerAgent {
   // Watches the memory directory of a task being started (MemoryDirSweeper),
   // noting it in the work dir when it is new (worker/memory_dirs_file.h).
   void WatchMemoryDir(const TaskLaunch& l) {
-    const size_t before = sweeper_.size();
-    if (sweeper_.Launched(l.key().job_id, l.rank_env.memory_checkpoint_dir, absl::Now())) {
-      if (sweeper_.size() != before) PersistMemoryDirs();
-      return;
-    }
-    if (sweeper_.size() >= MemoryDirSweeper::kMaxDirs && !sweeper_full_said_) {
+    const MemoryDirSweeper::Launch watched =
+        sweeper_.Launched(l.key().job_id, l.rank_env.memory_checkpoint_dir, absl::Now());
+    if (watched == MemoryDirSweeper::Launch::kChanged) PersistMemoryDirs();
+    if (watched == MemoryDirSweeper::Launch::kRefused &&
+        sweeper_.size() >= MemoryDirSweeper::kMaxDirs && !sweeper_full_said_) {
       sweeper_full_said_ = true;
       Event(absl::StrCat("frameworm-worker ", options_.name, ": ", MemoryDirSweeper::kMaxDirs,
                          " in-memory checkpoint directories are watched already; those of "

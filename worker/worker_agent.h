@@ -30,8 +30,9 @@
 //    fetched waits for the fetch (a KillTask meanwhile ends it as KILLED
 //    without starting it). DropCheckpoint deletes the held files. Holds are
 //    served to peers (PeerService) from this node's files. The in-memory
-//    checkpoint directories of the tasks it started are swept once their
-//    job has left the node (Options::memory_sweep_quiet).
+//    checkpoint directories of the tasks it started (before a restart too:
+//    `<work-dir>/memory-dirs`, worker/memory_dirs_file.h) are swept once
+//    their job has left the node (Options::memory_sweep_quiet).
 //  - Shutdown(): every trainer gets SIGTERM, then SIGKILL after
 //    shutdown_grace; their final statuses are sent when connected; Run()
 //    returns once no trainer is left.

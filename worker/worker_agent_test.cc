@@ -823,6 +823,32 @@ TEST_F(WorkerAgentTest, ARestartedWorkerStillSweepsTheMemoryDirectoriesOfEarlier
   EXPECT_TRUE(left->empty());
 }
 
+// A saved list is no licence: a directory it names behind a symlink (one
+// put where the memory root was, say after a reboot emptied the tmpfs) is
+// left alone and forgotten, and the list is rewritten without it.
+TEST_F(WorkerAgentTest, AMemoryDirsFileNamingADirectoryBehindASymlinkSweepsNothing) {
+  memory_sweep_quiet_ = absl::Milliseconds(300);
+  const std::string real = dir_ + "/elsewhere/job-1-100";
+  std::filesystem::create_directories(real);
+  std::filesystem::permissions(real, std::filesystem::perms::owner_all);
+  std::ofstream(real + "/ckpt-5.pt", std::ios::binary) << Pattern(100);
+  std::filesystem::create_directory_symlink(dir_ + "/elsewhere", dir_ + "/shm");
+  std::filesystem::create_directories(dir_ + "/work");
+  ASSERT_TRUE(
+      WriteMemoryDirsFile(dir_ + "/work/memory-dirs", {{"job-1", dir_ + "/shm/job-1-100"}}).ok());
+  StartAgent();
+  ASSERT_TRUE(coord_->Await([](auto&, auto& regs) { return !regs.empty(); }));
+  absl::StatusOr<std::vector<WatchedMemoryDir>> left;
+  for (int i = 0; i < 250; ++i) {  // until the sweep forgot it (5 s at most)
+    left = ReadMemoryDirsFile(dir_ + "/work/memory-dirs");
+    if (left.ok() && left->empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_TRUE(left->empty()) << "still watched";
+  EXPECT_TRUE(std::filesystem::exists(real + "/ckpt-5.pt")) << "swept through a symlink";
+}
+
 // A list of memory directories that cannot be read or written is said in
 // the worker's log, and the worker runs on: its task starts and its
 // directories are still swept, a restart would only forget them.
