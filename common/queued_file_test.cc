@@ -1,5 +1,6 @@
 #include "common/queued_file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -165,6 +166,40 @@ TEST_F(QueuedFileTest, ARangedFileIsWrittenOutOfOrderAndCheckedWhole) {
   const std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_TRUE(got == want);
   EXPECT_EQ(FilesBeside(path), 1u);
+}
+
+}  // namespace
+}  // namespace frameworm
+
+namespace frameworm {
+namespace {
+
+// A copy "already in place" is a regular file at the path itself: a FIFO
+// put there is refused at once (never waited on), and so is a symlink to a
+// matching file; FileChecksum refuses a FIFO as well.
+TEST(FileMatchesTest, OnlyARegularFileAtThePathItselfMatches) {
+  const std::string base =
+      (fs::temp_directory_path() / ("fw-matches-" + std::to_string(::getpid()))).string();
+  fs::remove_all(base);
+  fs::create_directories(base);
+  const std::string data = Chunk(5000, 3);
+  std::ofstream(base + "/ckpt-1.pt", std::ios::binary) << data;
+  const std::string sum = Crc32Text(Crc32(0, data.data(), data.size()));
+  EXPECT_TRUE(FileMatches(base + "/ckpt-1.pt", 5000, sum));
+  EXPECT_FALSE(FileMatches(base + "/ckpt-1.pt", 4999, sum));
+  EXPECT_FALSE(FileMatches(base + "/ckpt-1.pt", 5000, "crc32:00000000"));
+  fs::create_symlink(base + "/ckpt-1.pt", base + "/ckpt-2.pt");
+  EXPECT_FALSE(FileMatches(base + "/ckpt-2.pt", 5000, sum));
+  ASSERT_EQ(::mkfifo((base + "/ckpt-3.pt").c_str(), 0600), 0);
+  EXPECT_FALSE(FileMatches(base + "/ckpt-3.pt", 0, Crc32Text(0)));
+  absl::StatusOr<std::pair<int64_t, std::string>> fifo = FileChecksum(base + "/ckpt-3.pt");
+  ASSERT_FALSE(fifo.ok());
+  EXPECT_EQ(fifo.status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<std::pair<int64_t, std::string>> whole = FileChecksum(base + "/ckpt-1.pt");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->first, 5000);
+  EXPECT_EQ(whole->second, sum);
+  fs::remove_all(base);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "common/received_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,36 +36,66 @@ uint32_t UpdateCrc32(uint32_t crc, const std::string& data) {
   return Crc32(crc, data.data(), data.size());
 }
 
-absl::StatusOr<std::pair<int64_t, std::string>> FileChecksum(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+namespace {
+
+// Opens `path` for reading without blocking on a FIFO or device (and, with
+// `no_follow`, without following a final symlink); -1 unless it is a
+// regular file. *size: its size.
+int OpenRegularFile(const std::string& path, bool no_follow, int64_t* size) {
+  const int fd = ::open(path.c_str(),
+                        O_RDONLY | O_NONBLOCK | O_CLOEXEC | (no_follow ? O_NOFOLLOW : 0));
+  if (fd < 0) return -1;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return -1;
+  }
+  *size = static_cast<int64_t>(st.st_size);
+  return fd;
+}
+
+// The size and CRC-32 text of what `fd` reads to its end; closes it.
+absl::StatusOr<std::pair<int64_t, std::string>> ChecksumAndClose(int fd, const std::string& path) {
   uint32_t crc = 0;
   std::string buf(1 << 20, '\0');
   int64_t total = 0;
-  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), f)) > 0;) {
-    crc = Crc32(crc, buf.data(), n);
-    total += static_cast<int64_t>(n);
+  ssize_t n = 0;
+  while ((n = ::read(fd, buf.data(), buf.size())) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    crc = Crc32(crc, buf.data(), static_cast<size_t>(n));
+    total += n;
   }
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) return absl::InternalError(absl::StrCat("reading ", path, " failed"));
+  ::close(fd);
+  if (n < 0) return absl::InternalError(absl::StrCat("reading ", path, " failed"));
   return std::make_pair(total, Crc32Text(crc));
 }
 
+}  // namespace
+
+absl::StatusOr<std::pair<int64_t, std::string>> FileChecksum(const std::string& path) {
+  int64_t size = 0;
+  const int fd = OpenRegularFile(path, /*no_follow=*/false, &size);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open ", path, " as a regular file"));
+  return ChecksumAndClose(fd, path);
+}
+
 bool FileMatches(const std::string& path, int64_t bytes, const std::string& checksum) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec) || static_cast<int64_t>(fs::file_size(path, ec)) != bytes ||
-      ec) {
+  int64_t size = 0;
+  const int fd = OpenRegularFile(path, /*no_follow=*/true, &size);
+  if (fd < 0) return false;
+  if (size != bytes) {
+    ::close(fd);
     return false;
   }
-  absl::StatusOr<std::pair<int64_t, std::string>> sum = FileChecksum(path);
+  absl::StatusOr<std::pair<int64_t, std::string>> sum = ChecksumAndClose(fd, path);
   return sum.ok() && sum->first == bytes && sum->second == checksum;
 }
 
 absl::Status CheckJobIdComponent(const std::string& id) {
   if (!IsPlainName(id)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "job id '", id.substr(0, 80), "' is not 1-64 characters of [A-Za-z0-9_.-]"));
+        "job id '", PrintableLine(id, 80), "' is not 1-64 characters of [A-Za-z0-9_.-]"));
   }
   return absl::OkStatus();
 }

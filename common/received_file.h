@@ -49,10 +49,14 @@ uint32_t UpdateCrc32(uint32_t crc, const std::string& data);
 
 // True when the file at `path` has exactly `bytes` bytes whose CRC-32 text
 // is `checksum` (a copy already in place: a shared filesystem, or this
-// node wrote it). Reads the whole file; false on any error.
+// node wrote it). Reads the whole file; false on any error, and for
+// anything but a regular file (a final symlink is not followed, a FIFO
+// is never waited on).
 bool FileMatches(const std::string& path, int64_t bytes, const std::string& checksum);
-// The size and CRC-32 text of the file at `path` (reads all of it).
-// Errors: NOT_FOUND (cannot open), INTERNAL (a read failed).
+// The size and CRC-32 text of the regular file at `path` (reads all of it;
+// a FIFO or device is refused, not waited on).
+// Errors: NOT_FOUND (cannot open, or not a regular file), INTERNAL (a read
+// failed).
 absl::StatusOr<std::pair<int64_t, std::string>> FileChecksum(const std::string& path);
 
 // "<pid>.<8 random hex digits>", the same for the whole process: names

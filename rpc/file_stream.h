@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -47,10 +48,16 @@ class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
   // `what` names the file in errors without showing its path; `head`'s
   // fields other than the data go out with the first chunk. `reaper` (may
   // be null: never cut) must outlive the call; `ctx` is the call's.
+  // `on_done` (may be null) runs once the call is over, whatever its end.
   FileSendReactor(grpc::CallbackServerContext* ctx, IdleCallReaper* reaper,
                   const std::string& path, const std::string& what, Chunk head = Chunk(),
-                  int64_t offset = 0, int64_t length = 0)
-      : ctx_(ctx), reaper_(reaper), what_(what), chunk_(std::move(head)) {
+                  int64_t offset = 0, int64_t length = 0,
+                  std::function<void()> on_done = nullptr)
+      : ctx_(ctx),
+        reaper_(reaper),
+        what_(what),
+        on_done_(std::move(on_done)),
+        chunk_(std::move(head)) {
     in_.open(path, std::ios::binary);
     std::error_code ec;
     const int64_t size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
@@ -84,6 +91,7 @@ class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
   }
   void OnDone() override {
     if (reaper_ != nullptr) reaper_->Gone(ctx_);
+    if (on_done_) on_done_();
     delete this;
   }
 
@@ -105,6 +113,7 @@ class FileSendReactor final : public grpc::ServerWriteReactor<Chunk> {
   grpc::CallbackServerContext* const ctx_;
   IdleCallReaper* const reaper_;
   const std::string what_;
+  const std::function<void()> on_done_;
   std::ifstream in_;
   int64_t total_ = 0, sent_ = 0;  // the end of what is sent, and where it is
   bool first_ = true;

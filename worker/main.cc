@@ -177,6 +177,7 @@ int main(int argc, char** argv) {
     }
     o.tls = *std::move(tls);
   }
+  o.insecure = absl::GetFlag(FLAGS_insecure);
   if (!o.tls && !frameworm::IsLoopbackHost(frameworm::HostOfEndpoint(o.coordinator))) {
     if (!absl::GetFlag(FLAGS_insecure)) {
       FlagErrorExit(Config(), "--coordinator=" + o.coordinator +

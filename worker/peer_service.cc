@@ -62,13 +62,20 @@ grpc::ServerWriteReactor<v1::CheckpointChunk>* PeerServiceImpl::FetchCheckpoint(
         absl::StrCat("this worker holds no checkpoint of step ", req->step(), " of job ",
                      req->job_id(), " with that secret")));
   }
+  if (streams_.fetch_add(1) >= max_streams_) {
+    streams_.fetch_sub(1);
+    return new Refused<Writer>(absl::ResourceExhaustedError(absl::StrCat(
+        "this worker serves ", max_streams_, " checkpoint streams already; try again later")));
+  }
   absl::StatusOr<int> fd = OpenHeld(*h);
-  if (!fd.ok()) return new Refused<Writer>(fd.status());
-  auto* r = new FileSendReactor<v1::CheckpointChunk>(ctx, &idle_calls_,
-                                                     absl::StrCat("/proc/self/fd/", *fd),
-                                                     "this worker's copy of the checkpoint",
-                                                     v1::CheckpointChunk(), req->offset(),
-                                                     req->length());
+  if (!fd.ok()) {
+    streams_.fetch_sub(1);
+    return new Refused<Writer>(fd.status());
+  }
+  auto* r = new FileSendReactor<v1::CheckpointChunk>(
+      ctx, &idle_calls_, absl::StrCat("/proc/self/fd/", *fd),
+      "this worker's copy of the checkpoint", v1::CheckpointChunk(), req->offset(),
+      req->length(), [this] { streams_.fetch_sub(1); });
   ::close(*fd);
   return r;
 }

@@ -49,16 +49,23 @@ namespace frameworm {
 
 class PeerServiceImpl final : public v1::PeerService::CallbackService {
  public:
+  // Checkpoint streams served at once; one more is RESOURCE_EXHAUSTED
+  // (each holds a descriptor and a 1 MiB chunk; a fetcher tries its next
+  // source, the coordinator's hold is answered with the error).
+  static constexpr int kMaxStreams = 64;
   // `holdings` is not owned and must outlive the service.
   explicit PeerServiceImpl(const CheckpointHoldings& holdings,
-                           absl::Duration stream_idle = absl::Seconds(60))
-      : holdings_(holdings), idle_calls_(stream_idle) {}
+                           absl::Duration stream_idle = absl::Seconds(60),
+                           int max_streams = kMaxStreams)
+      : holdings_(holdings), idle_calls_(stream_idle), max_streams_(max_streams) {}
   grpc::ServerWriteReactor<v1::CheckpointChunk>* FetchCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::FetchCheckpointRequest* req) override;
 
  private:
   const CheckpointHoldings& holdings_;
   IdleCallReaper idle_calls_;
+  const int max_streams_;
+  std::atomic<int> streams_{0};  // being served
 };
 
 // `stop`: once set, the fetch ends with CANCELLED within 0.1 s, even while

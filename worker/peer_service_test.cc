@@ -469,6 +469,55 @@ TEST_F(PeerServiceTest, AFetcherThatStopsReadingIsCutOffAndTheFileClosed) {
   EXPECT_LT(got, size);
 }
 
+// A worker serves a bounded number of checkpoint streams at once: one
+// more is RESOURCE_EXHAUSTED, and a slot is free again once a stream ends.
+TEST_F(PeerServiceTest, StreamsServedAtOnceAreBounded) {
+  CheckpointHoldings a;
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, int64_t{32} << 20);
+  ASSERT_TRUE(a.Add(src).ok());
+  services_.push_back(std::make_unique<PeerServiceImpl>(a, absl::Seconds(60), /*max_streams=*/2));
+  const TlsFiles tls = Tls("b");
+  auto stub = v1::PeerService::NewStub(
+      MakeChannel(ServeService(services_.back().get(), "a"), &tls, kWorkerTlsName));
+  v1::FetchCheckpointRequest req;
+  req.set_job_id(src.job_id);
+  req.set_step(src.step);
+  req.set_secret(src.secret);
+  struct Open {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<v1::CheckpointChunk>> reader;
+  };
+  // Each reads its first chunk and then nothing: the stream stays open.
+  auto open = [&](Open& o) {
+    o.reader = stub->FetchCheckpoint(&o.ctx, req);
+    v1::CheckpointChunk c;
+    return o.reader->Read(&c);
+  };
+  Open first, second, third;
+  ASSERT_TRUE(open(first));
+  ASSERT_TRUE(open(second));
+  EXPECT_FALSE(open(third));
+  const grpc::Status refused = third.reader->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("2 checkpoint streams"), std::string::npos)
+      << refused.error_message();
+  first.ctx.TryCancel();
+  (void)first.reader->Finish();
+  bool served = false;
+  for (int i = 0; i < 100 && !served; ++i) {  // the server sees the cancel soon
+    Open again;
+    served = open(again);
+    if (served) {
+      again.ctx.TryCancel();
+    }
+    (void)again.reader->Finish();
+    if (!served) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(served) << "the ended stream's slot was not freed";
+  second.ctx.TryCancel();
+  (void)second.reader->Finish();
+}
+
 // A peer that ignores ranges (an older worker, or another implementation
 // that always sends the whole file): the fetch notices that a stream sent
 // more than its range and takes the file in one stream instead.

@@ -17,7 +17,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/log_cap.h"
+#include "common/node_address.h"
 #include "common/printable.h"
+#include "common/received_file.h"
 #include "frameworm/v1/worker_service.grpc.pb.h"
 #include "proto/rank_env_proto.h"
 #include "rpc/rpc.h"
@@ -98,6 +100,10 @@ class WorkerAgentImpl final : public WorkerAgent {
         journal_(o.work_dir + "/fetching"),
         fetcher_(
             [this](HeldCheckpoint& h, const std::atomic<bool>& stop) {
+              if (absl::Status s = KeepLoopbackSourcesUnlessSecure(h);
+                  !s.ok() || h.sources.empty()) {
+                return s;  // refused, or already in place
+              }
               // Noted first, so that a worker killed mid-fetch cleans up at
               // its next start (worker/fetch_journal.h); a note that cannot
               // be written costs only that. A copy written stays noted
@@ -307,8 +313,12 @@ class WorkerAgentImpl final : public WorkerAgent {
     } else if (c.has_drop()) {
       const bool whole_job = c.drop().step() < 0;
       const std::vector<HeldCheckpoint> gone = holdings_.Remove(c.drop().job_id(), c.drop().step());
+      const std::set<std::filesystem::path> still_held = HeldPaths();
       for (const HeldCheckpoint& h : gone) {
         if (whole_job && !h.copied) continue;  // a rank's own file stays
+        // Nor does a file another hold (another job's, another step's)
+        // still names.
+        if (still_held.contains(std::filesystem::path(h.path).lexically_normal())) continue;
         std::error_code ec;
         std::filesystem::remove(h.path, ec);
       }
@@ -427,6 +437,32 @@ class WorkerAgentImpl final : public WorkerAgent {
                    : absl::StrCat("frameworm-worker ", options_.name, ": ", s.message()));
       AnswerHold(h, s);
     }
+  }
+
+  // Without TLS, and without --insecure, a hold's sources off loopback are
+  // not dialled: the hold's secret and the copy would cross the network in
+  // plaintext. An error names one when no source is left and the copy is
+  // not already in place.
+  absl::Status KeepLoopbackSourcesUnlessSecure(HeldCheckpoint& h) const {
+    if (options_.tls || options_.insecure) return absl::OkStatus();
+    std::vector<std::string> kept;
+    std::string refused;
+    for (std::string& source : h.sources) {
+      if (IsLoopbackHost(HostOfEndpoint(source))) {
+        kept.push_back(std::move(source));
+      } else if (refused.empty()) {
+        refused = source;
+      }
+    }
+    h.sources = std::move(kept);
+    if (!h.sources.empty() || refused.empty() || FileMatches(h.path, h.bytes, h.checksum)) {
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "not fetching ", h.job_id, "'s checkpoint of step ", h.step, " from ",
+        PrintableLine(refused, 256),
+        " in plaintext: this worker has no --tls-dir (use mutual TLS, or add --insecure on a "
+        "network only your cluster reaches)"));
   }
 
   std::string HoldingsPath() const { return options_.work_dir + "/holdings"; }

@@ -69,8 +69,13 @@ class WorkerAgent {
     std::vector<std::string> gpus;
     std::string work_dir;
     std::map<std::string, std::string> base_env;  // trainers' starting env
-    // Mutual TLS to the coordinator (rpc/tls.h); unset: plaintext.
+    // Mutual TLS to the coordinator and peers (rpc/tls.h); unset: plaintext.
     std::optional<TlsFiles> tls;
+    // --insecure: without `tls`, checkpoint copies may be fetched in
+    // plaintext from peers off loopback. Otherwise a hold's sources off
+    // loopback are not dialled (its fetch fails with an error naming one,
+    // unless a loopback source is left).
+    bool insecure = false;
     absl::Duration heartbeat_interval = absl::Seconds(1);
     absl::Duration register_timeout = absl::Seconds(2);
     absl::Duration initial_backoff = absl::Milliseconds(100);

@@ -849,6 +849,77 @@ TEST_F(WorkerAgentTest, AMemoryDirsFileNamingADirectoryBehindASymlinkSweepsNothi
   EXPECT_TRUE(std::filesystem::exists(real + "/ckpt-5.pt")) << "swept through a symlink";
 }
 
+// Without TLS and without --insecure, a hold's source off loopback is not
+// dialled (the hold's secret would cross the network in plaintext): the
+// hold is answered with an error naming it, unless the copy is already in
+// place. (0.0.0.0 is off loopback by name, yet a connect to it stays on
+// this host: the listener shows that nothing dialled.)
+TEST_F(WorkerAgentTest, ASourceOffLoopbackIsNotDialledInPlaintext) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string source = absl::StrCat("0.0.0.0:", ntohs(addr.sin_port));
+  StartAgent();
+  const std::string data = Pattern(1000);
+  std::filesystem::create_directories(dir_ + "/ck");
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(dir_ + "/ck/ckpt-5.pt", 5, data, {source})));
+  std::ofstream(dir_ + "/ck/ckpt-6.pt", std::ios::binary) << data;  // already in place
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(dir_ + "/ck/ckpt-6.pt", 6, data, {source})));
+  ASSERT_TRUE(
+      coord_->Await([](auto& ms, auto&) { return FindHeld(ms, 5) && FindHeld(ms, 6); }));
+  const auto ms = coord_->messages();
+  EXPECT_FALSE(FindHeld(ms, 5)->ok());
+  EXPECT_THAT(FindHeld(ms, 5)->error(), HasSubstr("in plaintext"));
+  EXPECT_THAT(FindHeld(ms, 5)->error(), HasSubstr(source));
+  EXPECT_TRUE(FindHeld(ms, 6)->ok()) << FindHeld(ms, 6)->error();
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/ck/ckpt-5.pt"));
+  EXPECT_LT(::accept(listener, nullptr, nullptr), 0) << "the source was dialled";
+  ::close(listener);
+}
+
+// A drop deletes a copy's file only when no other hold names it: two holds
+// of one path (two jobs' records, say), the first drop leaves the file.
+TEST_F(WorkerAgentTest, ADropLeavesAFileAnotherHoldStillNames) {
+  StartAgent();
+  const std::string data = Pattern(1000);
+  const std::string path = dir_ + "/ck/ckpt-10.pt";
+  std::filesystem::create_directories(dir_ + "/ck");
+  std::ofstream(path, std::ios::binary) << data;
+  v1::CoordinatorMessage other = HoldCmd(path, 10, data);
+  other.mutable_hold()->set_job_id("job-2");
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(path, 10, data)));
+  ASSERT_TRUE(coord_->SendWhenConnected(other));
+  auto answered = [](const std::vector<v1::WorkerMessage>& ms) {
+    int n = 0;
+    for (const auto& m : ms) n += m.has_held() && m.held().ok() ? 1 : 0;
+    return n;
+  };
+  ASSERT_TRUE(coord_->Await([&](auto& ms, auto&) { return answered(ms) >= 2; }));
+  auto drop = [&](const std::string& job) {
+    v1::CoordinatorMessage d;
+    d.mutable_drop()->set_job_id(job);
+    d.mutable_drop()->set_step(10);
+    return coord_->SendWhenConnected(d);
+  };
+  ASSERT_TRUE(drop("job-1"));
+  // A hold sent after it is answered after it is applied (one loop, in order).
+  std::ofstream(dir_ + "/ck/ckpt-11.pt", std::ios::binary) << data;
+  ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(dir_ + "/ck/ckpt-11.pt", 11, data)));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindHeld(ms, 11); }));
+  EXPECT_TRUE(std::filesystem::exists(path)) << "deleted under job-2's hold";
+  ASSERT_TRUE(drop("job-2"));
+  for (int i = 0; i < 200 && std::filesystem::exists(path); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
 // A list of memory directories that cannot be read or written is said in
 // the worker's log, and the worker runs on: its task starts and its
 // directories are still swept, a restart would only forget them.
