@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/printable.h"
 
 namespace frameworm {
 namespace {
@@ -104,7 +105,7 @@ absl::Status ParseHostPort(const std::string& address, std::string* host, int* p
   const size_t colon = address.rfind(':');
   auto bad = [&](const char* why) {
     return absl::InvalidArgumentError(
-        absl::StrCat("'", address.substr(0, 200), "' is not HOST:PORT (", why, ")"));
+        absl::StrCat("'", PrintableLine(address, 200), "' is not HOST:PORT (", why, ")"));
   };
   if (colon == std::string::npos || colon == 0) return bad("no host");
   std::string h = address.substr(0, colon);

@@ -213,7 +213,7 @@ absl::Status ReceivedFile::Finish(int64_t written, uint32_t crc, const std::stri
                                                    " of the ", expected_, " bytes declared"));
   }
   if (checksum != Crc32Text(crc)) {
-    return absl::InvalidArgumentError(absl::StrCat("checksum '", checksum.substr(0, 40),
+    return absl::InvalidArgumentError(absl::StrCat("checksum '", PrintableLine(checksum, 40),
                                                    "' does not match ", Crc32Text(crc),
                                                    " of the bytes received"));
   }

@@ -1,6 +1,7 @@
 #include "coordinator/access.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/printable.h"
 
 namespace frameworm::coordinator {
 namespace {
@@ -47,7 +48,7 @@ absl::Status CheckWorkerClient(const Caller& caller, const std::string& worker_n
   if (caller.name != worker_name) {
     return absl::PermissionDeniedError(absl::StrCat(
         "worker ", caller.name, "'s certificate may not register as worker '",
-        worker_name.substr(0, 64), "'"));
+        PrintableLine(worker_name, 64), "'"));
   }
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/printable.h"
 
 namespace frameworm::coordinator {
 namespace {
@@ -141,7 +142,7 @@ absl::Status CheckpointCatalog::Remove(const std::string& job_id, const std::str
                           [&](const v1::CheckpointRecord& r) { return r.path() == path; });
   if (rec == it->second.end()) {
     return absl::NotFoundError(
-        absl::StrCat("job ", job_id, " recorded no checkpoint at '", path.substr(0, 200), "'"));
+        absl::StrCat("job ", job_id, " recorded no checkpoint at '", PrintableLine(path, 200), "'"));
   }
   if (absl::Status s = store_.DeleteCheckpoint(job_id, path); !s.ok()) return s;
   it->second.erase(rec);

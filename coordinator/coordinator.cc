@@ -1314,7 +1314,7 @@ absl::StatusOr<std::string> Coordinator::CheckpointCopyOf(const v1::JobRef& ref,
   if (step < 0)
     return absl::NotFoundError(absl::StrCat("job ", ref.job_id(),
                                             " reported no checkpoint at '",
-                                            path.substr(0, 200), "'"));
+                                            PrintableLine(path, 200), "'"));
   return copies_.PathOf(ref.job_id(), step);
 }
 

@@ -14,6 +14,7 @@
 #include "coordinator/paging.h"
 #include "frameworm/v1/job_service.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "common/printable.h"
 
 namespace frameworm::coordinator {
 namespace {
@@ -97,7 +98,7 @@ HttpResponse Dashboard::Handle(const HttpRequest& r) const {
     if (!PlausibleJobId(parts[0])) return Error(absl::InvalidArgumentError("malformed job id"));
     return Job(r, parts[0], parts.size() == 2 ? parts[1] : "");
   }
-  return Error(absl::NotFoundError(absl::StrCat("no page ", r.path.substr(0, 200))));
+  return Error(absl::NotFoundError(absl::StrCat("no page ", PrintableLine(r.path, 200))));
 }
 
 HttpResponse Dashboard::Job(const HttpRequest& r, const std::string& id,
@@ -143,7 +144,7 @@ HttpResponse Dashboard::Job(const HttpRequest& r, const std::string& id,
     if (!chunk.ok()) return Error(chunk.status());
     return HttpResponse{200, "text/plain; charset=utf-8", chunk->data};
   }
-  return Error(absl::NotFoundError(absl::StrCat("no page for job ", id, ": ", what.substr(0, 100))));
+  return Error(absl::NotFoundError(absl::StrCat("no page for job ", id, ": ", PrintableLine(what, 100))));
 }
 
 }  // namespace frameworm::coordinator

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/log_cap.h"
+#include "common/printable.h"
 
 namespace frameworm::coordinator {
 namespace {
@@ -147,7 +148,7 @@ absl::StatusOr<int64_t> JobLogs::AppendAt(const std::string& job_id, int rank,
       (!stream.empty() && stream != "stdout" && stream != "stderr")) {
     return absl::InvalidArgumentError(absl::StrCat(
         "log chunk with bad source: generation ", generation, ", stream '",
-        stream.substr(0, 16), "', offset ", offset));
+        PrintableLine(stream, 16), "', offset ", offset));
   }
   if (static_cast<uint64_t>(offset) > static_cast<uint64_t>(INT64_MAX) - data.size()) {
     return absl::InvalidArgumentError(absl::StrCat("log chunk offset ", offset, " overflows"));

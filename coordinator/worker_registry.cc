@@ -39,7 +39,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(
     // "unix:..." or another gRPC target scheme.
     if (e.size() > kMaxAddressBytes + 8 || !IsNetworkEndpoint(e)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "worker peer endpoint '", e.substr(0, 80), "' is not HOST:PORT (at most ",
+          "worker peer endpoint '", PrintableLine(e, 80), "' is not HOST:PORT (at most ",
           kMaxAddressBytes + 8, " characters)"));
     }
   }

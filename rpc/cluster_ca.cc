@@ -20,6 +20,7 @@
 #include <openssl/x509v3.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/printable.h"
 #include "rpc/tls.h"
 
 namespace frameworm {
@@ -171,7 +172,7 @@ absl::Status CheckDays(int days) {
 absl::Status CheckCertificateIdentity(const std::string& role, const std::string& name) {
   if (role != "coordinator" && role != "worker" && role != "user" && role != "admin") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "role must be coordinator, worker, user or admin, got '", role.substr(0, 64), "'"));
+        "role must be coordinator, worker, user or admin, got '", PrintableLine(role, 64), "'"));
   }
   bool ok = !name.empty() && name.size() <= 64;
   for (char ch : name) {
@@ -180,7 +181,7 @@ absl::Status CheckCertificateIdentity(const std::string& role, const std::string
   }
   if (!ok) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "name must be 1 to 64 characters of A-Z a-z 0-9 . _ -, got '", name.substr(0, 64), "'"));
+        "name must be 1 to 64 characters of A-Z a-z 0-9 . _ -, got '", PrintableLine(name, 64), "'"));
   }
   return absl::OkStatus();
 }

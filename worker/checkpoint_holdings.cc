@@ -23,7 +23,7 @@ absl::Status CheckHold(const HeldCheckpoint& h) {
   }
   if (!normal) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "hold: path '", h.path.substr(0, 200), "' is not an absolute, normal path ending in ",
+        "hold: path '", PrintableLine(h.path, 200), "' is not an absolute, normal path ending in ",
         name.substr(1)));
   }
   if (h.bytes < 0 || h.bytes > (int64_t{1} << 40)) {
@@ -31,7 +31,7 @@ absl::Status CheckHold(const HeldCheckpoint& h) {
   }
   if (!IsCrc32Text(h.checksum)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("hold: checksum '", h.checksum.substr(0, 40), "' is not crc32:xxxxxxxx"));
+        absl::StrCat("hold: checksum '", PrintableLine(h.checksum, 40), "' is not crc32:xxxxxxxx"));
   }
   if (h.secret.size() > 128) {
     return absl::InvalidArgumentError("hold: secret longer than 128 bytes");

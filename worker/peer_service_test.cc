@@ -52,6 +52,14 @@ TEST(CheckpointHoldingsTest, AHoldNamesOnlyACheckpointFileOfItsStep) {
   h = Held("/ck/ckpt-7.pt");
   h.checksum = "md5:abc";
   EXPECT_NE(CheckHold(h).message().find("crc32:xxxxxxxx"), std::string::npos);
+  // What a hold brought is quoted printable: no line break or control byte
+  // reaches a log through an error.
+  h = Held("/ck/\n\x1b[31m/ckpt-8.pt");
+  EXPECT_EQ(CheckHold(h).message().find_first_of("\n\x1b"), std::string::npos)
+      << CheckHold(h).message();
+  h = Held("/ck/ckpt-7.pt");
+  h.checksum = "crc32:\r\n\x7f";
+  EXPECT_EQ(CheckHold(h).message().find_first_of("\r\n\x7f"), std::string::npos);
   h = Held("/ck/ckpt-7.pt");
   h.bytes = -1;
   EXPECT_EQ(CheckHold(h).code(), absl::StatusCode::kInvalidArgument);
