@@ -62,22 +62,43 @@ grpc::ServerWriteReactor<v1::CheckpointChunk>* PeerServiceImpl::FetchCheckpoint(
         absl::StrCat("this worker holds no checkpoint of step ", req->step(), " of job ",
                      req->job_id(), " with that secret")));
   }
-  if (streams_.fetch_add(1) >= max_streams_) {
-    streams_.fetch_sub(1);
-    return new Refused<Writer>(absl::ResourceExhaustedError(absl::StrCat(
-        "this worker serves ", max_streams_, " checkpoint streams already; try again later")));
-  }
+  const std::string who = caller.role == Caller::Role::kWorker ? caller.name : "";
+  if (absl::Status s = TakeSlot(who); !s.ok()) return new Refused<Writer>(s);
   absl::StatusOr<int> fd = OpenHeld(*h);
   if (!fd.ok()) {
-    streams_.fetch_sub(1);
+    FreeSlot(who);
     return new Refused<Writer>(fd.status());
   }
   auto* r = new FileSendReactor<v1::CheckpointChunk>(
       ctx, &idle_calls_, absl::StrCat("/proc/self/fd/", *fd),
       "this worker's copy of the checkpoint", v1::CheckpointChunk(), req->offset(),
-      req->length(), [this] { streams_.fetch_sub(1); });
+      req->length(), [this, who] { FreeSlot(who); });
   ::close(*fd);
   return r;
+}
+
+absl::Status PeerServiceImpl::TakeSlot(const std::string& caller) {
+  absl::MutexLock l(&mu_);
+  if (streams_ >= max_streams_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this worker serves ", max_streams_, " checkpoint streams already; try again later"));
+  }
+  int& mine = per_caller_[caller];
+  if (mine >= max_per_caller_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this worker serves ", max_per_caller_,
+                     " checkpoint streams to this caller already; try again later"));
+  }
+  ++mine;
+  ++streams_;
+  return absl::OkStatus();
+}
+
+void PeerServiceImpl::FreeSlot(const std::string& caller) {
+  absl::MutexLock l(&mu_);
+  --streams_;
+  auto it = per_caller_.find(caller);
+  if (it != per_caller_.end() && --it->second <= 0) per_caller_.erase(it);
 }
 
 namespace {

@@ -36,8 +36,11 @@
 #define FRAMEWORM_WORKER_PEER_SERVICE_H_
 
 #include <atomic>
+#include <map>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "frameworm/v1/peer_service.grpc.pb.h"
 #include "rpc/idle_call_reaper.h"
@@ -49,23 +52,38 @@ namespace frameworm {
 
 class PeerServiceImpl final : public v1::PeerService::CallbackService {
  public:
-  // Checkpoint streams served at once; one more is RESOURCE_EXHAUSTED
-  // (each holds a descriptor and a 1 MiB chunk; a fetcher tries its next
-  // source, the coordinator's hold is answered with the error).
+  // Checkpoint streams served at once, in all and to one caller (a worker
+  // certificate's name; every plaintext caller is one); one more is
+  // RESOURCE_EXHAUSTED (each holds a descriptor and a 1 MiB chunk; a
+  // fetcher tries its next source, the coordinator's hold is answered with
+  // the error). So one worker, however many calls it opens, leaves room
+  // for the others.
   static constexpr int kMaxStreams = 64;
+  static constexpr int kMaxStreamsPerCaller = 16;
   // `holdings` is not owned and must outlive the service.
   explicit PeerServiceImpl(const CheckpointHoldings& holdings,
                            absl::Duration stream_idle = absl::Seconds(60),
-                           int max_streams = kMaxStreams)
-      : holdings_(holdings), idle_calls_(stream_idle), max_streams_(max_streams) {}
+                           int max_streams = kMaxStreams,
+                           int max_streams_per_caller = kMaxStreamsPerCaller)
+      : holdings_(holdings),
+        idle_calls_(stream_idle),
+        max_streams_(max_streams),
+        max_per_caller_(max_streams_per_caller) {}
   grpc::ServerWriteReactor<v1::CheckpointChunk>* FetchCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::FetchCheckpointRequest* req) override;
 
  private:
   const CheckpointHoldings& holdings_;
   IdleCallReaper idle_calls_;
+  // A stream slot for `caller`, or why there is none.
+  absl::Status TakeSlot(const std::string& caller);
+  void FreeSlot(const std::string& caller);
+
   const int max_streams_;
-  std::atomic<int> streams_{0};  // being served
+  const int max_per_caller_;
+  absl::Mutex mu_;
+  int streams_ ABSL_GUARDED_BY(mu_) = 0;                          // being served
+  std::map<std::string, int> per_caller_ ABSL_GUARDED_BY(mu_);    // (no zero entries)
 };
 
 // `stop`: once set, the fetch ends with CANCELLED within 0.1 s, even while

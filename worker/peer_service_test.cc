@@ -477,16 +477,19 @@ TEST_F(PeerServiceTest, AFetcherThatStopsReadingIsCutOffAndTheFileClosed) {
   EXPECT_LT(got, size);
 }
 
-// A worker serves a bounded number of checkpoint streams at once: one
-// more is RESOURCE_EXHAUSTED, and a slot is free again once a stream ends.
-TEST_F(PeerServiceTest, StreamsServedAtOnceAreBounded) {
+// A worker serves a bounded number of checkpoint streams at once, in all
+// and to one caller: one more is RESOURCE_EXHAUSTED, and a slot is free
+// again once a stream ends.
+TEST_F(PeerServiceTest, StreamsServedAtOnceAreBoundedInAllAndPerCaller) {
   CheckpointHoldings a;
   const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, int64_t{32} << 20);
   ASSERT_TRUE(a.Add(src).ok());
-  services_.push_back(std::make_unique<PeerServiceImpl>(a, absl::Seconds(60), /*max_streams=*/2));
-  const TlsFiles tls = Tls("b");
-  auto stub = v1::PeerService::NewStub(
-      MakeChannel(ServeService(services_.back().get(), "a"), &tls, kWorkerTlsName));
+  services_.push_back(std::make_unique<PeerServiceImpl>(a, absl::Seconds(60), /*max_streams=*/3,
+                                                        /*max_streams_per_caller=*/2));
+  const std::string endpoint = ServeService(services_.back().get(), "a");
+  const TlsFiles tls_b = Tls("b"), tls_a = Tls("a");
+  auto stub_b = v1::PeerService::NewStub(MakeChannel(endpoint, &tls_b, kWorkerTlsName));
+  auto stub_a = v1::PeerService::NewStub(MakeChannel(endpoint, &tls_a, kWorkerTlsName));
   v1::FetchCheckpointRequest req;
   req.set_job_id(src.job_id);
   req.set_step(src.step);
@@ -496,34 +499,39 @@ TEST_F(PeerServiceTest, StreamsServedAtOnceAreBounded) {
     std::unique_ptr<grpc::ClientReader<v1::CheckpointChunk>> reader;
   };
   // Each reads its first chunk and then nothing: the stream stays open.
-  auto open = [&](Open& o) {
-    o.reader = stub->FetchCheckpoint(&o.ctx, req);
+  auto open = [&](v1::PeerService::Stub& stub, Open& o) {
+    o.reader = stub.FetchCheckpoint(&o.ctx, req);
     v1::CheckpointChunk c;
     return o.reader->Read(&c);
   };
-  Open first, second, third;
-  ASSERT_TRUE(open(first));
-  ASSERT_TRUE(open(second));
-  EXPECT_FALSE(open(third));
-  const grpc::Status refused = third.reader->Finish();
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
-  EXPECT_NE(refused.error_message().find("2 checkpoint streams"), std::string::npos)
-      << refused.error_message();
-  first.ctx.TryCancel();
-  (void)first.reader->Finish();
+  auto refused = [](Open& o) {
+    const grpc::Status st = o.reader->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    return st.error_message();
+  };
+  Open b1, b2, b3, a1, a2;
+  ASSERT_TRUE(open(*stub_b, b1));
+  ASSERT_TRUE(open(*stub_b, b2));
+  EXPECT_FALSE(open(*stub_b, b3));
+  EXPECT_NE(refused(b3).find("2 checkpoint streams to this caller"), std::string::npos);
+  ASSERT_TRUE(open(*stub_a, a1)) << "another worker still has room";
+  EXPECT_FALSE(open(*stub_a, a2));
+  EXPECT_NE(refused(a2).find("3 checkpoint streams already"), std::string::npos);
+  b1.ctx.TryCancel();
+  (void)b1.reader->Finish();
   bool served = false;
   for (int i = 0; i < 100 && !served; ++i) {  // the server sees the cancel soon
     Open again;
-    served = open(again);
-    if (served) {
-      again.ctx.TryCancel();
-    }
+    served = open(*stub_b, again);
+    if (served) again.ctx.TryCancel();
     (void)again.reader->Finish();
     if (!served) absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_TRUE(served) << "the ended stream's slot was not freed";
-  second.ctx.TryCancel();
-  (void)second.reader->Finish();
+  for (Open* o : {&b2, &a1}) {
+    o->ctx.TryCancel();
+    (void)o->reader->Finish();
+  }
 }
 
 // A peer that ignores ranges (an older worker, or another implementation

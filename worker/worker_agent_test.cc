@@ -869,6 +869,8 @@ TEST_F(WorkerAgentTest, ASourceOffLoopbackIsNotDialledInPlaintext) {
   const std::string data = Pattern(1000);
   std::filesystem::create_directories(dir_ + "/ck");
   ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(dir_ + "/ck/ckpt-5.pt", 5, data, {source})));
+  // Answered before the next is sent (a newer step's hold would supersede it).
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) { return FindHeld(ms, 5); }));
   std::ofstream(dir_ + "/ck/ckpt-6.pt", std::ios::binary) << data;  // already in place
   ASSERT_TRUE(coord_->SendWhenConnected(HoldCmd(dir_ + "/ck/ckpt-6.pt", 6, data, {source})));
   ASSERT_TRUE(
