@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "common/crc32.h"
 #include "common/private_dir.h"
@@ -83,13 +84,15 @@ absl::Status PeerServiceImpl::TakeSlot(const std::string& caller) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "this worker serves ", max_streams_, " checkpoint streams already; try again later"));
   }
-  int& mine = per_caller_[caller];
-  if (mine >= max_per_caller_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("this worker serves ", max_per_caller_,
-                     " checkpoint streams to this caller already; try again later"));
+  if (!caller.empty()) {  // a plaintext caller is trusted (loopback, or --insecure)
+    int& mine = per_caller_[caller];
+    if (mine >= max_per_caller_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("this worker serves ", max_per_caller_,
+                       " checkpoint streams to this caller already; try again later"));
+    }
+    ++mine;
   }
-  ++mine;
   ++streams_;
   return absl::OkStatus();
 }
@@ -97,6 +100,7 @@ absl::Status PeerServiceImpl::TakeSlot(const std::string& caller) {
 void PeerServiceImpl::FreeSlot(const std::string& caller) {
   absl::MutexLock l(&mu_);
   --streams_;
+  if (caller.empty()) return;
   auto it = per_caller_.find(caller);
   if (it != per_caller_.end() && --it->second <= 0) per_caller_.erase(it);
 }
@@ -110,6 +114,17 @@ v1::FetchCheckpointRequest RequestFor(const HeldCheckpoint& h) {
   req.set_secret(h.secret);
   return req;
 }
+
+// A source's own answer: RESOURCE_EXHAUSTED from it (it serves as many
+// streams as it may) is marked busy, so the fetch asks it again a little
+// later; the local disk's RESOURCE_EXHAUSTED (full) is not.
+constexpr char kSourceBusy[] = "frameworm.dev/source-busy";
+absl::Status SourceAnswer(const grpc::Status& g) {
+  absl::Status s = FromGrpcStatus(g);
+  if (absl::IsResourceExhausted(s)) s.SetPayload(kSourceBusy, absl::Cord("1"));
+  return s;
+}
+bool SourceBusy(const absl::Status& s) { return s.GetPayload(kSourceBusy).has_value(); }
 
 absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const TlsFiles* tls,
                       absl::Duration timeout, absl::Duration stall,
@@ -155,10 +170,13 @@ absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const 
     reader->Finish();
     return failed;
   }
-  if (absl::Status s = FromGrpcStatus(reader->Finish()); !s.ok()) return s;
+  if (absl::Status s = SourceAnswer(reader->Finish()); !s.ok()) return s;
   if (!file) return absl::InvalidArgumentError("it sent no chunk");
   return file->Commit(h.checksum);
 }
+
+// Times a busy source is asked again (SourceAnswer) before the next one.
+constexpr int kBusyRetries = 4;
 
 // Files at least this large are fetched in several streams at once.
 constexpr int64_t kRangedFetchBytes = int64_t{64} << 20;
@@ -220,7 +238,7 @@ absl::Status FetchRange(const std::string& source, const HeldCheckpoint& h, cons
     reader->Finish();
     return failed;
   }
-  if (absl::Status s = FromGrpcStatus(reader->Finish()); !s.ok()) return s;
+  if (absl::Status s = SourceAnswer(reader->Finish()); !s.ok()) return s;
   if (got != r.length) {
     return absl::InvalidArgumentError(absl::StrCat("it sent ", got, " of the ", r.length,
                                                    " bytes asked for at offset ", r.offset));
@@ -291,15 +309,25 @@ absl::Status FetchCheckpointFrom(const HeldCheckpoint& h, const TlsFiles* tls,
   const int n = streams > 0 ? streams : AutomaticStreams(h.bytes);
   absl::Status last;
   for (const std::string& source : h.sources) {
-    if (n > 1 && h.bytes > kMaxChunkBytes) {
-      last = FetchRanges(source, h, tls, timeout, stall, stop, n);
-      // A peer that cannot serve ranges (an older one sends the whole file
-      // from byte 0): once more in one stream.
-      if (absl::IsOutOfRange(last) && !stop.load()) {
+    // A busy source (all its streams taken: a new generation's holds came
+    // to every worker at once) is asked again after 0.2, 0.4, 0.8 and 1.6 s.
+    absl::Duration backoff = absl::Milliseconds(200);
+    for (int attempt = 0;; ++attempt) {
+      if (n > 1 && h.bytes > kMaxChunkBytes) {
+        last = FetchRanges(source, h, tls, timeout, stall, stop, n);
+        // A peer that cannot serve ranges (an older one sends the whole
+        // file from byte 0): once more in one stream.
+        if (absl::IsOutOfRange(last) && !stop.load()) {
+          last = FetchOne(source, h, tls, timeout, stall, stop);
+        }
+      } else {
         last = FetchOne(source, h, tls, timeout, stall, stop);
       }
-    } else {
-      last = FetchOne(source, h, tls, timeout, stall, stop);
+      if (!SourceBusy(last) || attempt >= kBusyRetries || stop.load()) break;
+      for (const absl::Time until = absl::Now() + backoff; absl::Now() < until && !stop.load();) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      backoff *= 2;
     }
     if (last.ok() && copied != nullptr) *copied = true;
     if (last.ok() || stop.load()) return last;

@@ -25,7 +25,10 @@
 // (sizes, then the CRC-32 of every byte, the ranges' joined); the first
 // failing stream stops the others, and a source that cannot serve ranges
 // (it sends more than a range) is asked once more for the whole file in
-// one stream. Errors: the last source's error, prefixed with its endpoint
+// one stream. A source that answers RESOURCE_EXHAUSTED (busy serving
+// others: PeerServiceImpl's limits) is asked again after 0.2, 0.4, 0.8 and
+// 1.6 s before the next source is tried (a full local disk, also
+// RESOURCE_EXHAUSTED, is not retried). Errors: the last source's error, prefixed with its endpoint
 // (UNAVAILABLE, NOT_FOUND, INVALID_ARGUMENT for a size or checksum
 // mismatch, INTERNAL for the local disk).
 // Thread safety: the service is gRPC's (any thread); FetchCheckpointFrom
@@ -52,12 +55,12 @@ namespace frameworm {
 
 class PeerServiceImpl final : public v1::PeerService::CallbackService {
  public:
-  // Checkpoint streams served at once, in all and to one caller (a worker
-  // certificate's name; every plaintext caller is one); one more is
-  // RESOURCE_EXHAUSTED (each holds a descriptor and a 1 MiB chunk; a
-  // fetcher tries its next source, the coordinator's hold is answered with
-  // the error). So one worker, however many calls it opens, leaves room
-  // for the others.
+  // Checkpoint streams served at once, in all and to one caller with a
+  // worker certificate (by its name; plaintext callers, on loopback or
+  // under --insecure, count in all only); one more is RESOURCE_EXHAUSTED
+  // (each holds a descriptor and a 1 MiB chunk; FetchCheckpointFrom asks a
+  // busy source again a little later). So one worker, however many calls
+  // it opens, leaves room for the others.
   static constexpr int kMaxStreams = 64;
   static constexpr int kMaxStreamsPerCaller = 16;
   // `holdings` is not owned and must outlive the service.

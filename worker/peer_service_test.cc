@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -532,6 +533,57 @@ TEST_F(PeerServiceTest, StreamsServedAtOnceAreBoundedInAllAndPerCaller) {
     o->ctx.TryCancel();
     (void)o->reader->Finish();
   }
+  // Plaintext callers (loopback here) count in all only: three streams
+  // from one of them fit a limit of three in all, two per caller.
+  services_.push_back(std::make_unique<PeerServiceImpl>(a, absl::Seconds(60), /*max_streams=*/3,
+                                                        /*max_streams_per_caller=*/2));
+  ServerOptions plain;
+  absl::StatusOr<StartedServer> started = StartServer(plain, {services_.back().get()});
+  ASSERT_TRUE(started.ok()) << started.status();
+  servers_.push_back(std::move(started->server));
+  auto stub_plain = v1::PeerService::NewStub(
+      MakeChannel(absl::StrCat("127.0.0.1:", started->port), nullptr, kWorkerTlsName));
+  Open p1, p2, p3, p4;
+  EXPECT_TRUE(open(*stub_plain, p1));
+  EXPECT_TRUE(open(*stub_plain, p2));
+  EXPECT_TRUE(open(*stub_plain, p3)) << "a plaintext caller was held to the per-caller limit";
+  EXPECT_FALSE(open(*stub_plain, p4));
+  EXPECT_NE(refused(p4).find("3 checkpoint streams already"), std::string::npos);
+  for (Open* o : {&p1, &p2, &p3}) {
+    o->ctx.TryCancel();
+    (void)o->reader->Finish();
+  }
+}
+
+// A source that is busy (every stream it may serve taken) is asked again a
+// little later, not given up: the fetch succeeds once a stream ends.
+TEST_F(PeerServiceTest, ABusySourceIsAskedAgainLater) {
+  CheckpointHoldings a;
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, int64_t{32} << 20);
+  ASSERT_TRUE(a.Add(src).ok());
+  services_.push_back(std::make_unique<PeerServiceImpl>(a, absl::Seconds(60), /*max_streams=*/1));
+  const std::string endpoint = ServeService(services_.back().get(), "a");
+  const TlsFiles tls = Tls("b");
+  auto stub = v1::PeerService::NewStub(MakeChannel(endpoint, &tls, kWorkerTlsName));
+  v1::FetchCheckpointRequest req;
+  req.set_job_id(src.job_id);
+  req.set_step(src.step);
+  req.set_secret(src.secret);
+  grpc::ClientContext busy_ctx;
+  auto busy = stub->FetchCheckpoint(&busy_ctx, req);  // takes the one stream
+  v1::CheckpointChunk c;
+  ASSERT_TRUE(busy->Read(&c));
+  HeldCheckpoint h = src;
+  h.path = dir_ + "/b/ck/ckpt-7.pt";
+  h.sources = {endpoint};
+  absl::Status fetched;
+  std::thread fetch([&] { fetched = Fetch(h, "b", /*streams=*/1); });
+  absl::SleepFor(absl::Milliseconds(500));  // refused at least once meanwhile
+  busy_ctx.TryCancel();
+  (void)busy->Finish();
+  fetch.join();
+  EXPECT_TRUE(fetched.ok()) << fetched;
+  EXPECT_EQ(Read(h.path), Read(src.path));
 }
 
 // A peer that ignores ranges (an older worker, or another implementation
