@@ -306,7 +306,9 @@ absl::Status FetchCheckpointFrom(const HeldCheckpoint& h, const TlsFiles* tls,
     if (mine.ok()) mine = EnsurePrivateDirectory(dir.string());
     if (!mine.ok()) return mine;
   }
-  const int n = streams > 0 ? streams : AutomaticStreams(h.bytes);
+  // No more than a source serves one caller at once.
+  const int n = std::min(streams > 0 ? streams : AutomaticStreams(h.bytes),
+                         PeerServiceImpl::kMaxStreamsPerCaller);
   absl::Status last;
   for (const std::string& source : h.sources) {
     // A busy source (all its streams taken: a new generation's holds came

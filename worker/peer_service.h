@@ -20,7 +20,7 @@
 // whose first chunk announces another size is skipped. Each attempt has
 // `timeout`. A file of at least 64 MiB comes in several streams at once
 // (`streams`; 0: automatic, a quarter of the cores, 1 to 4, and 1 for
-// smaller files), each a range [offset, offset + length) of it on a
+// smaller files; at most PeerServiceImpl::kMaxStreamsPerCaller), each a range [offset, offset + length) of it on a
 // connection of its own, written where it belongs and checked as a whole
 // (sizes, then the CRC-32 of every byte, the ranges' joined); the first
 // failing stream stops the others, and a source that cannot serve ranges
