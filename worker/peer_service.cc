@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -81,12 +82,14 @@ grpc::ServerWriteReactor<v1::CheckpointChunk>* PeerServiceImpl::FetchCheckpoint(
 absl::Status PeerServiceImpl::TakeSlot(const std::string& caller) {
   absl::MutexLock l(&mu_);
   if (streams_ >= max_streams_) {
+    ++busy_refusals_;
     return absl::ResourceExhaustedError(absl::StrCat(
         "this worker serves ", max_streams_, " checkpoint streams already; try again later"));
   }
   if (!caller.empty()) {  // a plaintext caller is trusted (loopback, or --insecure)
     int& mine = per_caller_[caller];
     if (mine >= max_per_caller_) {
+      ++busy_refusals_;
       return absl::ResourceExhaustedError(
           absl::StrCat("this worker serves ", max_per_caller_,
                        " checkpoint streams to this caller already; try again later"));
@@ -175,8 +178,8 @@ absl::Status FetchOne(const std::string& source, const HeldCheckpoint& h, const 
   return file->Commit(h.checksum);
 }
 
-// Times a busy source is asked again (SourceAnswer) before the next one.
-constexpr int kBusyRetries = 4;
+// How long a busy source (SourceAnswer) is asked again before the next.
+constexpr absl::Duration kBusyWait = absl::Seconds(30);
 
 // Files at least this large are fetched in several streams at once.
 constexpr int64_t kRangedFetchBytes = int64_t{64} << 20;
@@ -310,26 +313,36 @@ absl::Status FetchCheckpointFrom(const HeldCheckpoint& h, const TlsFiles* tls,
   const int n = std::min(streams > 0 ? streams : AutomaticStreams(h.bytes),
                          PeerServiceImpl::kMaxStreamsPerCaller);
   absl::Status last;
+  std::mt19937_64 jitter(std::random_device{}());
   for (const std::string& source : h.sources) {
-    // A busy source (all its streams taken: a new generation's holds came
-    // to every worker at once) is asked again after 0.2, 0.4, 0.8 and 1.6 s.
+    // A busy source (its streams all taken: a new generation's holds came
+    // to every worker at once) is asked again, in one stream, after a
+    // wait that doubles from 0.2 s to 4 s (each 0.5 to 1.5 times that, at
+    // random, so fetchers refused together do not come back together),
+    // for up to kBusyWait in all.
+    bool one_stream = !(n > 1 && h.bytes > kMaxChunkBytes);
     absl::Duration backoff = absl::Milliseconds(200);
-    for (int attempt = 0;; ++attempt) {
-      if (n > 1 && h.bytes > kMaxChunkBytes) {
+    const absl::Time give_up = absl::Now() + std::min(timeout, kBusyWait);
+    for (;;) {
+      if (!one_stream) {
         last = FetchRanges(source, h, tls, timeout, stall, stop, n);
         // A peer that cannot serve ranges (an older one sends the whole
-        // file from byte 0): once more in one stream.
+        // file from byte 0), or a busy one: one stream from now on.
+        if (absl::IsOutOfRange(last) || SourceBusy(last)) one_stream = true;
         if (absl::IsOutOfRange(last) && !stop.load()) {
           last = FetchOne(source, h, tls, timeout, stall, stop);
         }
       } else {
         last = FetchOne(source, h, tls, timeout, stall, stop);
       }
-      if (!SourceBusy(last) || attempt >= kBusyRetries || stop.load()) break;
-      for (const absl::Time until = absl::Now() + backoff; absl::Now() < until && !stop.load();) {
+      if (!SourceBusy(last) || stop.load() || absl::Now() >= give_up) break;
+      const absl::Duration wait =
+          backoff * std::uniform_real_distribution<double>(0.5, 1.5)(jitter);
+      for (const absl::Time until = absl::Now() + wait; absl::Now() < until && !stop.load();) {
         absl::SleepFor(absl::Milliseconds(20));
       }
-      backoff *= 2;
+      if (stop.load()) break;
+      backoff = std::min(backoff * 2, absl::Seconds(4));
     }
     if (last.ok() && copied != nullptr) *copied = true;
     if (last.ok() || stop.load()) return last;

@@ -26,8 +26,9 @@
 // failing stream stops the others, and a source that cannot serve ranges
 // (it sends more than a range) is asked once more for the whole file in
 // one stream. A source that answers RESOURCE_EXHAUSTED (busy serving
-// others: PeerServiceImpl's limits) is asked again after 0.2, 0.4, 0.8 and
-// 1.6 s before the next source is tried (a full local disk, also
+// others: PeerServiceImpl's limits) is asked again, in one stream, after
+// waits doubling from 0.2 s to 4 s with random jitter, for up to 30 s (or
+// `timeout`) before the next source is tried (a full local disk, also
 // RESOURCE_EXHAUSTED, is not retried). Errors: the last source's error, prefixed with its endpoint
 // (UNAVAILABLE, NOT_FOUND, INVALID_ARGUMENT for a size or checksum
 // mismatch, INTERNAL for the local disk).
@@ -74,6 +75,8 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
         max_per_caller_(max_streams_per_caller) {}
   grpc::ServerWriteReactor<v1::CheckpointChunk>* FetchCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::FetchCheckpointRequest* req) override;
+  // Streams refused so far for the limits above.
+  int64_t busy_refusals() const { return busy_refusals_.load(); }
 
  private:
   const CheckpointHoldings& holdings_;
@@ -84,6 +87,7 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
 
   const int max_streams_;
   const int max_per_caller_;
+  std::atomic<int64_t> busy_refusals_{0};
   absl::Mutex mu_;
   int streams_ ABSL_GUARDED_BY(mu_) = 0;                          // being served
   std::map<std::string, int> per_caller_ ABSL_GUARDED_BY(mu_);    // (no zero entries)

@@ -578,12 +578,31 @@ TEST_F(PeerServiceTest, ABusySourceIsAskedAgainLater) {
   h.sources = {endpoint};
   absl::Status fetched;
   std::thread fetch([&] { fetched = Fetch(h, "b", /*streams=*/1); });
-  absl::SleepFor(absl::Milliseconds(500));  // refused at least once meanwhile
+  // Refused at least once before the stream ends, so it was asked again.
+  PeerServiceImpl& served = *services_.back();
+  for (int i = 0; i < 500 && served.busy_refusals() < 1; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_GE(served.busy_refusals(), 1);
   busy_ctx.TryCancel();
   (void)busy->Finish();
   fetch.join();
   EXPECT_TRUE(fetched.ok()) << fetched;
-  EXPECT_EQ(Read(h.path), Read(src.path));
+  EXPECT_TRUE(Read(h.path) == Read(src.path)) << "the copy differs";
+}
+
+// A ranged fetch that a source cannot serve whole (fewer streams free than
+// ranges) is asked again in one stream, and arrives.
+TEST_F(PeerServiceTest, ARangedFetchFromABusySourceFallsBackToOneStream) {
+  CheckpointHoldings a;
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, int64_t{65} << 20);
+  ASSERT_TRUE(a.Add(src).ok());
+  services_.push_back(std::make_unique<PeerServiceImpl>(a, absl::Seconds(60), /*max_streams=*/2));
+  HeldCheckpoint h = src;
+  h.path = dir_ + "/b/ck/ckpt-7.pt";
+  h.sources = {ServeService(services_.back().get(), "a")};
+  const absl::Status fetched = Fetch(h, "b", /*streams=*/4);
+  EXPECT_TRUE(fetched.ok()) << fetched;
+  EXPECT_GE(services_.back()->busy_refusals(), 1) << "every range was served";
+  EXPECT_TRUE(Read(h.path) == Read(src.path)) << "the copy differs";
 }
 
 // A peer that ignores ranges (an older worker, or another implementation
