@@ -589,6 +589,52 @@ TEST_F(PeerServiceTest, ABusySourceIsAskedAgainLater) {
   EXPECT_TRUE(Read(h.path) == Read(src.path)) << "the copy differs";
 }
 
+// A fetch waiting on a busy source ends soon once the worker stops, and
+// asks that source nothing more.
+TEST_F(PeerServiceTest, AFetchWaitingOnABusySourceEndsWhenStopped) {
+  CheckpointHoldings a;
+  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, int64_t{32} << 20);
+  ASSERT_TRUE(a.Add(src).ok());
+  services_.push_back(std::make_unique<PeerServiceImpl>(a, absl::Seconds(60), /*max_streams=*/1));
+  const std::string endpoint = ServeService(services_.back().get(), "a");
+  PeerServiceImpl& served = *services_.back();
+  const TlsFiles tls = Tls("b");
+  auto stub = v1::PeerService::NewStub(MakeChannel(endpoint, &tls, kWorkerTlsName));
+  v1::FetchCheckpointRequest req;
+  req.set_job_id(src.job_id);
+  req.set_step(src.step);
+  req.set_secret(src.secret);
+  grpc::ClientContext busy_ctx;
+  auto busy = stub->FetchCheckpoint(&busy_ctx, req);  // takes the one stream
+  v1::CheckpointChunk c;
+  ASSERT_TRUE(busy->Read(&c));
+  HeldCheckpoint h = src;
+  h.path = dir_ + "/b/ck/ckpt-7.pt";
+  h.sources = {endpoint};
+  absl::Status fetched;
+  absl::Time ended;
+  std::thread fetch([&] {
+    fetched = Fetch(h, "b", /*streams=*/1);
+    ended = absl::Now();
+  });
+  // Three refusals: the wait after the third is at least 0.4 s.
+  for (int i = 0; i < 1000 && served.busy_refusals() < 3; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_GE(served.busy_refusals(), 3);
+  const absl::Time stopped = absl::Now();
+  stop_ = true;
+  const int64_t refusals = served.busy_refusals();
+  fetch.join();
+  EXPECT_FALSE(fetched.ok());
+  EXPECT_LT(ended - stopped, absl::Milliseconds(300)) << "the wait outlasted the stop";
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_LE(served.busy_refusals(), refusals + 1) << "asked again after the stop";
+  EXPECT_FALSE(fs::exists(h.path));
+  busy_ctx.TryCancel();
+  (void)busy->Finish();
+}
+
 // A ranged fetch that a source cannot serve whole (fewer streams free than
 // ranges) is asked again in one stream, and arrives.
 TEST_F(PeerServiceTest, ARangedFetchFromABusySourceFallsBackToOneStream) {
