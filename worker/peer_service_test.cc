@@ -197,6 +197,42 @@ class PeerServiceTest : public ::testing::Test {
     return n;
   }
 
+  // A holder of a 32 MiB checkpoint with room for one stream, that stream
+  // taken by a reader of one chunk (Free() ends it); `copy` is the hold to
+  // fetch it from that holder into worker b's directory.
+  struct BusySource {
+    CheckpointHoldings holdings;
+    HeldCheckpoint copy;
+    PeerServiceImpl* service = nullptr;
+    std::unique_ptr<v1::PeerService::Stub> stub;
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<v1::CheckpointChunk>> stream;
+    void Free() {
+      ctx.TryCancel();
+      (void)stream->Finish();
+    }
+  };
+  void MakeBusySource(BusySource& b) {
+    const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, int64_t{32} << 20);
+    ASSERT_TRUE(b.holdings.Add(src).ok());
+    services_.push_back(
+        std::make_unique<PeerServiceImpl>(b.holdings, absl::Seconds(60), /*max_streams=*/1));
+    b.service = services_.back().get();
+    const std::string endpoint = ServeService(b.service, "a");
+    const TlsFiles tls = Tls("b");
+    b.stub = v1::PeerService::NewStub(MakeChannel(endpoint, &tls, kWorkerTlsName));
+    v1::FetchCheckpointRequest req;
+    req.set_job_id(src.job_id);
+    req.set_step(src.step);
+    req.set_secret(src.secret);
+    b.stream = b.stub->FetchCheckpoint(&b.ctx, req);
+    v1::CheckpointChunk c;
+    ASSERT_TRUE(b.stream->Read(&c));
+    b.copy = src;
+    b.copy.path = dir_ + "/b/ck/ckpt-7.pt";
+    b.copy.sources = {endpoint};
+  }
+
   std::string dir_;
   std::atomic<bool> stop_{false};
   std::vector<std::unique_ptr<PeerServiceImpl>> services_;
@@ -558,81 +594,47 @@ TEST_F(PeerServiceTest, StreamsServedAtOnceAreBoundedInAllAndPerCaller) {
 // A source that is busy (every stream it may serve taken) is asked again a
 // little later, not given up: the fetch succeeds once a stream ends.
 TEST_F(PeerServiceTest, ABusySourceIsAskedAgainLater) {
-  CheckpointHoldings a;
-  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, int64_t{32} << 20);
-  ASSERT_TRUE(a.Add(src).ok());
-  services_.push_back(std::make_unique<PeerServiceImpl>(a, absl::Seconds(60), /*max_streams=*/1));
-  const std::string endpoint = ServeService(services_.back().get(), "a");
-  const TlsFiles tls = Tls("b");
-  auto stub = v1::PeerService::NewStub(MakeChannel(endpoint, &tls, kWorkerTlsName));
-  v1::FetchCheckpointRequest req;
-  req.set_job_id(src.job_id);
-  req.set_step(src.step);
-  req.set_secret(src.secret);
-  grpc::ClientContext busy_ctx;
-  auto busy = stub->FetchCheckpoint(&busy_ctx, req);  // takes the one stream
-  v1::CheckpointChunk c;
-  ASSERT_TRUE(busy->Read(&c));
-  HeldCheckpoint h = src;
-  h.path = dir_ + "/b/ck/ckpt-7.pt";
-  h.sources = {endpoint};
+  BusySource busy;
+  ASSERT_NO_FATAL_FAILURE(MakeBusySource(busy));
   absl::Status fetched;
-  std::thread fetch([&] { fetched = Fetch(h, "b", /*streams=*/1); });
+  std::thread fetch([&] { fetched = Fetch(busy.copy, "b", /*streams=*/1); });
   // Refused at least once before the stream ends, so it was asked again.
-  PeerServiceImpl& served = *services_.back();
-  for (int i = 0; i < 500 && served.busy_refusals() < 1; ++i) absl::SleepFor(absl::Milliseconds(10));
-  EXPECT_GE(served.busy_refusals(), 1);
-  busy_ctx.TryCancel();
-  (void)busy->Finish();
+  for (int i = 0; i < 500 && busy.service->busy_refusals() < 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_GE(busy.service->busy_refusals(), 1);
+  busy.Free();
   fetch.join();
   EXPECT_TRUE(fetched.ok()) << fetched;
-  EXPECT_TRUE(Read(h.path) == Read(src.path)) << "the copy differs";
+  EXPECT_TRUE(Read(busy.copy.path) == Read(dir_ + "/a/ck/ckpt-7.pt")) << "the copy differs";
 }
 
 // A fetch waiting on a busy source ends soon once the worker stops, and
 // asks that source nothing more.
 TEST_F(PeerServiceTest, AFetchWaitingOnABusySourceEndsWhenStopped) {
-  CheckpointHoldings a;
-  const HeldCheckpoint src = Write(dir_ + "/a/ck/ckpt-7.pt", 7, int64_t{32} << 20);
-  ASSERT_TRUE(a.Add(src).ok());
-  services_.push_back(std::make_unique<PeerServiceImpl>(a, absl::Seconds(60), /*max_streams=*/1));
-  const std::string endpoint = ServeService(services_.back().get(), "a");
-  PeerServiceImpl& served = *services_.back();
-  const TlsFiles tls = Tls("b");
-  auto stub = v1::PeerService::NewStub(MakeChannel(endpoint, &tls, kWorkerTlsName));
-  v1::FetchCheckpointRequest req;
-  req.set_job_id(src.job_id);
-  req.set_step(src.step);
-  req.set_secret(src.secret);
-  grpc::ClientContext busy_ctx;
-  auto busy = stub->FetchCheckpoint(&busy_ctx, req);  // takes the one stream
-  v1::CheckpointChunk c;
-  ASSERT_TRUE(busy->Read(&c));
-  HeldCheckpoint h = src;
-  h.path = dir_ + "/b/ck/ckpt-7.pt";
-  h.sources = {endpoint};
+  BusySource busy;
+  ASSERT_NO_FATAL_FAILURE(MakeBusySource(busy));
   absl::Status fetched;
   absl::Time ended;
   std::thread fetch([&] {
-    fetched = Fetch(h, "b", /*streams=*/1);
+    fetched = Fetch(busy.copy, "b", /*streams=*/1);
     ended = absl::Now();
   });
   // Three refusals: the wait after the third is at least 0.4 s.
-  for (int i = 0; i < 1000 && served.busy_refusals() < 3; ++i) {
+  for (int i = 0; i < 1000 && busy.service->busy_refusals() < 3; ++i) {
     absl::SleepFor(absl::Milliseconds(5));
   }
-  ASSERT_GE(served.busy_refusals(), 3);
+  ASSERT_GE(busy.service->busy_refusals(), 3);
   const absl::Time stopped = absl::Now();
   stop_ = true;
-  const int64_t refusals = served.busy_refusals();
+  const int64_t refusals = busy.service->busy_refusals();
   fetch.join();
   EXPECT_FALSE(fetched.ok());
   EXPECT_LT(ended - stopped, absl::Milliseconds(300)) << "the wait outlasted the stop";
   absl::SleepFor(absl::Milliseconds(300));
-  EXPECT_LE(served.busy_refusals(), refusals + 1) << "asked again after the stop";
-  EXPECT_FALSE(fs::exists(h.path));
-  busy_ctx.TryCancel();
-  (void)busy->Finish();
+  EXPECT_LE(busy.service->busy_refusals(), refusals + 1) << "asked again after the stop";
+  EXPECT_FALSE(fs::exists(busy.copy.path));
+  busy.Free();
 }
 
 // A ranged fetch that a source cannot serve whole (fewer streams free than
