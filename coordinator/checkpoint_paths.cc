@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/printable.h"
 
 namespace frameworm::coordinator {
 
@@ -37,13 +38,13 @@ absl::Status CheckCheckpointDirAllowed(const std::string& dir,
   if (dir.empty()) return absl::OkStatus();
   if (!IsCleanAbsolutePath(dir)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint.dir '", dir, "' must be an absolute path without '.' or '..'"));
+        "checkpoint.dir '", ShownValue(dir), "' must be an absolute path without '.' or '..'"));
   }
   for (const std::string& root : roots) {
     if (IsCleanAbsolutePath(root) && Within(dir, root)) return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "checkpoint.dir '", dir, "' is outside the directories this coordinator allows (",
+      "checkpoint.dir '", ShownValue(dir), "' is outside the directories this coordinator allows (",
       absl::StrJoin(roots, ", "), "; set them with frameworm-coordinator --checkpoint-root)"));
 }
 
@@ -53,7 +54,7 @@ absl::Status CheckReportedCheckpointPath(const std::string& path, int64_t step,
       absl::StrCat(absl::StripSuffix(job_dir, "/"), "/ckpt-", step, ".pt");
   if (path != want) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint path '", path, "' is not this job's checkpoint of step ", step,
+        "checkpoint path '", ShownValue(path), "' is not this job's checkpoint of step ", step,
         " (expected ", want, ")"));
   }
   return absl::OkStatus();

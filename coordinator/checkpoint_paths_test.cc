@@ -37,6 +37,16 @@ TEST(CheckpointPathsTest, ReportedPathIsTheStepsFileInTheJobDir) {
     absl::Status s = CheckReportedCheckpointPath(p, 20, "/c/job-1");
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << p;
   }
+  // A hostile path is quoted cut short and printable.
+  absl::Status s =
+      CheckReportedCheckpointPath("/c/job-1/" + std::string(1 << 20, 'p') + "\x1b[2J", 20, "/c/job-1");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(s.message().size(), 300u);
+  EXPECT_EQ(s.message().find('\x1b'), std::string::npos);
+  s = CheckCheckpointDirAllowed("/c/" + std::string(4000, 'd') + "\x1b[2J", {"/ckpt"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(s.message().size(), 300u);
+  EXPECT_EQ(s.message().find('\x1b'), std::string::npos);
 }
 
 }  // namespace

@@ -96,12 +96,42 @@ struct CoordinatorService::Impl {
     auto it = sessions.find(id);
     if (it != sessions.end() && it->second == p) sessions.erase(it);
   }
+  // Streams that follow a job (WatchJob, GetLogs): at most
+  // kMaxWatchersPerJob for one job and kMaxWatchers in all (every change of
+  // the job pokes each of its watchers under `mu`, which worker sessions
+  // need too). A stream reserves its place before its reactor exists
+  // (ReserveWatcher), registers in its constructor (AddWatcher) and gives
+  // both back in OnDone (RemoveWatcher).
+  static constexpr int kMaxWatchersPerJob = 64;
+  static constexpr int kMaxWatchers = 4096;
+  std::map<std::string, int> watchers_of ABSL_GUARDED_BY(mu);  // reserved, per job
+  int watchers_total ABSL_GUARDED_BY(mu) = 0;
+  absl::Status ReserveWatcher(const std::string& job) {
+    absl::MutexLock l(&mu);
+    if (watchers_total >= kMaxWatchers) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the coordinator serves ", watchers_total, " job streams (watch, logs) already; retry later"));
+    }
+    int& n = watchers_of[job];
+    if (n >= kMaxWatchersPerJob) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "job ", PrintableLine(job, 64), " has ", n,
+          " streams (watch, logs) open already; close some and retry"));
+    }
+    ++n;
+    ++watchers_total;
+    return absl::OkStatus();
+  }
   void AddWatcher(const std::string& job, Pokeable* p) {
     absl::MutexLock l(&mu);
     job_watchers.emplace(job, p);
   }
   void RemoveWatcher(const std::string& job, Pokeable* p) {
     absl::MutexLock l(&mu);
+    if (auto n = watchers_of.find(job); n != watchers_of.end()) {
+      if (--n->second <= 0) watchers_of.erase(n);
+      --watchers_total;
+    }
     auto [b, e] = job_watchers.equal_range(job);
     for (auto it = b; it != e; ++it)
       if (it->second == p) {
@@ -520,6 +550,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
       grpc::CallbackServerContext* ctx, const v1::WatchJobRequest* req) override {
     if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
       return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(s);
+    if (absl::Status s = impl_->ReserveWatcher(req->job_id()); !s.ok())
+      return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(s);
     return new WatchReactor(impl_, req->job_id());
   }
   grpc::ServerUnaryReactor* RequestCheckpoint(
@@ -642,6 +674,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
         !s.ok()) {
       return new Refused<grpc::ServerWriteReactor<v1::LogChunk>>(s);
     }
+    if (absl::Status s = impl_->ReserveWatcher(req->job_id()); !s.ok())
+      return new Refused<grpc::ServerWriteReactor<v1::LogChunk>>(s);
     return new LogsReactor(impl_, *req);
   }
 

@@ -8,9 +8,11 @@
 #include <zlib.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -1329,6 +1331,65 @@ TEST_F(ServiceTest, AFloodOfOtherWorkerMessagesIsPacedPerSession) {
   t.bctx.TryCancel();
   a->Finish().IgnoreError();
   b->Finish().IgnoreError();
+}
+
+// Streams that follow one job are bounded (every change of the job wakes
+// each): one more is RESOURCE_EXHAUSTED, naming the job; a closed one frees
+// its place.
+TEST_F(ServiceTest, StreamsFollowingAJobAreBounded) {
+  const std::string id = Submit(Spec(1));  // pending: no worker
+  constexpr int kMax = 64;                 // Impl::kMaxWatchersPerJob
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobStatus>>> watches;
+  v1::WatchJobRequest wreq;
+  wreq.set_job_id(id);
+  v1::JobStatus st;
+  for (int i = 0; i < kMax; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    Deadline(ctxs.back().get());
+    watches.push_back(jobs_->WatchJob(ctxs.back().get(), wreq));
+    ASSERT_TRUE(watches.back()->Read(&st)) << "stream " << i;
+    EXPECT_EQ(st.state(), v1::PENDING);
+  }
+  {
+    grpc::ClientContext lctx;
+    Deadline(&lctx);
+    v1::GetLogsRequest lreq;
+    lreq.set_job_id(id);
+    lreq.set_rank(-1);
+    lreq.set_follow(true);
+    auto logs = jobs_->GetLogs(&lctx, lreq);
+    v1::LogChunk chunk;
+    EXPECT_FALSE(logs->Read(&chunk));
+    grpc::Status g = logs->Finish();
+    EXPECT_EQ(g.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << g.error_message();
+    EXPECT_NE(g.error_message().find(id), std::string::npos) << g.error_message();
+  }
+  ctxs.back()->TryCancel();
+  while (watches.back()->Read(&st)) {
+  }
+  (void)watches.back()->Finish();
+  watches.pop_back();
+  // Its place is given back in OnDone, a moment after the client saw the end.
+  bool again = false;
+  for (int attempt = 0; attempt < 50 && !again; ++attempt) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    auto w = jobs_->WatchJob(&ctx, wreq);
+    again = w->Read(&st);
+    ctx.TryCancel();
+    while (w->Read(&st)) {
+    }
+    (void)w->Finish();
+    if (!again) absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(again) << "a closed stream's place is free again";
+  for (auto& c : ctxs) c->TryCancel();
+  for (auto& w : watches) {
+    while (w->Read(&st)) {
+    }
+    (void)w->Finish();
+  }
 }
 
 TEST_F(ServiceTest, ShutdownEndsOpenStreams) {

@@ -118,7 +118,7 @@ absl::StatusOr<WorkerRegistry::Worker*> WorkerRegistry::BySession(
     const std::string& session_id) {
   auto it = sessions_.find(session_id);
   if (it == sessions_.end())
-    return absl::NotFoundError(absl::StrCat("unknown session '", session_id,
+    return absl::NotFoundError(absl::StrCat("unknown session '", PrintableLine(session_id, 80),
                                             "': register the worker again"));
   return &workers_[it->second];
 }

@@ -70,6 +70,11 @@ TEST_F(WorkerRegistryTest, RegisterValidatesAndReplacesTheSession) {
     EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
     EXPECT_NE(s.message().find("register the worker again"), std::string::npos);
   }
+  // A hostile session id is quoted cut short and printable.
+  absl::Status odd = registry_.Attach(std::string(1 << 20, 's') + "\n\x1b[2J");
+  EXPECT_EQ(odd.code(), absl::StatusCode::kNotFound);
+  EXPECT_LT(odd.message().size(), 200u);
+  EXPECT_EQ(odd.message().find('\x1b'), std::string::npos);
   registry_.Detach(*s1);  // ignored
   ASSERT_EQ(registry_.All().size(), 1u);
   EXPECT_EQ(registry_.Find("w0")->slots, 4);

@@ -225,7 +225,8 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
     total = 0;
     for (const auto& [k, v] : *map) {
       if (v.find('\0') != std::string::npos) {
-        return err(absl::StrCat(field, ".", k), absl::StrCat(field, ".", k, " contains NUL"));
+        return err(absl::StrCat(field, ".", ShownValue(k)),
+                   absl::StrCat(field, ".", ShownValue(k), " contains NUL"));
       }
       total += k.size() + v.size();
     }
@@ -417,10 +418,10 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
                                            ", got ", s.total_steps()));
   }
   const v1::CheckpointPolicy& c = s.checkpoint();
-  if (c.every_n_steps() < 0) {
+  if (c.every_n_steps() < 0 || c.every_n_steps() > kMaxTotalSteps) {
     return err("checkpoint.every_n_steps",
-               absl::StrCat("checkpoint.every_n_steps must be >= 0, got ",
-                            c.every_n_steps()));
+               absl::StrCat("checkpoint.every_n_steps must be within 0..", kMaxTotalSteps,
+                            ", got ", c.every_n_steps()));
   }
   if (!std::isfinite(c.every_n_minutes()) || c.every_n_minutes() < 0) {
     return err("checkpoint.every_n_minutes",

@@ -1,5 +1,6 @@
 #include "jobspec/job_spec.h"
 
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -420,7 +421,14 @@ TEST(JobSpec, ValidateHoldsProtoToSameRules) {
   s.set_heartbeat_timeout_s(0);
   s.mutable_checkpoint()->set_every_n_steps(-5);
   EXPECT_THAT(ValidateJobSpec(s).message(),
-              HasSubstr("checkpoint.every_n_steps must be >= 0, got -5"));
+              HasSubstr("checkpoint.every_n_steps must be within 0..281474976710656, got -5"));
+  // Larger than any job's steps: the coordinator's step arithmetic would overflow.
+  s.mutable_checkpoint()->set_every_n_steps(std::numeric_limits<int64_t>::max());
+  EXPECT_THAT(ValidateJobSpec(s).message(),
+              HasSubstr("checkpoint.every_n_steps must be within 0..281474976710656, got "
+                        "9223372036854775807"));
+  s.mutable_checkpoint()->set_every_n_steps(int64_t{1} << 48);
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
 }
 
 TEST(JobSpec, NormalizeFillsProtoDefaultsThenValidates) {
@@ -498,6 +506,13 @@ TEST(JobSpec, SizesAndNulBytesAreBounded) {
   big = s;
   (*big.mutable_env())["NUL"] = std::string("a\0b", 3);
   EXPECT_THAT(ValidateJobSpec(big).message(), HasSubstr("contains NUL"));
+  // The key of a value with a NUL is quoted cut short and printable.
+  big = s;
+  (*big.mutable_env())[std::string(200 << 10, 'K') + "\n\x1b[2J"] = std::string("a\0b", 3);
+  absl::Status nul = ValidateJobSpec(big);
+  EXPECT_THAT(nul.message(), HasSubstr("contains NUL"));
+  EXPECT_LT(nul.message().size(), 400u);
+  EXPECT_EQ(nul.message().find('\x1b'), std::string::npos);
   big = s;
   big.add_entrypoint(std::string("pro\0g", 5));
   EXPECT_THAT(ValidateJobSpec(big).message(), HasSubstr("contains NUL"));
