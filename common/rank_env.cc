@@ -107,13 +107,13 @@ absl::StatusOr<RankEnv> ParseRankEnv(const EnvLookup& lookup) {
         absl::StrCat("environment variable RANK=", *rank,
                      " must be < WORLD_SIZE=", env.world_size));
   env.rank = static_cast<int>(*rank);
-  auto local = ParseInt(lookup, "LOCAL_RANK", 0, kMaxRanks);
-  if (!local.ok()) return local.status();
-  env.local_rank = static_cast<int>(*local);
   auto local_world =
       ParseInt(lookup, "LOCAL_WORLD_SIZE", 1, kMaxRanks, env.world_size);
   if (!local_world.ok()) return local_world.status();
   env.local_world_size = static_cast<int>(*local_world);
+  auto local = ParseInt(lookup, "LOCAL_RANK", 0, kMaxRanks, env.rank % env.local_world_size);
+  if (!local.ok()) return local.status();
+  env.local_rank = static_cast<int>(*local);
   auto node = ParseInt(lookup, "NODE_RANK", 0, kMaxRanks, 0);
   if (!node.ok()) return node.status();
   env.node_rank = static_cast<int>(*node);

@@ -85,8 +85,10 @@ bool IsReservedEnvName(absl::string_view name);
 std::map<std::string, std::string> ToEnvironment(const RankEnv& env);
 
 // Reads a rank environment. Required: MASTER_ADDR (non-empty), MASTER_PORT
-// (1-65535), WORLD_SIZE (>= 1), RANK (< WORLD_SIZE), LOCAL_RANK (>= 0).
-// Optional: LOCAL_WORLD_SIZE (default WORLD_SIZE), NODE_RANK (default 0),
+// (1-65535), WORLD_SIZE (>= 1), RANK (< WORLD_SIZE). Optional:
+// LOCAL_WORLD_SIZE (default WORLD_SIZE), LOCAL_RANK (>= 0; default RANK
+// modulo LOCAL_WORLD_SIZE, so the seed's multi-node recipe, which exports
+// only MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK, runs), NODE_RANK (default 0),
 // FRAMEWORM_GENERATION (default 0), the other FRAMEWORM_* strings (default
 // empty). Errors: INVALID_ARGUMENT naming the variable that is missing or
 // malformed ("environment variable MASTER_ADDR is not set", "... RANK=3

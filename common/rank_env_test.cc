@@ -82,6 +82,32 @@ TEST(RankEnvTest, OptionalVariablesAreOmittedAndDefaulted) {
   EXPECT_EQ(back->node_rank, 0);
 }
 
+// The seed's multi-node recipe exports MASTER_ADDR, MASTER_PORT,
+// WORLD_SIZE and RANK only: LOCAL_RANK is RANK modulo LOCAL_WORLD_SIZE
+// (which defaults to WORLD_SIZE).
+TEST(RankEnvTest, TheFourVariablesOfAPlainMultiNodeLaunchSuffice) {
+  std::map<std::string, std::string> vars = {
+      {"MASTER_ADDR", "192.168.1.1"}, {"MASTER_PORT", "29500"}, {"WORLD_SIZE", "8"},
+      {"RANK", "4"}};
+  absl::StatusOr<RankEnv> e = ParseRankEnv(FromMap(vars));
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->rank, 4);
+  EXPECT_EQ(e->local_world_size, 8);
+  EXPECT_EQ(e->local_rank, 4);
+  vars["LOCAL_WORLD_SIZE"] = "4";  // four processes on each node
+  e = ParseRankEnv(FromMap(vars));
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->local_rank, 0);
+  vars["RANK"] = "7";
+  e = ParseRankEnv(FromMap(vars));
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->local_rank, 3);
+  vars["LOCAL_RANK"] = "2";  // when set, it is what counts
+  e = ParseRankEnv(FromMap(vars));
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->local_rank, 2);
+}
+
 TEST(RankEnvTest, ErrorsNameTheVariable) {
   std::map<std::string, std::string> good = ToEnvironment(Full());
   struct Case {
@@ -92,7 +118,7 @@ TEST(RankEnvTest, ErrorsNameTheVariable) {
       {"MASTER_PORT", "70000", "MASTER_PORT=70000 is outside [1, 65535]"},
       {"WORLD_SIZE", "two", "WORLD_SIZE=\"two\" is not an integer"},
       {"RANK", "4", "RANK=4 must be < WORLD_SIZE=4"},
-      {"LOCAL_RANK", "<unset>", "LOCAL_RANK is not set"},
+      {"LOCAL_RANK", "-1", "LOCAL_RANK=-1 is outside"},
       {"LOCAL_WORLD_SIZE", "0", "LOCAL_WORLD_SIZE=0 is outside"},
       {"NODE_RANK", "-1", "NODE_RANK=-1 is outside"},
       {"FRAMEWORM_GENERATION", "x", "FRAMEWORM_GENERATION=\"x\""},

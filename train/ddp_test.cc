@@ -1,11 +1,14 @@
 // DDP semantics over real Gloo process groups on 127.0.0.1: ranks are real
 // processes started by launch_distributed (re-executing this test binary
 // with a --gtest_filter for the current test).
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -641,6 +644,103 @@ TEST(DdpTest, BadStepActionSpacingIsAClearError) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("step_action_max_delay_seconds"), std::string::npos) << s;
   EXPECT_EQ((*t)->state().step, 0) << "nothing trained";
+}
+
+// Rank 0 writes checkpoints; every rank loads them. Once wait_for_checkpoint()
+// or train() returns on any rank, rank 0's save is durable, so each rank
+// may load it at once (a 20 MB file: rank 0's write and fsync take far
+// longer than a peer's return); rank 0's failed write is ABORTED on the
+// others.
+TEST(DdpTest, EveryRankMayLoadRank0sCheckpointOnceTheWaitOrTrainReturns) {
+  const std::string out = IsLaunchedChild() ? OutDir() : MakeOutDir("ddp-wait");
+  auto fn = [](int rank, int /*world*/) -> int {
+    torch::set_num_threads(1);
+    torch::manual_seed(7);
+    auto model = nn::Sequential(nn::Flatten(), nn::Linear(784, 2048), nn::ReLU(),
+                                nn::Linear(2048, 10));
+    auto opt = std::make_shared<torch::optim::Adam>(model->parameters(),
+                                                    torch::optim::AdamOptions(1e-3));
+    DistributedOptions o;
+    o.backend = "gloo";
+    o.trainer.checkpoint_dir = OutDir() + "/ck";
+    o.trainer.checkpoint_every = 3;
+    o.trainer.max_steps = 4;  // a final checkpoint at step 4
+    o.trainer.verbose = false;
+    auto t = DistributedTrainer::Create(model, opt, o);
+    if (!t.ok()) {
+      std::cerr << t.status() << std::endl;
+      return 10;
+    }
+    DataLoaderOptions lo;
+    lo.batch_size = 16;
+    DataLoader train(MakeSyntheticDataset(256, 1), lo);
+    DataLoader val(MakeSyntheticDataset(32, 2), lo);
+    auto info = (*t)->train_step({train.batch(0)});
+    if (!info.ok()) return 11;
+    // A write that fails on rank 0: its path lies under a regular file.
+    const std::string blocker = OutDir() + "/not-a-dir";
+    if (rank == 0) std::ofstream(blocker) << "x";
+    if (!(*t)->save_checkpoint_async(blocker + "/ckpt.pt", 1).ok()) return 12;
+    absl::Status failed = (*t)->wait_for_checkpoint();
+    if (failed.ok()) return 13;
+    if (rank != 0 && (failed.code() != absl::StatusCode::kAborted ||
+                      failed.message().find("rank 0 failed to write") == std::string::npos)) {
+      std::cerr << failed << std::endl;
+      return 14;
+    }
+    const std::string path = OutDir() + "/explicit.pt";
+    if (!(*t)->save_checkpoint_async(path, 1).ok()) return 15;
+    absl::Status waited = (*t)->wait_for_checkpoint();
+    if (!waited.ok()) {
+      std::cerr << waited << std::endl;
+      return 16;
+    }
+    if (!std::filesystem::exists(path)) return 17;
+    absl::Status loaded = (*t)->load_checkpoint(path);
+    if (!loaded.ok()) {
+      std::cerr << "rank " << rank << ": " << loaded << std::endl;
+      return 18;
+    }
+    absl::Status trained = (*t)->train(train, val);
+    if (!trained.ok()) {
+      std::cerr << trained << std::endl;
+      return 19;
+    }
+    const std::string last = OutDir() + "/ck/ckpt-4.pt";
+    if ((*t)->state().step != 4 || !std::filesystem::exists(last)) return 20;
+    loaded = (*t)->load_checkpoint(last);
+    if (!loaded.ok()) {
+      std::cerr << "rank " << rank << ": " << loaded << std::endl;
+      return 21;
+    }
+    return 0;
+  };
+  absl::Status s = LaunchTwoRanks(fn);
+  EXPECT_TRUE(s.ok()) << s;
+  testutil::RemoveTree(out);
+}
+
+// DistributedOptions::timeout reaches the process group it sets up: a rank
+// whose peer never comes fails within it, not torch's default.
+TEST(DdpTest, TheTimeoutBoundsARendezvousAPeerNeverJoins) {
+  auto port = PickFreePort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::map<std::string, std::string> env = {{"MASTER_ADDR", "127.0.0.1"},
+                                                  {"MASTER_PORT", std::to_string(*port)},
+                                                  {"WORLD_SIZE", "2"},
+                                                  {"RANK", "0"}};
+  auto lookup = [&](const std::string& k) -> std::optional<std::string> {
+    auto it = env.find(k);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = setup_distributed("gloo", lookup, std::chrono::seconds(2));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(s.ok());
+  if (s.ok()) cleanup_distributed();
+  // Generous for a loaded machine, and far below the 30-minute default.
+  EXPECT_LT(took, 120) << s;
 }
 
 TEST(DdpTest, MpiBackendIsAClearError) {

@@ -124,7 +124,7 @@ absl::StatusOr<std::unique_ptr<DistributedTrainer>> DistributedTrainer::Create(
   c10::intrusive_ptr<c10d::Backend> pg = options.process_group;
   if (!pg) pg = default_process_group();
   if (!pg) {
-    absl::Status s = setup_distributed(options.backend);
+    absl::Status s = setup_distributed(options.backend, options.timeout);
     if (!s.ok()) return s;
     pg = default_process_group();
   }
@@ -310,11 +310,12 @@ torch::nn::AnyModule DataParallelTrainer::wrap(torch::nn::Sequential model,
 
 // ------------------------------------------------------------ setup
 
-absl::Status setup_distributed(const std::string& backend) {
-  return setup_distributed(backend, ProcessEnvLookup());
+absl::Status setup_distributed(const std::string& backend, std::chrono::milliseconds timeout) {
+  return setup_distributed(backend, ProcessEnvLookup(), timeout);
 }
 
-absl::Status setup_distributed(const std::string& backend, const EnvLookup& lookup) {
+absl::Status setup_distributed(const std::string& backend, const EnvLookup& lookup,
+                               std::chrono::milliseconds timeout) {
   auto env = ParseRankEnv(lookup);
   if (!env.ok()) return env.status();
   ProcessGroupOptions po;
@@ -324,6 +325,7 @@ absl::Status setup_distributed(const std::string& backend, const EnvLookup& look
   po.rank = env->rank;
   po.world_size = env->world_size;
   po.local_rank = env->local_rank;
+  po.timeout = timeout;
   std::lock_guard<std::mutex> l(g_pg_mu);
   if (g_pg) return absl::FailedPreconditionError("setup_distributed: already set up");
   auto pg = CreateProcessGroup(po);

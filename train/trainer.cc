@@ -377,7 +377,7 @@ absl::Status Trainer::MaybeMemoryCheckpoint(const StepInfo& info) {
   }
   // The save before this one ended: its failure (a disk checkpoint's) ends
   // training, as it would at the next step.
-  if (absl::Status previous = wait_for_checkpoint(); !previous.ok()) return previous;
+  if (absl::Status previous = JoinCheckpointWrite(); !previous.ok()) return previous;
   if (!memory_temps_cleaned_) {
     // A shared tmpfs: the directories must be this user's alone.
     const std::string root =
@@ -519,7 +519,7 @@ absl::Status Trainer::Finished(bool rank0, int64_t step, const std::string& path
 
 absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t step) {
   if (rank() != 0) return absl::OkStatus();
-  absl::Status previous = wait_for_checkpoint();
+  absl::Status previous = JoinCheckpointWrite();
   if (!previous.ok()) return previous;
   if (!temps_cleaned_ && !options_.checkpoint_dir.empty()) {
     RemoveStaleCheckpointTemps(options_.checkpoint_dir);  // writers killed mid-write
@@ -586,9 +586,26 @@ void Trainer::wait_for_snapshot() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-absl::Status Trainer::wait_for_checkpoint() {
+absl::Status Trainer::JoinCheckpointWrite() {
   if (ckpt_thread_.joinable()) ckpt_thread_.join();
   return CheckpointFailure();
+}
+
+absl::Status Trainer::wait_for_checkpoint() {
+  return Rank0Outcome(JoinCheckpointWrite(), "its last checkpoint");
+}
+
+absl::Status Trainer::Rank0Outcome(const absl::Status& mine, const std::string& what) {
+  if (world_size() == 1) return mine;
+  const int outcome = mine.ok() ? 1 : absl::IsResourceExhausted(mine) ? 2 : 0;
+  auto flag = BroadcastFromRank0({outcome}, "checkpoint outcome");
+  if (!flag.ok()) return flag.status();
+  if (rank() == 0 || !mine.ok() || (*flag)[0] == 1) return mine;
+  if ((*flag)[0] == 2) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rank 0's disk is full: ", what, " could not be written"));
+  }
+  return absl::AbortedError(absl::StrCat("rank 0 failed to write ", what));
 }
 
 absl::Status Trainer::CheckpointFailure() {
@@ -749,22 +766,26 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
     absl::Status s = CheckpointAt(state_.step);
     if (!s.ok()) return s;
   }
-  absl::Status last = wait_for_checkpoint();  // the last save is durable (and reported)
-  if (!last.ok()) return last;
+  absl::Status last = JoinCheckpointWrite();  // the last save is durable (and reported)
   // The finished model is not skipped for a full disk: that fails the rank
   // (its restart resumes from the previous checkpoint and tries again).
-  std::lock_guard<std::mutex> l(ckpt_mu_);
-  if (final_checkpoint && skipped_step_ == state_.step) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the final checkpoint of step ", state_.step, " could not be written: the disk is full"));
+  if (last.ok() && final_checkpoint) {
+    std::lock_guard<std::mutex> l(ckpt_mu_);
+    if (skipped_step_ == state_.step) {
+      last = absl::ResourceExhaustedError(absl::StrCat("the final checkpoint of step ",
+                                                       state_.step,
+                                                       " could not be written: the disk is full"));
+    }
   }
-  return absl::OkStatus();
+  // Every rank returns once rank 0's last checkpoint is durable: each may
+  // load it at once.
+  return Rank0Outcome(last, absl::StrCat("the checkpoint of step ", state_.step));
 }
 
 // ------------------------------------------------------------ checkpoints
 
 absl::StatusOr<CheckpointFileInfo> Trainer::save_checkpoint(const std::string& path) {
-  absl::Status write_status = wait_for_checkpoint();
+  absl::Status write_status = JoinCheckpointWrite();
   CheckpointFileInfo info;
   if (rank() == 0 && write_status.ok()) {
     auto snap = CheckpointSnapshot::Take(*model_.ptr(), *optimizer_, Position(), /*freeze=*/false);
@@ -776,21 +797,9 @@ absl::StatusOr<CheckpointFileInfo> Trainer::save_checkpoint(const std::string& p
       write_status = w.status();
     }
   }
-  // The barrier: every rank waits for rank 0's outcome (1 written, 2 its
-  // disk is full, 0 another failure).
-  const int outcome = write_status.ok() ? 1
-                      : write_status.code() == absl::StatusCode::kResourceExhausted ? 2
-                                                                                     : 0;
-  auto flag = BroadcastFromRank0({outcome}, "checkpoint outcome");
-  if (!flag.ok()) return flag.status();
-  if (!write_status.ok()) return write_status;
-  if ((*flag)[0] == 2) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("rank 0's disk is full writing checkpoint ", path));
-  }
-  if ((*flag)[0] == 0) {
-    return absl::AbortedError(absl::StrCat("rank 0 failed to write checkpoint ", path));
-  }
+  // The barrier: every rank waits for rank 0's outcome.
+  absl::Status agreed = Rank0Outcome(write_status, absl::StrCat("checkpoint ", path));
+  if (!agreed.ok()) return agreed;
   return info;
 }
 

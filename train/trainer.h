@@ -271,7 +271,10 @@ class Trainer {
   // Errors: a failure of the previous asynchronous save, or of the snapshot.
   absl::Status save_checkpoint_async(const std::string& path, int64_t step);
   // Waits until no asynchronous save is in flight; returns (and forgets) the
-  // failure of the last one, if any (a full disk is not a failure).
+  // failure of the last one, if any (a full disk is not a failure). In a
+  // DistributedTrainer it is collective, like save_checkpoint: every rank
+  // returns once rank 0's save is durable, so each may then load it; the
+  // other ranks get ABORTED when rank 0's write failed.
   absl::Status wait_for_checkpoint();
   // The step of the asynchronous save to a path outside
   // memory_checkpoint_dir (a disk checkpoint) still being written, or
@@ -330,6 +333,10 @@ class Trainer {
   }
   virtual void PrepareLoaders(DataLoader& /*train*/, DataLoader& /*val*/) {}
   void ScaleBaseLr(double factor);
+  // Rank 0: waits for its save in flight and returns the failure of the
+  // last one (forgotten once returned); not collective (the other ranks
+  // have nothing in flight).
+  absl::Status JoinCheckpointWrite();
   // While one lives, the training thread counts as blocked in a collective
   // (collective_wait_seconds): the gradient allreduce, and the small
   // metric and step-action collectives, where a rank also waits for a
@@ -391,6 +398,9 @@ class Trainer {
 
   // The failure of the last background save, forgotten once returned.
   absl::Status CheckpointFailure();
+  // Collective: rank 0's `outcome` on every rank (the others' own `mine`
+  // when that failed): OK, RESOURCE_EXHAUSTED, or ABORTED naming `what`.
+  absl::Status Rank0Outcome(const absl::Status& mine, const std::string& what);
   CheckpointPosition Position() const;
 
   std::mutex ckpt_mu_;
@@ -434,6 +444,8 @@ struct DistributedOptions {
   bool find_unused_parameters = false;
   double bucket_cap_mb = 25;
   int gradient_accumulation_steps = 1;
+  // The process group's (when Create sets one up: setup_distributed), the
+  // intra-node allreduce's and its collectives' timeout.
   std::chrono::milliseconds timeout{std::chrono::minutes(30)};
   bool scale_lr = false;  // lr x world_size (opt-in)
   // Gloo on CPU with every rank on this machine (the rank environment's
@@ -466,8 +478,9 @@ class DistributedTrainer : public Trainer {
       DistributedOptions options);
 
   // Waits for a checkpoint still being written, while the process group
-  // and reducer still exist (an on_checkpoint callback may use them).
-  ~DistributedTrainer() override { (void)wait_for_checkpoint(); }
+  // and reducer still exist (an on_checkpoint callback may use them); not
+  // collective (a peer may be gone).
+  ~DistributedTrainer() override { (void)JoinCheckpointWrite(); }
 
   int rank() const override { return pg_->getRank(); }
   int world_size() const override { return pg_->getSize(); }
@@ -519,11 +532,15 @@ class DataParallelTrainer {
 
 // setup_distributed: reads the rank environment (ParseRankEnv over
 // `lookup`, by default the process environment) and creates the
-// process-wide default process group.
+// process-wide default process group. `timeout` bounds the rendezvous
+// (every rank must arrive within it) and each collective (torch's default,
+// 30 minutes).
 // Errors: as ParseRankEnv and CreateProcessGroup.
-absl::Status setup_distributed(const std::string& backend = "");
-absl::Status setup_distributed(const std::string& backend,
-                               const EnvLookup& lookup);
+inline constexpr std::chrono::milliseconds kDefaultDistributedTimeout = std::chrono::minutes(30);
+absl::Status setup_distributed(const std::string& backend = "",
+                               std::chrono::milliseconds timeout = kDefaultDistributedTimeout);
+absl::Status setup_distributed(const std::string& backend, const EnvLookup& lookup,
+                               std::chrono::milliseconds timeout = kDefaultDistributedTimeout);
 void cleanup_distributed();
 // The group created by setup_distributed (null if none).
 c10::intrusive_ptr<c10d::Backend> default_process_group();
