@@ -168,8 +168,9 @@ TEST(AsyncCheckpointTest, HoldsTheStateOfItsStepWhileTrainingGoesOnAdam) {
 // A process killed in the middle of writing ckpt-4 (header place and part of
 // the payload on disk: more than one of the writer's 8 MiB buffers, no
 // rename) leaves ckpt-2 loadable; the next trainer to checkpoint there
-// removes the dead writer's temporary file.
-TEST(AsyncCheckpointTest, AWriterKilledMidWriteLeavesThePreviousOneAndNoTempFile) {
+// removes the dead writer's temporary file, whether it saves asynchronously
+// or not.
+void KilledWriterLeavesThePreviousOneAndNoTempFile(bool next_async) {
   const std::string dir = testutil::MakeTempDir("async-crash");
   TrainerOptions o;
   o.max_steps = 2;
@@ -207,6 +208,7 @@ TEST(AsyncCheckpointTest, AWriterKilledMidWriteLeavesThePreviousOneAndNoTempFile
   EXPECT_GE(partial.st_size, 8 << 20) << "no payload reached the file before the kill";
   EXPECT_FALSE(std::ifstream(path4).good());
 
+  o.async_checkpoint = next_async;
   Rig r = MakeRig(7, o);
   absl::Status loaded = r.trainer->load_checkpoint(dir + "/ckpt-2.pt");
   ASSERT_TRUE(loaded.ok()) << loaded;
@@ -223,6 +225,14 @@ TEST(AsyncCheckpointTest, AWriterKilledMidWriteLeavesThePreviousOneAndNoTempFile
   auto four = ReadCheckpointFile(path4);
   EXPECT_TRUE(four.ok()) << four.status();
   testutil::RemoveTree(dir);
+}
+
+TEST(AsyncCheckpointTest, AWriterKilledMidWriteLeavesThePreviousOneAndNoTempFile) {
+  KilledWriterLeavesThePreviousOneAndNoTempFile(/*next_async=*/true);
+}
+
+TEST(AsyncCheckpointTest, ASynchronousSaverAlsoRemovesADeadWritersTempFile) {
+  KilledWriterLeavesThePreviousOneAndNoTempFile(/*next_async=*/false);
 }
 
 // A background write that fails (not for a full disk) ends train() with an

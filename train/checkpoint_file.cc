@@ -343,7 +343,9 @@ ssize_t ReadUpTo(int fd, char* at, size_t n) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadCheckpointFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO waits for no writer (it is then refused as
+  // not a regular file); reads of a regular file do not change.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) {
       return absl::NotFoundError(absl::StrCat("checkpoint ", path, " does not exist"));

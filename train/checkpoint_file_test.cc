@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -161,6 +162,21 @@ TEST(CheckpointFileTest, NoMemoryForBuffersIsANamedErrorAndLeavesNoFile) {
 // What writers that died left in a checkpoint directory (their pids are
 // gone) goes, whichever temporary name they wrote under; the files of a
 // live writer, checkpoints and other names stay.
+// A checkpoint path that names a FIFO, a device or a directory is refused
+// as not a regular file at once (opening a FIFO waits for no writer).
+TEST(CheckpointFileTest, WhatIsNotARegularFileIsRefusedWithoutWaiting) {
+  const std::string dir = testutil::MakeTempDir("ckfifo");
+  const std::string fifo = dir + "/ckpt-5.pt";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& p : {fifo, std::string("/dev/zero"), dir}) {
+    absl::StatusOr<std::string> r = ReadCheckpointFile(p);
+    ASSERT_FALSE(r.ok()) << p;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_NE(r.status().message().find("not a regular file"), std::string::npos) << r.status();
+  }
+  testutil::RemoveTree(dir);
+}
+
 TEST(CheckpointFileTest, StaleTemporaryFilesOfEveryKindAreRemoved) {
   const std::string dir = testutil::MakeTempDir("ckstale");
   const pid_t child = ::fork();

@@ -521,10 +521,7 @@ absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t ste
   if (rank() != 0) return absl::OkStatus();
   absl::Status previous = JoinCheckpointWrite();
   if (!previous.ok()) return previous;
-  if (!temps_cleaned_ && !options_.checkpoint_dir.empty()) {
-    RemoveStaleCheckpointTemps(options_.checkpoint_dir);  // writers killed mid-write
-    temps_cleaned_ = true;
-  }
+  CleanCheckpointTempsOnce();
   std::unique_ptr<CheckpointSnapshot> spare;
   {
     std::lock_guard<std::mutex> l(ckpt_mu_);
@@ -584,6 +581,12 @@ void Trainer::wait_for_snapshot() {
   ckpt_cv_.wait(l, [&] { return !ckpt_copying_; });
   snapshot_wait_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Trainer::CleanCheckpointTempsOnce() {
+  if (temps_cleaned_ || options_.checkpoint_dir.empty()) return;
+  RemoveStaleCheckpointTemps(options_.checkpoint_dir);  // writers killed mid-write
+  temps_cleaned_ = true;
 }
 
 absl::Status Trainer::JoinCheckpointWrite() {
@@ -787,6 +790,7 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
 absl::StatusOr<CheckpointFileInfo> Trainer::save_checkpoint(const std::string& path) {
   absl::Status write_status = JoinCheckpointWrite();
   CheckpointFileInfo info;
+  if (rank() == 0) CleanCheckpointTempsOnce();
   if (rank() == 0 && write_status.ok()) {
     auto snap = CheckpointSnapshot::Take(*model_.ptr(), *optimizer_, Position(), /*freeze=*/false);
     absl::StatusOr<CheckpointFileInfo> w = snap.ok() ? (*snap)->WriteTo(path)

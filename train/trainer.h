@@ -398,6 +398,11 @@ class Trainer {
 
   // The failure of the last background save, forgotten once returned.
   absl::Status CheckpointFailure();
+  // Rank 0, before its first save (asynchronous or not): removes the
+  // temporary files of writers that died in options_.checkpoint_dir
+  // (RemoveStaleCheckpointTemps). Only rank 0: on a shared filesystem
+  // another host's live writer has a pid this host does not know.
+  void CleanCheckpointTempsOnce();
   // Collective: rank 0's `outcome` on every rank (the others' own `mine`
   // when that failed): OK, RESOURCE_EXHAUSTED, or ABORTED naming `what`.
   absl::Status Rank0Outcome(const absl::Status& mine, const std::string& what);
