@@ -1,5 +1,6 @@
 // Sampler, data, models, Trainer and checkpoints in one process.
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -7,12 +8,15 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <ATen/CPUGeneratorImpl.h>
 
+#include "train/checkpoint_file.h"
 #include "train/data.h"
 #include "train/models.h"
 #include "train/test_util.h"
@@ -405,6 +409,99 @@ TEST(CheckpointTest, TruncatedAndBitFlippedFilesAreRejectedAndChangeNothing) {
   ASSERT_TRUE(other.trainer->load_checkpoint(good).ok());
   EXPECT_EQ(other.trainer->state().step, 3);
   testutil::RemoveTree(dir);
+}
+
+// A checkpoint whose checksum is right but whose trainer state is not (an
+// RNG state of another size, a step that is no scalar) is refused before
+// anything changes: the parameters, the optimizer and the position stay.
+TEST(CheckpointTest, ABadTrainerStateIsRefusedBeforeTheModelOrOptimizerChange) {
+  TrainerOptions o;
+  o.max_steps = 3;
+  auto s = MakeRig(1, o);
+  {
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    ASSERT_TRUE(s.trainer->train(tl, vl).ok());
+  }
+  ASSERT_FALSE(s.opt->state().empty()) << "momentum buffers to load";
+  const std::string dir = TempPath("badstate");
+  auto write = [&](const std::string& name, const torch::Tensor& step, const torch::Tensor& rng) {
+    torch::serialize::OutputArchive ar;
+    for (const auto& p : s.model->named_parameters(true)) ar.write("model/param/" + p.key(), p.value());
+    for (const auto& b : s.model->named_buffers(true)) ar.write("model/buffer/" + b.key(), b.value(), true);
+    ar.write("state/epoch", torch::tensor(int64_t{0}));
+    ar.write("state/step", step);
+    ar.write("state/batch_in_epoch", torch::tensor(int64_t{3}));
+    ar.write("state/rng", rng);
+    torch::serialize::OutputArchive opt;
+    s.opt->save(opt);
+    ar.write("optimizer", opt);
+    std::ostringstream out;
+    ar.save_to(out);
+    const std::string path = dir + "/" + name;
+    auto w = WriteCheckpointFile(path, out.str());
+    EXPECT_TRUE(w.ok()) << w.status();
+    return path;
+  };
+  const torch::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
+  const std::string short_rng =
+      write("short-rng.pt", torch::tensor(int64_t{3}), torch::zeros({7}, torch::kByte));
+  const std::string no_step = write("no-step.pt", torch::zeros({0}, torch::kLong), rng);
+  const std::string fine = write("fine.pt", torch::tensor(int64_t{3}), rng);
+
+  auto other = MakeRig(7, TrainerOptions{});
+  std::vector<torch::Tensor> before;
+  for (auto& p : other.model->parameters()) before.push_back(p.detach().clone());
+  for (const auto& [path, what] : {std::pair<std::string, std::string>{short_rng, "RNG state has 7 values"},
+                                   {no_step, "state/step holds 0 values"}}) {
+    absl::Status st = other.trainer->load_checkpoint(path);
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+    EXPECT_NE(st.message().find(what), std::string::npos) << st;
+    auto now = other.model->parameters();
+    for (size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(torch::equal(now[i], before[i])) << path;
+    EXPECT_EQ(other.trainer->state().step, 0) << path;
+    EXPECT_TRUE(other.opt->state().empty()) << path << ": the optimizer was loaded";
+  }
+  absl::Status st = other.trainer->load_checkpoint(fine);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(other.trainer->state().step, 3);
+  EXPECT_FALSE(other.opt->state().empty());
+  testutil::RemoveTree(dir);
+}
+
+// The final checkpoint is not written again over one of the same step: a
+// run resumed from its last checkpoint with nothing left to train leaves
+// the file (the one recorded) as it was.
+TEST(CheckpointTest, ARunResumedAtItsLastStepDoesNotRewriteThatCheckpoint) {
+  TrainerOptions o;
+  o.max_steps = 4;
+  o.checkpoint_every = 3;
+  o.checkpoint_dir = TempPath("final");
+  int written = 0;
+  o.on_checkpoint = [&](int64_t, const std::string&, const CheckpointFileInfo&) { ++written; };
+  auto s = MakeRig(1, o);
+  {
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    ASSERT_TRUE(s.trainer->train(tl, vl).ok());
+  }
+  EXPECT_EQ(written, 2);  // step 3, and the final one of step 4
+  const std::string last = o.checkpoint_dir + "/ckpt-4.pt";
+  struct stat first {};
+  ASSERT_EQ(::stat(last.c_str(), &first), 0);
+  written = 0;
+  auto again = MakeRig(2, o);
+  ASSERT_TRUE(again.trainer->load_checkpoint(last).ok());
+  {
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    ASSERT_TRUE(again.trainer->train(tl, vl).ok());
+  }
+  EXPECT_EQ(written, 0);
+  struct stat second {};
+  ASSERT_EQ(::stat(last.c_str(), &second), 0);
+  EXPECT_EQ(first.st_ino, second.st_ino) << "ckpt-4.pt was written again";
+  testutil::RemoveTree(o.checkpoint_dir);
 }
 
 TEST(DataParallelTest, OneDeviceTrainsAndSaysSo) {

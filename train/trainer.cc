@@ -470,6 +470,7 @@ absl::StatusOr<bool> Trainer::AfterEvaluation() {
 
 absl::Status Trainer::CheckpointAt(int64_t step) {
   if (options_.on_progress) options_.on_progress();
+  last_checkpoint_step_ = step;
   const std::string path = CheckpointPath(step);
   if (options_.async_checkpoint) return save_checkpoint_async(path, step);
   return Finished(rank() == 0, step, path, save_checkpoint(path));
@@ -763,8 +764,13 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
     if (!done.ok()) return done.status();
   }
   // With periodic checkpoints on, the finished model is always kept too.
-  const bool final_checkpoint = options_.checkpoint_every > 0 && state_.step > 0 &&
-                                state_.step % options_.checkpoint_every != 0;
+  // Not when this step has its checkpoint already (taken on request at the
+  // last step, or the run resumed from it with nothing left to do): the
+  // same step written again could differ (another world size) from what
+  // was recorded.
+  const bool last_step_unaligned = options_.checkpoint_every > 0 && state_.step > 0 &&
+                                   state_.step % options_.checkpoint_every != 0;
+  const bool final_checkpoint = last_step_unaligned && last_checkpoint_step_ != state_.step;
   if (final_checkpoint) {
     absl::Status s = CheckpointAt(state_.step);
     if (!s.ok()) return s;
@@ -772,7 +778,7 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
   absl::Status last = JoinCheckpointWrite();  // the last save is durable (and reported)
   // The finished model is not skipped for a full disk: that fails the rank
   // (its restart resumes from the previous checkpoint and tries again).
-  if (last.ok() && final_checkpoint) {
+  if (last.ok() && last_step_unaligned) {
     std::lock_guard<std::mutex> l(ckpt_mu_);
     if (skipped_step_ == state_.step) {
       last = absl::ResourceExhaustedError(absl::StrCat("the final checkpoint of step ",
@@ -848,6 +854,62 @@ absl::Status Trainer::load_checkpoint(const std::string& path) {
     }
     torch::serialize::InputArchive opt;
     if (!ar.try_read("optimizer", opt)) return bad("missing optimizer state");
+    // Every scalar and the RNG state are read and checked before anything
+    // changes (on error nothing is).
+    auto scalar = [&](const char* name, const torch::Tensor& t) -> absl::StatusOr<int64_t> {
+      if (t.numel() != 1) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", path, "'s ", name, " holds ",
+                                                t.numel(), " values, not one"));
+      }
+      return t.to(torch::kCPU).item<int64_t>();
+    };
+    absl::StatusOr<int64_t> new_epoch = scalar("state/epoch", epoch);
+    if (!new_epoch.ok()) return new_epoch.status();
+    absl::StatusOr<int64_t> new_step = scalar("state/step", step);
+    if (!new_step.ok()) return new_step.status();
+    absl::StatusOr<int64_t> new_bie = scalar("state/batch_in_epoch", bie);
+    if (!new_bie.ok()) return new_bie.status();
+    if (*new_epoch < 0 || *new_step < 0 || *new_bie < 0) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", path, " has a negative position: epoch ",
+                                              *new_epoch, ", step ", *new_step,
+                                              ", batch in epoch ", *new_bie));
+    }
+    // Saved by a world of another size (an elastic job grew or shrank):
+    // the same share of the epoch's samples is done, each rank now takes
+    // a 1/world share of every global batch.
+    torch::Tensor saved_world;
+    if (ar.try_read("state/world_size", saved_world)) {
+      absl::StatusOr<int64_t> w = scalar("state/world_size", saved_world);
+      if (!w.ok()) return w.status();
+      if (*w > 0 && *w != world_size()) *new_bie = *new_bie * *w / world_size();
+    }
+    // The monitored metric's best so far (absent from older checkpoints).
+    std::optional<std::optional<double>> new_best;
+    int64_t new_since_best = 0;
+    torch::Tensor best, since_best;
+    if (ar.try_read("state/best", best) && ar.try_read("state/since_best", since_best)) {
+      absl::StatusOr<int64_t> since = scalar("state/since_best", since_best);
+      if (!since.ok()) return since.status();
+      if (best.numel() != 1) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", path, "'s state/best holds ",
+                                                best.numel(), " values, not one"));
+      }
+      const double b = best.to(torch::kCPU).item<double>();
+      new_best = std::isnan(b) ? std::nullopt : std::optional<double>(b);
+      new_since_best = *since;
+    }
+    auto gen = at::detail::getDefaultCPUGenerator();
+    rng = rng.to(torch::kCPU);
+    {
+      std::lock_guard<std::mutex> l(gen.mutex());
+      const torch::Tensor now = gen.get_state();
+      if (rng.scalar_type() != now.scalar_type() || rng.numel() != now.numel()) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", path, "'s RNG state has ",
+                                                rng.numel(), " values of ",
+                                                c10::toString(rng.scalar_type()), "; this one has ",
+                                                now.numel(), " of ", c10::toString(now.scalar_type())));
+      }
+    }
     // Optimizer: load, and restore the previous state if that fails.
     torch::serialize::OutputArchive backup;
     optimizer_->save(backup);
@@ -867,29 +929,17 @@ absl::Status Trainer::load_checkpoint(const std::string& path) {
     for (auto& p : params) p.value().copy_(pt[i++]);
     i = 0;
     for (auto& b : buffers) b.value().copy_(bt[i++]);
-    state_.epoch = epoch.to(torch::kCPU).item<int64_t>();
-    state_.step = step.to(torch::kCPU).item<int64_t>();
-    state_.batch_in_epoch = bie.to(torch::kCPU).item<int64_t>();
-    // Saved by a world of another size (an elastic job grew or shrank):
-    // the same share of the epoch's samples is done, each rank now takes
-    // a 1/world share of every global batch.
-    torch::Tensor saved_world;
-    if (ar.try_read("state/world_size", saved_world)) {
-      const int64_t w = saved_world.to(torch::kCPU).item<int64_t>();
-      if (w > 0 && w != world_size()) {
-        state_.batch_in_epoch = state_.batch_in_epoch * w / world_size();
-      }
+    state_.epoch = *new_epoch;
+    state_.step = *new_step;
+    state_.batch_in_epoch = *new_bie;
+    if (new_best) {
+      best_ = *new_best;
+      evaluations_since_best_ = new_since_best;
     }
-    // The monitored metric's best so far (absent from older checkpoints).
-    torch::Tensor best, since_best;
-    if (ar.try_read("state/best", best) && ar.try_read("state/since_best", since_best)) {
-      const double b = best.to(torch::kCPU).item<double>();
-      best_ = std::isnan(b) ? std::nullopt : std::optional<double>(b);
-      evaluations_since_best_ = since_best.to(torch::kCPU).item<int64_t>();
-    }
-    auto gen = at::detail::getDefaultCPUGenerator();
+    // This run's own checkpoint of that step: train() does not write it again.
+    last_checkpoint_step_ = path == CheckpointPath(state_.step) ? state_.step : -1;
     std::lock_guard<std::mutex> l(gen.mutex());
-    gen.set_state(rng.to(torch::kCPU));
+    gen.set_state(rng);
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat("checkpoint ", path, " cannot be loaded: ", TorchMessage(e)));
   }

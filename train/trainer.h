@@ -150,7 +150,11 @@ struct TrainerOptions {
   int64_t log_every = 0;     // rank 0 prints a step line every N steps
   bool verbose = true;       // rank 0 prints per-epoch lines
   std::string checkpoint_dir;    // <dir>/ckpt-<step>.pt
-  int64_t checkpoint_every = 0;  // steps; 0: never (except on request)
+  // Steps; 0: never (except on request). With it, train() also checkpoints
+  // its last step when that is no multiple, unless that step has a
+  // checkpoint already (one on request, or the one it was resumed from in
+  // checkpoint_dir: never written twice).
+  int64_t checkpoint_every = 0;
   // Called on every rank after every step. Only rank 0's answer counts in a
   // DistributedTrainer when sync_step_actions is set: it is broadcast (one
   // tiny collective per step: a barrier in the intra-node shared memory
@@ -416,6 +420,9 @@ class Trainer {
   // by ckpt_mu_.
   std::unique_ptr<CheckpointSnapshot> ckpt_spare_;
   bool temps_cleaned_ = false;
+  // The step of the last disk checkpoint train() took, or of the one
+  // loaded from where train() would write it; -1: none.
+  int64_t last_checkpoint_step_ = -1;
   bool memory_temps_cleaned_ = false;
   std::atomic<bool> ckpt_busy_{false};  // a save is in flight (rank 0)
   std::atomic<int64_t> disk_save_step_{0};  // disk_checkpoint_in_flight()
