@@ -46,8 +46,9 @@ TEST(ReadRankEnvTest, ParsesTorchrunVariables) {
 
 TEST(ReadRankEnvTest, EachMissingVariableIsNamed) {
   // What ReadDistributedEnv reads (ReadRankEnv would take a missing
-  // WORLD_SIZE for a world of one; see below).
-  for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"}) {
+  // WORLD_SIZE for a world of one; see below). LOCAL_RANK has a default
+  // (common/rank_env.h).
+  for (const char* name : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"}) {
     auto m = GoodEnv();
     m.erase(name);
     auto env = ParseRankEnv(MapLookup(m));
