@@ -504,6 +504,31 @@ TEST(CheckpointTest, ARunResumedAtItsLastStepDoesNotRewriteThatCheckpoint) {
   testutil::RemoveTree(o.checkpoint_dir);
 }
 
+// A step with both an evaluation and a checkpoint evaluates first: the
+// checkpoint holds the best metric that evaluation found, so a run resumed
+// from it (which does not evaluate that step again) keeps it, instead of
+// taking its next, possibly worse, model for the best.
+TEST(CheckpointTest, AStepsCheckpointHoldsTheBestMetricOfItsOwnEvaluation) {
+  TrainerOptions o;
+  o.max_steps = 2;
+  o.eval_every = 2;
+  o.checkpoint_every = 2;
+  o.keep_best = true;
+  o.checkpoint_dir = TempPath("evalfirst");
+  auto s = MakeRig(1, o);
+  {
+    auto tl = TrainLoader();
+    auto vl = ValLoader();
+    ASSERT_TRUE(s.trainer->train(tl, vl).ok());
+  }
+  ASSERT_TRUE(s.trainer->best_metric().has_value());
+  auto again = MakeRig(2, o);
+  ASSERT_TRUE(again.trainer->load_checkpoint(o.checkpoint_dir + "/ckpt-2.pt").ok());
+  ASSERT_TRUE(again.trainer->best_metric().has_value()) << "the checkpoint predates its step's evaluation";
+  EXPECT_EQ(*again.trainer->best_metric(), *s.trainer->best_metric());
+  testutil::RemoveTree(o.checkpoint_dir);
+}
+
 TEST(DataParallelTest, OneDeviceTrainsAndSaysSo) {
   torch::manual_seed(1);
   auto model = MakeMlp();

@@ -699,12 +699,11 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
                   << ",\"step_seconds\":" << Fmt(info->seconds)
                   << ",\"wait_seconds\":" << Fmt(info->wait_seconds) << "}" << std::endl;
       }
-      auto st = AfterStep(*info);
-      if (!st.ok()) return st.status();
-      if (*st) {
-        stop = true;
-        break;
-      }
+      // A step's evaluation comes before its checkpoint (in AfterStep), so
+      // the checkpoint holds the best metric and patience that evaluation
+      // gave: a run resumed from it does not evaluate that step again, and
+      // would otherwise take a worse model for the best.
+      bool early_stop = false;
       if (options_.eval_every > 0 && state_.step % options_.eval_every == 0 &&
           state_.batch_in_epoch < nb) {
         auto v = evaluate(val_loader);
@@ -718,10 +717,13 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
         }
         auto done = AfterEvaluation();
         if (!done.ok()) return done.status();
-        if (*done) {
-          stop = true;
-          break;
-        }
+        early_stop = *done;
+      }
+      auto st = AfterStep(*info);
+      if (!st.ok()) return st.status();
+      if (*st || early_stop) {
+        stop = true;
+        break;
       }
     }
     auto g = AllreduceSum(sums, "train metrics");
