@@ -476,6 +476,66 @@ TEST(AsyncCheckpointTest, ADeferredCopyThatFailsIsANamedError) {
   testutil::RemoveTree(dir);
 }
 
+// A snapshot whose copies cannot all be allocated (here: the address space
+// ends after the parameter's copy and one of its optimizer state's) fails
+// with the optimizer as it was: every state tensor is still its own, with
+// its values (before, those already swapped for unfilled copies stayed,
+// and the next step read garbage). Both ways of copying: at once, and
+// deferred to the next step.
+TEST(AsyncCheckpointTest, ASnapshotThatCannotAllocateLeavesTheOptimizerAsItWas) {
+  const char* mode = std::getenv("FRAMEWORM_SNAPSHOT_NOMEM");
+  if (mode == nullptr) {
+    for (const char* m : {"now", "deferred"}) {
+      const std::string log = testutil::MakeTempDir("snap-nomem") + "/log";
+      const std::string cmd = std::string("FRAMEWORM_SNAPSHOT_NOMEM=") + m + " " +
+                              testutil::SelfExe() +
+                              " --gtest_filter=AsyncCheckpointTest."
+                              "ASnapshotThatCannotAllocateLeavesTheOptimizerAsItWas > " +
+                              log + " 2>&1";
+      const int rc = std::system(cmd.c_str());
+      std::ifstream f(log);
+      const std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      EXPECT_EQ(rc, 0) << m << ": " << out;
+      EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << m << ": " << out;
+      testutil::RemoveTree(log.substr(0, log.rfind('/')));
+    }
+    return;
+  }
+  torch::set_num_threads(1);
+  torch::manual_seed(5);
+  // One 64 MiB weight: its copy, and each of Adam's two state tensors' copies, 64 MiB each.
+  auto model = torch::nn::Linear(torch::nn::LinearOptions(4096, 4096).bias(false));
+  auto opt = std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+  opt->zero_grad();
+  model->forward(torch::randn({2, 4096})).sum().backward();
+  opt->step();
+  std::vector<torch::Tensor> own;
+  std::vector<double> sums;
+  for (const auto& kv : opt->state()) {
+    auto& st = static_cast<torch::optim::AdamParamState&>(*kv.second);
+    for (const torch::Tensor& t : {st.exp_avg(), st.exp_avg_sq()}) {
+      own.push_back(t);
+      sums.push_back(t.abs().sum().item<double>());
+    }
+  }
+  ASSERT_EQ(own.size(), 2u);
+  ASSERT_TRUE(testutil::LimitAddressSpace(160 << 10));  // 2.5 copies
+  auto snap = CheckpointSnapshot::Take(*model, *opt, CheckpointPosition{0, 1, 1, 1},
+                                       /*freeze=*/true, nullptr,
+                                       /*defer_copies=*/std::string(mode) == "deferred");
+  ASSERT_FALSE(snap.ok()) << "the limit left room for every copy";
+  EXPECT_EQ(snap.status().code(), absl::StatusCode::kInternal) << snap.status();
+  size_t i = 0;
+  for (const auto& kv : opt->state()) {
+    auto& st = static_cast<torch::optim::AdamParamState&>(*kv.second);
+    for (const torch::Tensor& t : {st.exp_avg(), st.exp_avg_sq()}) {
+      EXPECT_TRUE(t.is_same(own[i])) << "state tensor " << i << " was swapped";
+      EXPECT_EQ(t.abs().sum().item<double>(), sums[i]) << "state tensor " << i;
+      ++i;
+    }
+  }
+}
+
 // A memory root other users could write to (a shared tmpfs someone
 // prepared) turns in-memory checkpoints off; training goes on.
 TEST(MemoryCheckpointTest, ARootOthersCanWriteToTurnsThemOff) {

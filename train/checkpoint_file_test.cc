@@ -35,25 +35,8 @@ std::string Slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
-// Limits this process's address space to what it maps now plus `spare_kb`
-// (run in a fresh process: no freed memory at hand). False when it cannot.
-bool LimitAddressSpace(long spare_kb) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  long vm_kb = 0;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmSize:", 0) == 0) vm_kb = std::atol(line.c_str() + 7);
-  }
-  if (vm_kb <= 0) return false;
-  rlimit r{};
-  r.rlim_cur = r.rlim_max = static_cast<rlim_t>(vm_kb + spare_kb) * 1024;
-  return ::setrlimit(RLIMIT_AS, &r) == 0;
-}
-
-std::string SelfExe() {
-  char exe[4096] = {};
-  return ::readlink("/proc/self/exe", exe, sizeof(exe) - 1) > 0 ? exe : "";
-}
+using testutil::LimitAddressSpace;
+using testutil::SelfExe;
 
 // True when `dir` takes O_DIRECT opens (what the writer asks of it).
 bool TakesDirectIo(const std::string& dir) {

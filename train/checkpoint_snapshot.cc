@@ -159,10 +159,17 @@ bool ForEachStateTensor(torch::optim::Optimizer& optimizer, F f) {
 // the archive is all host memory apart from the live state and the GPU
 // holds nothing extra. Returns false, having saved nothing, for an unknown
 // optimizer state type.
+// Failure: every copy is allocated before the optimizer's state is touched,
+// and the optimizer gets its own tensors back if the save throws. The host
+// copies the optimizer goes on with are only allocated here (`swap_in`,
+// filled by CopyAll(copies)): the caller hands them over with SwapIn once
+// they hold their values, so a snapshot that fails on the way leaves the
+// optimizer as it was.
 bool SaveOptimizerApart(torch::optim::Optimizer& optimizer, torch::serialize::OutputArchive& archive,
                         Pool& pool, std::vector<torch::Tensor>& held,
                         std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies,
-                        std::vector<std::pair<torch::Tensor, torch::Tensor>>* deferred) {
+                        std::vector<std::pair<torch::Tensor, torch::Tensor>>* deferred,
+                        std::vector<torch::Tensor>& swap_in) {
   bool on_gpu = false;
   if (!ForEachStateTensor(optimizer, [&](const torch::Tensor& t, const auto&) {
         on_gpu = on_gpu || t.is_cuda();
@@ -172,11 +179,12 @@ bool SaveOptimizerApart(torch::optim::Optimizer& optimizer, torch::serialize::Ou
   if (on_gpu || deferred != nullptr) {
     auto& into = on_gpu || deferred == nullptr ? copies : *deferred;
     std::vector<torch::Tensor> own;
-    ForEachStateTensor(optimizer, [&](const torch::Tensor& t, const auto& set) {
+    ForEachStateTensor(optimizer, [&](const torch::Tensor& t, const auto&) {
       own.push_back(t);
       held.push_back(pool.CopyOf(t, torch::kCPU, into));
-      set(held.back());
     });
+    size_t j = 0;
+    ForEachStateTensor(optimizer, [&](const torch::Tensor&, const auto& set) { set(held[j++]); });
     size_t i = 0;
     auto put_back = [&] {
       ForEachStateTensor(optimizer, [&](const torch::Tensor&, const auto& set) { set(own[i++]); });
@@ -191,11 +199,19 @@ bool SaveOptimizerApart(torch::optim::Optimizer& optimizer, torch::serialize::Ou
     return true;
   }
   optimizer.save(archive);
-  ForEachStateTensor(optimizer, [&](const torch::Tensor& t, const auto& set) {
+  ForEachStateTensor(optimizer, [&](const torch::Tensor& t, const auto&) {
     held.push_back(t);
-    set(pool.CopyOf(t, t.device(), copies));
+    swap_in.push_back(pool.CopyOf(t, t.device(), copies));
   });
   return true;
+}
+
+// Gives the optimizer `swap_in` (SaveOptimizerApart's host copies, filled)
+// in place of its state tensors, in the same order.
+void SwapIn(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& swap_in) {
+  if (swap_in.empty()) return;
+  size_t i = 0;
+  ForEachStateTensor(optimizer, [&](const torch::Tensor&, const auto& set) { set(swap_in[i++]); });
 }
 
 torch::Tensor Scalar(int64_t v) { return torch::tensor({v}, torch::kLong); }
@@ -257,12 +273,14 @@ absl::StatusOr<std::unique_ptr<CheckpointSnapshot>> CheckpointSnapshot::Take(
     s->optimizer_ = std::make_unique<torch::serialize::OutputArchive>();
     // Not frozen: the archive may refer to the live state.
     bool handed_over = !freeze;
+    std::vector<torch::Tensor> swap_in;
     if (freeze) {
       handed_over = SaveOptimizerApart(optimizer, *s->optimizer_, optimizer_pool, s->handed_over_,
-                                       copies, defer ? &deferred : nullptr);
+                                       copies, defer ? &deferred : nullptr, swap_in);
     }
     if (!freeze || !handed_over) optimizer.save(*s->optimizer_);
     CopyAll(copies);
+    SwapIn(optimizer, swap_in);  // the last step that changes the optimizer
     if (!handed_over) {
       CopyAll(deferred);  // serialized below, now
       deferred.clear();

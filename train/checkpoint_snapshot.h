@@ -61,7 +61,9 @@ class CheckpointSnapshot {
   // `recycle`: a written snapshot whose memory the new one reuses where
   // shapes and types match (copies into warm pages instead of fresh
   // allocations: most of a snapshot's cost); may be null.
-  // Errors: INTERNAL when LibTorch fails copying or serializing.
+  // Errors: INTERNAL when LibTorch fails copying or serializing (or an
+  // allocation fails); the optimizer is then left as it was: its state
+  // tensors are its own, with their values.
   static absl::StatusOr<std::unique_ptr<CheckpointSnapshot>> Take(
       torch::nn::Module& module, torch::optim::Optimizer& optimizer,
       const CheckpointPosition& position, bool freeze,
