@@ -3,6 +3,7 @@
 // was written; a writer killed mid-write leaves the previous checkpoint
 // loadable and its temporary file is removed; failures end training;
 // memory stays bounded over many saves.
+#include <grp.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -534,6 +535,59 @@ TEST(AsyncCheckpointTest, ASnapshotThatCannotAllocateLeavesTheOptimizerAsItWas) 
       ++i;
     }
   }
+}
+
+// A save whose thread cannot be created (here: a process limit, as a
+// container's pids.max) is RESOURCE_EXHAUSTED and leaves nothing marked in
+// flight: no disk checkpoint in flight, wait_for_snapshot() returns, and
+// the next save works. (In a child that runs as nobody: root ignores
+// RLIMIT_NPROC.)
+TEST(AsyncCheckpointTest, ASaveWithoutAThreadIsANamedErrorAndLeavesNoFlagSet) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a child as another user";
+  if (std::getenv("FRAMEWORM_SAVE_NOTHREAD") == nullptr) {
+    const std::string dir = testutil::MakeTempDir("save-nothread");
+    const std::string cmd = "FRAMEWORM_SAVE_NOTHREAD=1 timeout 120 " + testutil::SelfExe() +
+                            " --gtest_filter=AsyncCheckpointTest."
+                            "ASaveWithoutAThreadIsANamedErrorAndLeavesNoFlagSet > " + dir +
+                            "/log 2>&1";
+    const int rc = std::system(cmd.c_str());
+    std::ifstream f(dir + "/log");
+    const std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+    testutil::RemoveTree(dir);
+    return;
+  }
+  const std::string dir = testutil::MakeTempDir("save-nothread-child");
+  TrainerOptions o;
+  o.checkpoint_dir = dir;
+  auto r = MakeRig(1, o);
+  auto tl = TrainLoader();
+  ASSERT_TRUE(r.trainer->train_step({tl.batch(0)}).ok());
+  // A first save: the second reuses its memory (no allocation but the thread's).
+  ASSERT_TRUE(r.trainer->save_checkpoint_async(dir + "/ckpt-1.pt", 1).ok());
+  ASSERT_TRUE(r.trainer->wait_for_checkpoint().ok());
+  ASSERT_TRUE(r.trainer->train_step({tl.batch(1)}).ok());
+  ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::setgroups(0, nullptr), 0);
+  ASSERT_EQ(::setresgid(65534, 65534, 65534), 0);
+  ASSERT_EQ(::setresuid(65534, 65534, 65534), 0);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NPROC, &old), 0);
+  rlimit one = old;
+  one.rlim_cur = 1;  // this process already: no thread more
+  ASSERT_EQ(::setrlimit(RLIMIT_NPROC, &one), 0);
+  absl::Status s = r.trainer->save_checkpoint_async(dir + "/ckpt-2.pt", 2);
+  ASSERT_EQ(::setrlimit(RLIMIT_NPROC, &old), 0);
+  ASSERT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("no thread"), std::string::npos) << s;
+  EXPECT_EQ(r.trainer->disk_checkpoint_in_flight(), 0);
+  r.trainer->wait_for_snapshot();  // returns: no copy is marked pending
+  ASSERT_TRUE(r.trainer->train_step({tl.batch(2)}).ok());
+  ASSERT_TRUE(r.trainer->save_checkpoint_async(dir + "/ckpt-3.pt", 3).ok());
+  ASSERT_TRUE(r.trainer->wait_for_checkpoint().ok());
+  EXPECT_TRUE(ReadCheckpointFile(dir + "/ckpt-3.pt").ok());
+  testutil::RemoveTree(dir);
 }
 
 // A memory root other users could write to (a shared tmpfs someone

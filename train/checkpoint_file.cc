@@ -12,6 +12,7 @@
 #include <memory>
 #include <exception>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -107,7 +108,13 @@ absl::StatusOr<std::unique_ptr<CheckpointFileWriter>> CheckpointFileWriter::Open
   // The header's place; its length and checksum are known at Commit.
   std::memset(w->buf_.data.get(), 0, kHeader);
   w->buf_.size = kHeader;
-  w->writer_ = std::thread([p = w.get()] { p->WriterLoop(); });
+  try {
+    w->writer_ = std::thread([p = w.get()] { p->WriterLoop(); });
+  } catch (const std::system_error& e) {  // a process limit: the temp file goes with w
+    w->status_ = absl::ResourceExhaustedError(
+        absl::StrCat("no thread to write ", tmp, ": ", e.what()));
+    return w->status_;
+  }
   return w;
 }
 

@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 #include <sstream>
+#include <system_error>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -101,7 +102,13 @@ void CopyAll(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& copies,
     }
   };
   std::vector<std::thread> pool;
-  for (int i = 1; i < threads; ++i) pool.emplace_back(work);
+  for (int i = 1; i < threads; ++i) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {  // a process limit: fewer threads do it
+      break;
+    }
+  }
   work();
   for (auto& t : pool) t.join();
   for (c10::DeviceIndex d : gpus) torch::cuda::synchronize(d);

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <iostream>
 #include <sstream>
+#include <system_error>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -540,38 +541,52 @@ absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t ste
     std::lock_guard<std::mutex> l(ckpt_mu_);
     ckpt_copying_ = true;
   }
-  ckpt_thread_ = std::thread([this, step, path, s = std::move(*snap)]() mutable {
-    const auto began = std::chrono::steady_clock::now();
-    absl::StatusOr<CheckpointFileInfo> written;
-    if (s->has_deferred_copies()) {
-      const auto c0 = std::chrono::steady_clock::now();
-      absl::Status copied = s->CopyDeferred();
+  // A thread that cannot be created (a process limit) costs this save,
+  // not the flags: nothing stays marked in flight or being copied.
+  try {
+    ckpt_thread_ = std::thread([this, step, path, s = std::move(*snap)]() mutable {
+      const auto began = std::chrono::steady_clock::now();
+      absl::StatusOr<CheckpointFileInfo> written;
+      if (s->has_deferred_copies()) {
+        const auto c0 = std::chrono::steady_clock::now();
+        absl::Status copied = s->CopyDeferred();
+        {
+          std::lock_guard<std::mutex> l(ckpt_mu_);
+          ckpt_copying_ = false;
+          copy_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+        }
+        ckpt_cv_.notify_all();
+        written = copied.ok() ? s->WriteTo(path) : absl::StatusOr<CheckpointFileInfo>(copied);
+      } else {
+        written = s->WriteTo(path);
+      }
       {
         std::lock_guard<std::mutex> l(ckpt_mu_);
-        ckpt_copying_ = false;
-        copy_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+        ckpt_spare_ = std::move(s);  // the next snapshot copies into its memory
+        if (IsMemoryPath(path)) {
+          memory_background_seconds_ =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+        }
       }
-      ckpt_cv_.notify_all();
-      written = copied.ok() ? s->WriteTo(path) : absl::StatusOr<CheckpointFileInfo>(copied);
-    } else {
-      written = s->WriteTo(path);
-    }
+      absl::Status kept = Finished(/*rank0=*/true, step, path, written);
+      {
+        std::lock_guard<std::mutex> l(ckpt_mu_);
+        if (!kept.ok() && ckpt_error_.ok()) ckpt_error_ = kept;
+      }
+      disk_save_step_ = 0;
+      ckpt_busy_ = false;
+    });
+  } catch (const std::system_error& e) {
     {
       std::lock_guard<std::mutex> l(ckpt_mu_);
-      ckpt_spare_ = std::move(s);  // the next snapshot copies into its memory
-      if (IsMemoryPath(path)) {
-        memory_background_seconds_ =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-      }
+      ckpt_copying_ = false;
     }
-    absl::Status kept = Finished(/*rank0=*/true, step, path, written);
-    {
-      std::lock_guard<std::mutex> l(ckpt_mu_);
-      if (!kept.ok() && ckpt_error_.ok()) ckpt_error_ = kept;
-    }
+    ckpt_cv_.notify_all();
     disk_save_step_ = 0;
     ckpt_busy_ = false;
-  });
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no thread to write the checkpoint of step ", step, ": ", e.what()));
+  }
   return absl::OkStatus();
 }
 
