@@ -7,18 +7,38 @@
 #include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
+#include "train/trainer.h"  // default_process_group
 
 namespace frameworm {
+
+namespace {
+
+// `rank` or `world` as given, or (kFromProcessGroup) the default group's.
+std::pair<int, int> RankAndWorld(int rank, int world) {
+  if (rank != DistributedSampler::kFromProcessGroup &&
+      world != DistributedSampler::kFromProcessGroup) {
+    return {rank, world};
+  }
+  const c10::intrusive_ptr<c10d::Backend> pg = default_process_group();
+  const int group_rank = pg ? pg->getRank() : 0;
+  const int group_world = pg ? pg->getSize() : 1;
+  return {rank == DistributedSampler::kFromProcessGroup ? group_rank : rank,
+          world == DistributedSampler::kFromProcessGroup ? group_world : world};
+}
+
+}  // namespace
 
 DistributedSampler::DistributedSampler(int64_t size, int rank, int world_size,
                                        bool shuffle, uint64_t seed,
                                        bool drop_last)
     : size_(size),
-      rank_(rank),
-      world_size_(world_size),
+      rank_(RankAndWorld(rank, world_size).first),
+      world_size_(RankAndWorld(rank, world_size).second),
       shuffle_(shuffle),
       seed_(seed),
       drop_last_(drop_last) {
+  rank = rank_;
+  world_size = world_size_;
   TORCH_CHECK(world_size >= 1, "DistributedSampler: world_size must be >= 1");
   TORCH_CHECK(rank >= 0 && rank < world_size,
               "DistributedSampler: rank ", rank, " outside [0, ", world_size, ")");

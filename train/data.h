@@ -22,12 +22,16 @@ namespace frameworm {
 // shuffle, torch.randperm(size) from a CPU generator seeded with
 // seed + epoch; padded by repeating from the start to a multiple of
 // world_size (or the tail dropped with drop_last); then every
-// world_size-th index starting at rank.
+// world_size-th index starting at rank. As in torch, rank and world_size
+// default (kFromProcessGroup) to the default process group's
+// (setup_distributed, or a DistributedTrainer that set one up); without
+// one, rank 0 of a world of one.
 class DistributedSampler {
  public:
-  DistributedSampler(int64_t size, int rank = 0, int world_size = 1,
-                     bool shuffle = true, uint64_t seed = 0,
-                     bool drop_last = false);
+  static constexpr int kFromProcessGroup = -1;
+  DistributedSampler(int64_t size, int rank = kFromProcessGroup,
+                     int world_size = kFromProcessGroup, bool shuffle = true,
+                     uint64_t seed = 0, bool drop_last = false);
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
   int64_t epoch() const { return epoch_; }
   // This rank's indices for the current epoch.

@@ -105,6 +105,11 @@ void TwoRanksMatchSingleProcess(bool shm) {
     // The gradients fit the shared region: every bucket is summed in place.
     if (shm && (*t)->reducer().shared_buckets() != (*t)->reducer().intra_node_buckets()) return 19;
     if ((*t)->reducer().bucket_params().size() < 3) return 11;
+    // A sampler made without a rank takes the process group's, as torch's.
+    DistributedSampler sampler(101);
+    if (sampler.rank() != rank || sampler.world_size() != world || sampler.num_samples() != 51) {
+      return 21;
+    }
     for (int s = 0; s < kSteps; ++s) {
       Batch g = GlobalBatch(kPerRank * world, s);
       Batch mine{g.data.narrow(0, rank * kPerRank, kPerRank),

@@ -75,6 +75,12 @@ TEST(SamplerTest, DisjointCoveringPaddedDeterministicReshuffled) {
   EXPECT_NE(e0, a.indices()) << "no reshuffle per epoch";
   DistributedSampler b(100, 0, 2, true, 2);
   EXPECT_NE(e0, b.indices()) << "seed ignored";
+  // Without a process group the defaults are a world of one (with one, its
+  // rank and size: DdpTest.TwoRanksMatchSingleProcess...).
+  DistributedSampler alone(10);
+  EXPECT_EQ(alone.world_size(), 1);
+  EXPECT_EQ(alone.rank(), 0);
+  EXPECT_EQ(alone.num_samples(), 10);
 }
 
 TEST(SamplerTest, MatchesPyTorchSequence) {
