@@ -96,6 +96,7 @@ TEST_F(CoordinatorFlagsTest, BadFlagsAndValuesExitTwoWithOneLine) {
        "--rpc-memory-quota must be 0 or at least 16777216 (one largest message), got '4096'"},
       {{"--rpc-memory-quota=-1"}, "--rpc-memory-quota must be 0 or at least 16777216"},
       {{"--max-queued-jobs=-1"}, "--max-queued-jobs must be a count >= 0, got '-1'"},
+      {{"--max-ended-jobs=-1"}, "--max-ended-jobs must be a count >= 0, got '-1'"},
       {{"--listen=7070"}, "--listen must be HOST:PORT with a port 0..65535, got '7070'"},
       {{"--metrics-listen=7071"}, "--metrics-listen must be HOST:PORT or none, got '7071'"},
       {{"--metrics-listen=0.0.0.0:7071"},

@@ -112,6 +112,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,
       retain_finished_(options.retain_finished),
       min_free_state_bytes_(options.min_free_state_bytes),
       max_queued_jobs_(options.max_queued_jobs),
+      max_ended_jobs_(options.max_ended_jobs),
       stall_after_(options.stall_after),
       metric_history_(static_cast<size_t>(std::max(0, options.metric_history))),
       heartbeat_interval_(absl::Seconds(options.heartbeat_interval_s)),
@@ -1438,14 +1439,19 @@ void Coordinator::BoundGrowth() {
     released = ReleaseMemoryCheckpointsLocked();  // before the records expire
     if (retain_finished_ > absl::ZeroDuration()) {
       expired = jobs_.ExpireFinished(absl::ToUnixMillis(now - retain_finished_));
-      for (const std::string& id : expired) {
-        std::set<std::string> holders;  // each drops every copy of the job
-        for (const auto& c : checkpoints_.List(id)) holders.insert(c.holders().begin(), c.holders().end());
-        for (auto& [w, m] : DropCommands(id, -1, {holders.begin(), holders.end()})) {
-          workers_.Send(w, std::move(m));
-        }
-        checkpoints_.Forget(id);
+    }
+    if (max_ended_jobs_ > 0) {
+      for (std::string& id : jobs_.ExpireOldestFinished(static_cast<size_t>(max_ended_jobs_))) {
+        expired.push_back(std::move(id));
       }
+    }
+    for (const std::string& id : expired) {
+      std::set<std::string> holders;  // each drops every copy of the job
+      for (const auto& c : checkpoints_.List(id)) holders.insert(c.holders().begin(), c.holders().end());
+      for (auto& [w, m] : DropCommands(id, -1, {holders.begin(), holders.end()})) {
+        workers_.Send(w, std::move(m));
+      }
+      checkpoints_.Forget(id);
     }
     thinned = jobs_.ThinMetrics(metric_history_);
   }
@@ -1467,8 +1473,8 @@ void Coordinator::BoundGrowth() {
     logs_.RemoveJob(id);
     copies_.RemoveJob(id);
     tensorboard_.RemoveJob(id);
-    std::fprintf(stderr, "coordinator: job %s expired (ended over %s ago)\n", id.c_str(),
-                 absl::FormatDuration(retain_finished_).c_str());
+    std::fprintf(stderr, "coordinator: job %s expired (ended over %s ago, or one of over %d ended jobs)\n",
+                 id.c_str(), absl::FormatDuration(retain_finished_).c_str(), max_ended_jobs_);
   }
 }
 

@@ -120,6 +120,11 @@ struct CoordinatorOptions {
   // to start (PENDING): each holds its spec in memory and is looked at on
   // every scheduling pass. 0: unbounded.
   int max_queued_jobs = 10000;
+  // At most this many ended jobs are kept: past it the oldest to have
+  // ended are deleted as retain_finished deletes them, before their time
+  // (cancelled submissions would otherwise pile up for retain_finished,
+  // each with its spec, and every listing copies them all). 0: unbounded.
+  int max_ended_jobs = 10000;
   // Tick() calls this far apart mean the coordinator itself was stalled
   // (stopped, starved, a paused VM): worker and rank timers move on by the
   // gap, so nobody is failed for the coordinator's silence. Tick is meant
@@ -466,6 +471,7 @@ class Coordinator {
   const absl::Duration retain_finished_;
   const int64_t min_free_state_bytes_;
   const int max_queued_jobs_;
+  const int max_ended_jobs_;
   const absl::Duration stall_after_;
   int64_t debug_requests_ ABSL_GUARDED_BY(mu_) = 0;  // DebugJob markers
   const size_t metric_history_;

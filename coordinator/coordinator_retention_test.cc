@@ -111,6 +111,39 @@ TEST_F(RetentionTest, EndedJobsExpireWithTheirRowsAndFilesRunningOnesNever) {
   EXPECT_EQ(coord_->ListJobs().size(), 2u);
 }
 
+// Past max_ended_jobs the oldest to have ended go before retain_finished,
+// with their rows and files: a flood of submitted-and-cancelled jobs
+// cannot pile up. Jobs that have not ended are never counted or removed.
+TEST_F(RetentionTest, PastTheLimitTheOldestEndedJobsGoFirst) {
+  CoordinatorOptions o = Options();
+  o.max_ended_jobs = 3;
+  SetOptions(o);
+  coord_.reset();
+  Open();
+  AddWorker("w0", 1);
+  const std::string running = Submit(Spec(1, 1));
+  ASSERT_EQ(Job(running).state(), v1::RUNNING);
+  std::vector<std::string> ended;
+  for (int i = 0; i < 5; ++i) {
+    ended.push_back(Submit(Spec(2, 1)));  // never fits: cancelled while PENDING
+    ASSERT_TRUE(coord_->logs().Append(ended.back(), 0, "x\n").ok());
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_EQ(coord_->CancelJob(ended.back())->state(), v1::CANCELLED);
+  }
+  Heartbeat("w0");
+  TickLater(absl::Seconds(11));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(coord_->GetJob(ended[i]).status().code(), absl::StatusCode::kNotFound) << i;
+    EXPECT_FALSE(fs::exists(coord_->logs().Dir(ended[i]))) << i;
+  }
+  for (int i = 2; i < 5; ++i) EXPECT_TRUE(coord_->GetJob(ended[i]).ok()) << i;
+  EXPECT_EQ(Job(running).state(), v1::RUNNING);
+  EXPECT_EQ(store_.LoadJobs()->size(), 4u);  // three ended, one running
+  coord_.reset();
+  Open();
+  EXPECT_EQ(coord_->ListJobs().size(), 4u);
+}
+
 // The newest job expires, then the coordinator restarts: the next job gets
 // a new id, not the expired one's (whose checkpoint directory, named by the
 // id, may still hold its files).

@@ -2,6 +2,8 @@
 // metric histories (contracts in job_scheduler.h).
 #include "coordinator/job_scheduler.h"
 
+#include <algorithm>
+
 namespace frameworm::coordinator {
 
 std::vector<std::string> JobScheduler::ExpireFinished(int64_t before_ms) {
@@ -15,6 +17,23 @@ std::vector<std::string> JobScheduler::ExpireFinished(int64_t before_ms) {
     } else {
       ++it;
     }
+  }
+  return expired;
+}
+
+std::vector<std::string> JobScheduler::ExpireOldestFinished(size_t keep) {
+  std::vector<std::pair<int64_t, std::string>> ended;  // (finished_ms, id)
+  for (const auto& [id, job] : jobs_) {
+    if (IsFinal(job->state)) ended.emplace_back(job->finished_ms, id);
+  }
+  std::vector<std::string> expired;
+  if (ended.size() <= keep) return expired;
+  const size_t drop = ended.size() - keep;
+  std::nth_element(ended.begin(), ended.begin() + static_cast<long>(drop), ended.end());
+  for (size_t i = 0; i < drop; ++i) {
+    changed_.erase(ended[i].second);
+    jobs_.erase(ended[i].second);
+    expired.push_back(std::move(ended[i].second));
   }
   return expired;
 }

@@ -79,6 +79,9 @@ ABSL_FLAG(int64_t, min_free_state, int64_t{64} << 20,
           "this (running jobs go on); 0: never");
 ABSL_FLAG(int, max_queued_jobs, 10000,
           "new jobs are refused while this many wait to start (PENDING); 0: unbounded");
+ABSL_FLAG(int, max_ended_jobs, 10000,
+          "ended jobs kept: past it the oldest to have ended are deleted as --retain-finished "
+          "deletes them, before their time; 0: unbounded");
 ABSL_FLAG(int64_t, rpc_memory_quota, int64_t{256} << 20,
           "bytes gRPC may hold for the API's connections and calls; past it new calls are "
           "refused (RESOURCE_EXHAUSTED) and connections told to back off instead of a flood "
@@ -170,6 +173,9 @@ absl::StatusOr<DaemonConfig> FromFlags() {
   o.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
   if (o.max_queued_jobs < 0)
     return bad("max-queued-jobs", "a count >= 0", absl::StrCat(o.max_queued_jobs));
+  o.max_ended_jobs = absl::GetFlag(FLAGS_max_ended_jobs);
+  if (o.max_ended_jobs < 0)
+    return bad("max-ended-jobs", "a count >= 0", absl::StrCat(o.max_ended_jobs));
   if (o.min_free_state_bytes < 0)
     return bad("min-free-state", "a byte count >= 0", absl::StrCat(o.min_free_state_bytes));
   if (absl::Status s = frameworm::CheckMetricsListen(absl::GetFlag(FLAGS_metrics_listen),
