@@ -307,6 +307,21 @@ HttpServer::~HttpServer() {
   SSL_CTX_free(static_cast<SSL_CTX*>(ssl_ctx_));
 }
 
+namespace {
+
+// The numeric host of an accepted peer ("" when it has none).
+std::string PeerHost(const sockaddr_storage& a) {
+  char host[INET6_ADDRSTRLEN] = {};
+  if (a.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, host, sizeof(host));
+  } else if (a.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, host, sizeof(host));
+  }
+  return host;
+}
+
+}  // namespace
+
 void HttpServer::AcceptLoop() {
   for (;;) {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
@@ -316,14 +331,22 @@ void HttpServer::AcceptLoop() {
     }
     if (fds[1].revents != 0) return;
     // Non-blocking: Conn bounds each stage by a deadline (see Serve).
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    sockaddr_storage from{};
+    socklen_t from_len = sizeof(from);
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &from_len,
+                             SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;
+    const std::string peer = PeerHost(from);
     bool take = false;
     {
       absl::MutexLock l(&mu_);
-      if (active_ < options_.max_connections) {
+      int& mine = active_per_peer_[peer];
+      if (active_ < options_.max_connections && mine < options_.max_connections_per_peer) {
         ++active_;
+        ++mine;
         take = true;
+      } else if (mine == 0) {
+        active_per_peer_.erase(peer);
       }
     }
     if (!take) {
@@ -334,11 +357,14 @@ void HttpServer::AcceptLoop() {
       ::close(fd);
       continue;
     }
-    std::thread([this, fd] {
+    std::thread([this, fd, peer] {
       Serve(fd);
       ::close(fd);
       absl::MutexLock l(&mu_);
       --active_;
+      if (auto it = active_per_peer_.find(peer); it != active_per_peer_.end() && --it->second <= 0) {
+        active_per_peer_.erase(it);
+      }
     }).detach();
   }
 }

@@ -5,8 +5,12 @@
 // within io_timeout of the accept and the response within io_timeout of
 // being ready (deadlines, not per-read timeouts: a peer that trickles
 // bytes is cut off),
-// at most `max_connections` served at once (more get 503 at once). The
-// handler runs on the connection's own thread and must be thread-safe.
+// at most `max_connections` served at once, and at most
+// `max_connections_per_peer` of them from one peer address (more get 503 at
+// once, or a close under TLS: a client without a certificate that opens
+// connections and sends nothing holds its share until io_timeout, not
+// every slot). The handler runs on the connection's own thread and must be
+// thread-safe.
 //
 // Plaintext, or HTTPS with mutual TLS (Options.tls: the cluster's
 // certificates, rpc/tls.h): every client must present a certificate of the
@@ -25,6 +29,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +66,7 @@ class HttpServer {
   struct Options {
     std::string listen = "127.0.0.1:0";  // HOST:PORT; port 0 picks one
     int max_connections = 16;
+    int max_connections_per_peer = 4;
     absl::Duration io_timeout = absl::Seconds(5);
     std::optional<TlsFiles> tls;  // set: HTTPS, client certificates required
   };
@@ -96,6 +102,7 @@ class HttpServer {
   bool loopback_guard_ = false;
   absl::Mutex mu_;
   int active_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, int> active_per_peer_ ABSL_GUARDED_BY(mu_);  // no zero entries
 };
 
 // Sends `request` (raw bytes) to HOST:PORT and returns everything the

@@ -168,6 +168,55 @@ int Connect(int port) {
   return fd;
 }
 
+// A GET of /metrics from source address `from` (a loopback address) to
+// 127.0.0.1:port; the response's status line, or "" when the server
+// closed without one.
+std::string GetFrom(const char* from, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in src{};
+  src.sin_family = AF_INET;
+  ::inet_pton(AF_INET, from, &src.sin_addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)), 0) << from;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string got;
+  char buf[512];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) got.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return got.substr(0, got.find("\r\n"));
+}
+
+// One peer address holds at most max_connections_per_peer connections: a
+// client that opens connections and sends nothing (as one without a
+// certificate could, before any TLS handshake) takes its share, not every
+// slot; another address is still served.
+TEST_F(HttpServerTest, OnePeerCannotTakeEverySlot) {
+  HttpServer::Options o;
+  o.max_connections = 8;
+  o.max_connections_per_peer = 3;
+  o.io_timeout = absl::Seconds(3);
+  Start(o);
+  std::vector<int> idle;
+  for (int i = 0; i < 3; ++i) idle.push_back(Connect(server_->port()));  // from 127.0.0.1
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(GetFrom("127.0.0.1", server_->port()), "HTTP/1.1 503 Service Unavailable");
+  EXPECT_EQ(GetFrom("127.0.0.2", server_->port()), "HTTP/1.1 200 OK");
+  ::close(idle.back());  // its place is given back once the server sees it end
+  idle.pop_back();
+  std::string again;
+  for (int i = 0; i < 50 && again != "HTTP/1.1 200 OK"; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    again = GetFrom("127.0.0.1", server_->port());
+  }
+  EXPECT_EQ(again, "HTTP/1.1 200 OK");
+  for (int fd : idle) ::close(fd);
+}
+
 // Sends `bytes` one at a time, 100 ms apart, until the server closes the
 // connection (or all are sent); returns how long the server kept it.
 absl::Duration TrickleUntilClosed(int fd, const std::string& bytes) {
