@@ -345,11 +345,26 @@ TEST(FramewormTrainTest, CheckpointEveryAndResumeLatest) {
   EXPECT_NE(from_env.out.find("\"event\":\"resumed\",\"path\":\"" + dir + "/ckpt-10.pt\""),
             std::string::npos) << from_env.out;
   EXPECT_EQ(Field(from_env.last_line(), "steps"), 48);
-  // A corrupt checkpoint is refused.
+  // A corrupt newest checkpoint gives way to the one before it (said on
+  // stderr); when none loads, the run fails naming each.
   { std::ofstream(dir + "/ckpt-30.pt") << "garbage"; }
-  Result bad = RunTrain(common + " --resume=latest");
+  Result older = RunTrain(common + " --resume=latest");
+  ASSERT_EQ(older.code, 0) << older.err;
+  EXPECT_NE(older.err.find("ckpt-30.pt"), std::string::npos) << older.err;
+  EXPECT_NE(older.err.find("trying the checkpoint before it"), std::string::npos) << older.err;
+  EXPECT_NE(older.out.find("\"event\":\"resumed\",\"path\":\"" + dir + "/ckpt-20.pt\""),
+            std::string::npos) << older.out;
+  EXPECT_EQ(Field(older.last_line(), "val_loss"), Field(full.last_line(), "val_loss"));
+  const std::string all_bad = testutil::MakeTempDir("fwtrain-allbad");
+  { std::ofstream(all_bad + "/ckpt-5.pt") << "garbage"; }
+  { std::ofstream(all_bad + "/ckpt-9.pt") << "more garbage"; }
+  Result bad = RunTrain("--model=mlp --dataset=synthetic --synthetic-size=512 --batch-size=32 "
+                        "--epochs=1 --resume=latest --checkpoint-dir=" + all_bad);
   EXPECT_EQ(bad.code, 1);
-  EXPECT_NE(bad.err.find("ckpt-30.pt"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("no checkpoint in " + all_bad + " loads"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("ckpt-5.pt"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("ckpt-9.pt"), std::string::npos) << bad.err;
+  testutil::RemoveTree(all_bad);
   // The newest by step, by the name it has on disk (zero-padded: step 40).
   std::filesystem::remove(dir + "/ckpt-30.pt");
   std::filesystem::copy_file(dir + "/ckpt-20.pt", dir + "/ckpt-00040.pt");

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
+#include <vector>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -33,26 +35,27 @@
 namespace frameworm {
 namespace {
 
-// Newest <dir>/ckpt-<step>.pt, or NOT_FOUND.
-absl::StatusOr<std::string> LatestCheckpoint(const std::string& dir) {
+// Every <dir>/ckpt-<step>.pt, the highest step first, or NOT_FOUND.
+absl::StatusOr<std::vector<std::string>> CheckpointsNewestFirst(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return absl::NotFoundError(absl::StrCat("no checkpoint directory ", dir));
-  int64_t best = -1;
-  std::string best_name;  // as it is on disk (ckpt-007.pt is step 7)
+  std::vector<std::pair<int64_t, std::string>> found;  // names as on disk (ckpt-007.pt is step 7)
   while (dirent* e = ::readdir(d)) {
     std::string n = e->d_name;
     if (n.rfind("ckpt-", 0) != 0 || n.size() < 9 || n.substr(n.size() - 3) != ".pt") continue;
     const std::string digits = n.substr(5, n.size() - 8);
     int64_t s = 0;
     if (digits.find_first_not_of("0123456789") == std::string::npos &&
-        absl::SimpleAtoi(digits, &s) && s > best) {
-      best = s;
-      best_name = n;
+        absl::SimpleAtoi(digits, &s)) {
+      found.emplace_back(s, n);
     }
   }
   ::closedir(d);
-  if (best < 0) return absl::NotFoundError(absl::StrCat("no ckpt-<step>.pt in ", dir));
-  return absl::StrCat(dir, "/", best_name);
+  if (found.empty()) return absl::NotFoundError(absl::StrCat("no ckpt-<step>.pt in ", dir));
+  std::sort(found.begin(), found.end(), std::greater<>());
+  std::vector<std::string> paths;
+  for (const auto& [step, name] : found) paths.push_back(absl::StrCat(dir, "/", name));
+  return paths;
 }
 
 int Fail(const std::string& what) {
@@ -347,10 +350,28 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
   };
 
   std::string resume = env.resume_from.empty() ? f.resume : env.resume_from;
+  bool loaded = false;
   if (resume == "latest") {
-    auto l = LatestCheckpoint(f.checkpoint_dir);
-    if (!l.ok()) return Fail(std::string(l.status().message()));
-    resume = *l;
+    // The newest checkpoint that loads: a torn or corrupt one (DATA_LOSS,
+    // which changes nothing) gives way to the one before it.
+    auto all = CheckpointsNewestFirst(f.checkpoint_dir);
+    if (!all.ok()) return Fail(std::string(all.status().message()));
+    std::string why;
+    for (const std::string& path : *all) {
+      absl::Status s = trainer->load_checkpoint(path);
+      if (s.ok()) {
+        resume = path;
+        loaded = true;
+        break;
+      }
+      if (s.code() != absl::StatusCode::kDataLoss) return Fail(std::string(s.message()));
+      std::cerr << "frameworm-train: " << s.message() << "; trying the checkpoint before it"
+                << std::endl;
+      absl::StrAppend(&why, why.empty() ? "" : "; ", s.message());
+    }
+    if (!loaded) {
+      return Fail(absl::StrCat("no checkpoint in ", f.checkpoint_dir, " loads: ", why));
+    }
   }
   std::string load_from = resume;
   bool private_copy = false;
@@ -381,7 +402,7 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
       return Fail(absl::StrCat(why, ReportedBad(kept)));
     }
   }
-  if (!resume.empty()) {
+  if (!resume.empty() && !loaded) {
     absl::Status s = trainer->load_checkpoint(load_from);
     if (private_copy) {
       std::error_code ec;
@@ -416,11 +437,11 @@ int RunTrainer(const TrainConfig& f, const RankEnv& env, bool distributed) {
       return Fail(absl::StrCat(s.message(), ReportedBad(kept)));
     }
     if (!s.ok()) return Fail(std::string(s.message()));
-    if (rank == 0) {
-      std::cout << "{\"event\":\"resumed\",\"path\":\"" << resume << "\",\"step\":"
-                << trainer->state().step << ",\"epoch\":" << trainer->state().epoch << "}"
-                << std::endl;
-    }
+  }
+  if (!resume.empty() && rank == 0) {
+    std::cout << "{\"event\":\"resumed\",\"path\":\"" << resume << "\",\"step\":"
+              << trainer->state().step << ",\"epoch\":" << trainer->state().epoch << "}"
+              << std::endl;
   }
   if (rank == 0) {
     std::cout << "{\"event\":\"start\",\"model\":\"" << f.model << "\",\"dataset\":\"" << f.dataset
