@@ -120,10 +120,11 @@ struct CoordinatorOptions {
   // to start (PENDING): each holds its spec in memory and is looked at on
   // every scheduling pass. 0: unbounded.
   int max_queued_jobs = 10000;
-  // At most this many ended jobs are kept: past it the oldest to have
-  // ended are deleted as retain_finished deletes them, before their time
-  // (cancelled submissions would otherwise pile up for retain_finished,
-  // each with its spec, and every listing copies them all). 0: unbounded.
+  // At most this many ended jobs are kept per owner (JobSpec.owner, the
+  // submitter): past it that owner's oldest to have ended are deleted as
+  // retain_finished deletes them, before their time (cancelled submissions
+  // would otherwise pile up for retain_finished, each with its spec, and
+  // every listing copies them all). 0: unbounded.
   int max_ended_jobs = 10000;
   // Tick() calls this far apart mean the coordinator itself was stalled
   // (stopped, starved, a paused VM): worker and rank timers move on by the

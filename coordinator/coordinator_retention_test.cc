@@ -142,6 +142,23 @@ TEST_F(RetentionTest, PastTheLimitTheOldestEndedJobsGoFirst) {
   coord_.reset();
   Open();
   EXPECT_EQ(coord_->ListJobs().size(), 4u);
+  // Per owner: another user's older ended job stays while this owner's
+  // flood goes on (only this owner's oldest go).
+  AddWorker("w0", 1);  // a new session after the restart
+  absl::StatusOr<std::string> bobs = coord_->SubmitJob(Spec(2, 1), "bob");
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  ASSERT_EQ(coord_->CancelJob(*bobs)->state(), v1::CANCELLED);
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    const std::string again = Submit(Spec(2, 1));
+    ASSERT_EQ(coord_->CancelJob(again)->state(), v1::CANCELLED);
+  }
+  Heartbeat("w0");
+  TickLater(absl::Seconds(11));
+  EXPECT_TRUE(coord_->GetJob(*bobs).ok()) << "another owner's job went";
+  for (int i = 2; i < 5; ++i) {
+    EXPECT_EQ(coord_->GetJob(ended[i]).status().code(), absl::StatusCode::kNotFound) << i;
+  }
 }
 
 // The newest job expires, then the coordinator restarts: the next job gets

@@ -3,6 +3,7 @@
 #include "coordinator/job_scheduler.h"
 
 #include <algorithm>
+#include <map>
 
 namespace frameworm::coordinator {
 
@@ -22,18 +23,21 @@ std::vector<std::string> JobScheduler::ExpireFinished(int64_t before_ms) {
 }
 
 std::vector<std::string> JobScheduler::ExpireOldestFinished(size_t keep) {
-  std::vector<std::pair<int64_t, std::string>> ended;  // (finished_ms, id)
+  // Per owner: (finished_ms, id) of its ended jobs.
+  std::map<std::string, std::vector<std::pair<int64_t, std::string>>> ended;
   for (const auto& [id, job] : jobs_) {
-    if (IsFinal(job->state)) ended.emplace_back(job->finished_ms, id);
+    if (IsFinal(job->state)) ended[job->spec.owner()].emplace_back(job->finished_ms, id);
   }
   std::vector<std::string> expired;
-  if (ended.size() <= keep) return expired;
-  const size_t drop = ended.size() - keep;
-  std::nth_element(ended.begin(), ended.begin() + static_cast<long>(drop), ended.end());
-  for (size_t i = 0; i < drop; ++i) {
-    changed_.erase(ended[i].second);
-    jobs_.erase(ended[i].second);
-    expired.push_back(std::move(ended[i].second));
+  for (auto& [owner, mine] : ended) {
+    if (mine.size() <= keep) continue;
+    const size_t drop = mine.size() - keep;
+    std::nth_element(mine.begin(), mine.begin() + static_cast<long>(drop), mine.end());
+    for (size_t i = 0; i < drop; ++i) {
+      changed_.erase(mine[i].second);
+      jobs_.erase(mine[i].second);
+      expired.push_back(std::move(mine[i].second));
+    }
   }
   return expired;
 }

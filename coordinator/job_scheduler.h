@@ -201,8 +201,9 @@ class JobScheduler {
   // `before_ms` from the table; returns their ids. Their rows and files are
   // the caller's to delete.
   std::vector<std::string> ExpireFinished(int64_t before_ms);
-  // Removes the ended jobs beyond the `keep` that ended last (ties: the
-  // higher id stays); returns their ids, as ExpireFinished.
+  // Removes each owner's ended jobs beyond the `keep` that ended last
+  // (ties: the higher id stays), so one user's flood removes only that
+  // user's history; returns their ids, as ExpireFinished.
   std::vector<std::string> ExpireOldestFinished(size_t keep);
   // Thins every job's metric history (MetricAggregator::Thin): a job that
   // has not ended once it holds over 2 x `limit` steps, an ended one to

@@ -80,8 +80,8 @@ ABSL_FLAG(int64_t, min_free_state, int64_t{64} << 20,
 ABSL_FLAG(int, max_queued_jobs, 10000,
           "new jobs are refused while this many wait to start (PENDING); 0: unbounded");
 ABSL_FLAG(int, max_ended_jobs, 10000,
-          "ended jobs kept: past it the oldest to have ended are deleted as --retain-finished "
-          "deletes them, before their time; 0: unbounded");
+          "ended jobs kept per owner: past it that owner's oldest to have ended are deleted as "
+          "--retain-finished deletes them, before their time; 0: unbounded");
 ABSL_FLAG(int64_t, rpc_memory_quota, int64_t{256} << 20,
           "bytes gRPC may hold for the API's connections and calls; past it new calls are "
           "refused (RESOURCE_EXHAUSTED) and connections told to back off instead of a flood "

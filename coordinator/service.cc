@@ -97,20 +97,28 @@ struct CoordinatorService::Impl {
     if (it != sessions.end() && it->second == p) sessions.erase(it);
   }
   // Streams that follow a job (WatchJob, GetLogs): at most
-  // kMaxWatchersPerJob for one job and kMaxWatchers in all (every change of
-  // the job pokes each of its watchers under `mu`, which worker sessions
-  // need too). A stream reserves its place before its reactor exists
-  // (ReserveWatcher), registers in its constructor (AddWatcher) and gives
-  // both back in OnDone (RemoveWatcher).
+  // kMaxWatchersPerJob for one job, kMaxWatchersPerCaller for one caller
+  // (Caller::Owner: a user, an admin, or every plaintext caller together)
+  // and kMaxWatchers in all (every change of the job pokes each of its
+  // watchers under `mu`, which worker sessions need too; one user cannot
+  // take every place). A stream reserves its place before its reactor
+  // exists (ReserveWatcher), registers in its constructor (AddWatcher) and
+  // gives both back in OnDone (RemoveWatcher).
   static constexpr int kMaxWatchersPerJob = 64;
+  static constexpr int kMaxWatchersPerCaller = 256;
   static constexpr int kMaxWatchers = 4096;
   std::map<std::string, int> watchers_of ABSL_GUARDED_BY(mu);  // reserved, per job
+  std::map<std::string, int> watchers_by ABSL_GUARDED_BY(mu);  // reserved, per caller
   int watchers_total ABSL_GUARDED_BY(mu) = 0;
-  absl::Status ReserveWatcher(const std::string& job) {
+  absl::Status ReserveWatcher(const std::string& job, const std::string& caller) {
     absl::MutexLock l(&mu);
     if (watchers_total >= kMaxWatchers) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the coordinator serves ", watchers_total, " job streams (watch, logs) already; retry later"));
+    }
+    if (auto by = watchers_by.find(caller); by != watchers_by.end() && by->second >= kMaxWatchersPerCaller) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "this caller has ", by->second, " job streams (watch, logs) open already; close some and retry"));
     }
     int& n = watchers_of[job];
     if (n >= kMaxWatchersPerJob) {
@@ -119,6 +127,7 @@ struct CoordinatorService::Impl {
           " streams (watch, logs) open already; close some and retry"));
     }
     ++n;
+    ++watchers_by[caller];
     ++watchers_total;
     return absl::OkStatus();
   }
@@ -126,11 +135,14 @@ struct CoordinatorService::Impl {
     absl::MutexLock l(&mu);
     job_watchers.emplace(job, p);
   }
-  void RemoveWatcher(const std::string& job, Pokeable* p) {
+  void RemoveWatcher(const std::string& job, const std::string& caller, Pokeable* p) {
     absl::MutexLock l(&mu);
     if (auto n = watchers_of.find(job); n != watchers_of.end()) {
       if (--n->second <= 0) watchers_of.erase(n);
       --watchers_total;
+    }
+    if (auto by = watchers_by.find(caller); by != watchers_by.end() && --by->second <= 0) {
+      watchers_by.erase(by);
     }
     auto [b, e] = job_watchers.equal_range(job);
     for (auto it = b; it != e; ++it)
@@ -283,13 +295,14 @@ class SessionReactor final
 class WatchReactor final
     : public WritePump<grpc::ServerWriteReactor<v1::JobStatus>, v1::JobStatus> {
  public:
-  WatchReactor(Impl* impl, std::string job)
-      : impl_(impl), job_(std::move(job)) {
+  // `caller`: the key its place was reserved under (ReserveWatcher).
+  WatchReactor(Impl* impl, std::string job, std::string caller)
+      : impl_(impl), job_(std::move(job)), caller_(std::move(caller)) {
     impl_->AddWatcher(job_, this);
     Poke();
   }
   void OnDone() override {
-    impl_->RemoveWatcher(job_, this);
+    impl_->RemoveWatcher(job_, caller_, this);
     delete this;
   }
 
@@ -309,6 +322,7 @@ class WatchReactor final
 
   Impl* const impl_;
   const std::string job_;
+  const std::string caller_;
   std::string last_ ABSL_GUARDED_BY(mu_);
   bool final_sent_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -322,8 +336,9 @@ class WatchReactor final
 class LogsReactor final
     : public WritePump<grpc::ServerWriteReactor<v1::LogChunk>, v1::LogChunk> {
  public:
-  LogsReactor(Impl* impl, const v1::GetLogsRequest& req)
-      : impl_(impl), req_(req) {
+  // `caller`: the key its place was reserved under (ReserveWatcher).
+  LogsReactor(Impl* impl, const v1::GetLogsRequest& req, std::string caller)
+      : impl_(impl), req_(req), caller_(std::move(caller)) {
     {
       absl::MutexLock l(&mu_);
       if (req_.rank() >= 0) offsets_[req_.rank()] = FirstOffset();
@@ -332,7 +347,7 @@ class LogsReactor final
     Poke();
   }
   void OnDone() override {
-    impl_->RemoveWatcher(req_.job_id(), this);
+    impl_->RemoveWatcher(req_.job_id(), caller_, this);
     delete this;
   }
 
@@ -378,6 +393,7 @@ class LogsReactor final
 
   Impl* const impl_;
   const v1::GetLogsRequest req_;
+  const std::string caller_;
   std::map<int, int64_t> offsets_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -550,9 +566,10 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
       grpc::CallbackServerContext* ctx, const v1::WatchJobRequest* req) override {
     if (absl::Status s = JobAllowed(impl_, CallerOf(*ctx), req->job_id()); !s.ok())
       return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(s);
-    if (absl::Status s = impl_->ReserveWatcher(req->job_id()); !s.ok())
+    const std::string caller = CallerOf(*ctx).Owner();
+    if (absl::Status s = impl_->ReserveWatcher(req->job_id(), caller); !s.ok())
       return new Refused<grpc::ServerWriteReactor<v1::JobStatus>>(s);
-    return new WatchReactor(impl_, req->job_id());
+    return new WatchReactor(impl_, req->job_id(), caller);
   }
   grpc::ServerUnaryReactor* RequestCheckpoint(
       grpc::CallbackServerContext* ctx, const v1::RequestCheckpointRequest* req,
@@ -674,9 +691,10 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
         !s.ok()) {
       return new Refused<grpc::ServerWriteReactor<v1::LogChunk>>(s);
     }
-    if (absl::Status s = impl_->ReserveWatcher(req->job_id()); !s.ok())
+    const std::string caller = CallerOf(*ctx).Owner();
+    if (absl::Status s = impl_->ReserveWatcher(req->job_id(), caller); !s.ok())
       return new Refused<grpc::ServerWriteReactor<v1::LogChunk>>(s);
-    return new LogsReactor(impl_, *req);
+    return new LogsReactor(impl_, *req, caller);
   }
 
  private:

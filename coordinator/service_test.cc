@@ -49,6 +49,7 @@ class ServiceTest : public ::testing::Test {
     auto server = StartServer(ServerOptions{}, service_->services());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server->server);
+    port_ = server->port;
     auto channel = MakeChannel("127.0.0.1:" + std::to_string(server->port));
     jobs_ = v1::JobService::NewStub(channel);
     workers_ = v1::WorkerService::NewStub(channel);
@@ -296,6 +297,7 @@ class ServiceTest : public ::testing::Test {
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
+  int port_ = 0;
   std::unique_ptr<v1::WorkerService::Stub> workers_;
   std::unique_ptr<v1::TrainerService::Stub> trainers_;
 };
@@ -1384,6 +1386,53 @@ TEST_F(ServiceTest, StreamsFollowingAJobAreBounded) {
     if (!again) absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_TRUE(again) << "a closed stream's place is free again";
+  for (auto& c : ctxs) c->TryCancel();
+  for (auto& w : watches) {
+    while (w->Read(&st)) {
+    }
+    (void)w->Finish();
+  }
+}
+
+// One caller holds at most 256 streams that follow jobs, however many jobs
+// it spreads them over (each of 64 per job): one user cannot take every
+// place. Each job's streams go over a connection of their own (at most 256
+// streams run on one).
+TEST_F(ServiceTest, StreamsFollowingJobsAreBoundedPerCaller) {
+  constexpr int kPerJob = 64, kPerCaller = 256;  // Impl's limits
+  std::vector<std::unique_ptr<v1::JobService::Stub>> stubs;
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobStatus>>> watches;
+  v1::JobStatus st;
+  auto stub = [&] {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+    stubs.push_back(v1::JobService::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials(), args)));
+    return stubs.back().get();
+  };
+  for (int j = 0; j < kPerCaller / kPerJob; ++j) {
+    v1::WatchJobRequest wreq;
+    wreq.set_job_id(Submit(Spec(1)));  // pending: no worker
+    v1::JobService::Stub* s = stub();
+    for (int i = 0; i < kPerJob; ++i) {
+      ctxs.push_back(std::make_unique<grpc::ClientContext>());
+      Deadline(ctxs.back().get(), 30);
+      watches.push_back(s->WatchJob(ctxs.back().get(), wreq));
+      ASSERT_TRUE(watches.back()->Read(&st)) << "job " << j << " stream " << i;
+    }
+  }
+  {
+    v1::WatchJobRequest wreq;
+    wreq.set_job_id(Submit(Spec(1)));  // a job with no stream yet
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    auto w = stub()->WatchJob(&ctx, wreq);
+    EXPECT_FALSE(w->Read(&st));
+    grpc::Status g = w->Finish();
+    EXPECT_EQ(g.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << g.error_message();
+    EXPECT_NE(g.error_message().find("this caller has 256"), std::string::npos) << g.error_message();
+  }
   for (auto& c : ctxs) c->TryCancel();
   for (auto& w : watches) {
     while (w->Read(&st)) {
