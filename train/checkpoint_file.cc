@@ -111,8 +111,8 @@ absl::StatusOr<std::unique_ptr<CheckpointFileWriter>> CheckpointFileWriter::Open
   try {
     w->writer_ = std::thread([p = w.get()] { p->WriterLoop(); });
   } catch (const std::system_error& e) {  // a process limit: the temp file goes with w
-    w->status_ = absl::ResourceExhaustedError(
-        absl::StrCat("no thread to write ", tmp, ": ", e.what()));
+    // Not RESOURCE_EXHAUSTED: callers take that for a full disk.
+    w->status_ = absl::UnavailableError(absl::StrCat("no thread to write ", tmp, ": ", e.what()));
     return w->status_;
   }
   return w;

@@ -584,7 +584,8 @@ absl::Status Trainer::save_checkpoint_async(const std::string& path, int64_t ste
     ckpt_cv_.notify_all();
     disk_save_step_ = 0;
     ckpt_busy_ = false;
-    return absl::ResourceExhaustedError(
+    // Not RESOURCE_EXHAUSTED: that is a full disk, which skips a checkpoint.
+    return absl::UnavailableError(
         absl::StrCat("no thread to write the checkpoint of step ", step, ": ", e.what()));
   }
   return absl::OkStatus();
@@ -785,14 +786,21 @@ absl::Status Trainer::TrainImpl(DataLoader& train_loader, DataLoader& val_loader
   // last step, or the run resumed from it with nothing left to do): the
   // same step written again could differ (another world size) from what
   // was recorded.
+  // Rank 0 decides (the ranks may have loaded the step's checkpoint under
+  // different paths: a private copy, a refetched one).
   const bool last_step_unaligned = options_.checkpoint_every > 0 && state_.step > 0 &&
                                    state_.step % options_.checkpoint_every != 0;
-  const bool final_checkpoint = last_step_unaligned && last_checkpoint_step_ != state_.step;
-  if (final_checkpoint) {
-    absl::Status s = CheckpointAt(state_.step);
-    if (!s.ok()) return s;
+  bool final_checkpoint = last_step_unaligned && last_checkpoint_step_ != state_.step;
+  if (last_step_unaligned && world_size() > 1) {
+    auto agreed = BroadcastFromRank0({final_checkpoint ? 1 : 0}, "final checkpoint");
+    if (!agreed.ok()) return agreed.status();
+    final_checkpoint = (*agreed)[0] != 0;
   }
-  absl::Status last = JoinCheckpointWrite();  // the last save is durable (and reported)
+  // Every rank goes on to the outcome below whatever its save returned
+  // (an asynchronous one fails on rank 0 alone).
+  absl::Status last = final_checkpoint ? CheckpointAt(state_.step) : absl::OkStatus();
+  // The last save is durable (and reported).
+  if (absl::Status joined = JoinCheckpointWrite(); last.ok()) last = joined;
   // The finished model is not skipped for a full disk: that fails the rank
   // (its restart resumes from the previous checkpoint and tries again).
   if (last.ok() && last_step_unaligned) {

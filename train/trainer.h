@@ -155,7 +155,8 @@ struct TrainerOptions {
   // checkpoint already (one on request, or the one it was resumed from in
   // checkpoint_dir: never written twice).
   int64_t checkpoint_every = 0;
-  // Called on every rank after every step. Only rank 0's answer counts in a
+  // Called on every rank after every step (after the step's eval_every
+  // evaluation, when it has one). Only rank 0's answer counts in a
   // DistributedTrainer when sync_step_actions is set: it is broadcast (one
   // tiny collective per step: a barrier in the intra-node shared memory
   // when the gradients go there, else the process group) so all ranks act
@@ -185,7 +186,8 @@ struct TrainerOptions {
   // step's forward and backward instead, and that step's optimizer update
   // waits for the copy if it is not done); serialization, checksum, write,
   // fsync and rename run on a background thread, and the other ranks do not
-  // wait at all. At most
+  // wait for it (until the end of train(), which returns on every rank once
+  // the last save is durable). At most
   // one save is in flight: a checkpoint due while one is written waits for
   // it (nothing is skipped). train() returns only after the last save is
   // durable. A write that fails for any reason but a full disk ends train()
@@ -252,8 +254,11 @@ class Trainer {
 
   // Trains from state() (epoch/batch position, so a loaded checkpoint
   // resumes mid-epoch) until options.epochs or max_steps, evaluating on
-  // val_loader after each epoch and at the end. Errors: from the step hook,
-  // checkpoints or collectives; c10::Error is converted to INTERNAL.
+  // val_loader after each epoch and at the end. In a DistributedTrainer its
+  // end is collective: every rank returns once rank 0's last checkpoint is
+  // durable (ABORTED on the others when rank 0's failed). Errors: from the
+  // step hook, checkpoints or collectives; c10::Error is converted to
+  // INTERNAL.
   absl::Status train(DataLoader& train_loader, DataLoader& val_loader);
 
   // One optimizer step over the given micro-batches (gradients accumulated,
@@ -271,8 +276,11 @@ class Trainer {
   absl::StatusOr<CheckpointFileInfo> save_checkpoint(const std::string& path);
   // Rank 0 snapshots the state and returns; the file is written in the
   // background (see TrainerOptions::async_checkpoint; on_checkpoint or
-  // on_checkpoint_skipped tell the outcome). Other ranks return at once.
-  // Errors: a failure of the previous asynchronous save, or of the snapshot.
+  // on_checkpoint_skipped tell the outcome). Other ranks return at once, so
+  // an error is rank 0's alone: in a DistributedTrainer every rank calls
+  // wait_for_checkpoint() (collective) whatever this returned.
+  // Errors: a failure of the previous asynchronous save, or of the
+  // snapshot; UNAVAILABLE when no thread can be created to write it.
   absl::Status save_checkpoint_async(const std::string& path, int64_t step);
   // Waits until no asynchronous save is in flight; returns (and forgets) the
   // failure of the last one, if any (a full disk is not a failure). In a
