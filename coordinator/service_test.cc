@@ -78,6 +78,22 @@ class ServiceTest : public ::testing::Test {
     return "";
   }
 
+  // Every rank's log of job `id`, followed.
+  static v1::GetLogsRequest FollowEveryRank(const std::string& id) {
+    v1::GetLogsRequest r;
+    r.set_job_id(id);
+    r.set_rank(-1);
+    r.set_follow(true);
+    return r;
+  }
+  // Cancels a WatchJob stream and reads it to its end.
+  static void EndWatch(grpc::ClientContext& ctx, grpc::ClientReader<v1::JobStatus>& w) {
+    ctx.TryCancel();
+    v1::JobStatus st;
+    while (w.Read(&st)) {
+    }
+    (void)w.Finish();
+  }
   static void Deadline(grpc::ClientContext* ctx, int seconds = 10) {
     ctx->set_deadline(std::chrono::system_clock::now() +
                       std::chrono::seconds(seconds));
@@ -1147,10 +1163,7 @@ TEST_F(ServiceTest, WatchStreamsUntilFinalAndLogsAreServed) {
   // Follow the logs while the job runs.
   grpc::ClientContext lctx;
   Deadline(&lctx);
-  v1::GetLogsRequest lreq;
-  lreq.set_job_id(id);
-  lreq.set_rank(-1);
-  lreq.set_follow(true);
+  v1::GetLogsRequest lreq = FollowEveryRank(id);
   auto logs = jobs_->GetLogs(&lctx, lreq);
   v1::LogChunk chunk;
   ASSERT_TRUE(logs->Read(&chunk));
@@ -1356,22 +1369,16 @@ TEST_F(ServiceTest, StreamsFollowingAJobAreBounded) {
   {
     grpc::ClientContext lctx;
     Deadline(&lctx);
-    v1::GetLogsRequest lreq;
-    lreq.set_job_id(id);
-    lreq.set_rank(-1);
-    lreq.set_follow(true);
-    auto logs = jobs_->GetLogs(&lctx, lreq);
+    auto logs = jobs_->GetLogs(&lctx, FollowEveryRank(id));
     v1::LogChunk chunk;
     EXPECT_FALSE(logs->Read(&chunk));
     grpc::Status g = logs->Finish();
     EXPECT_EQ(g.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << g.error_message();
     EXPECT_NE(g.error_message().find(id), std::string::npos) << g.error_message();
   }
-  ctxs.back()->TryCancel();
-  while (watches.back()->Read(&st)) {
-  }
-  (void)watches.back()->Finish();
+  EndWatch(*ctxs.back(), *watches.back());
   watches.pop_back();
+  ctxs.pop_back();
   // Its place is given back in OnDone, a moment after the client saw the end.
   bool again = false;
   for (int attempt = 0; attempt < 50 && !again; ++attempt) {
@@ -1379,19 +1386,11 @@ TEST_F(ServiceTest, StreamsFollowingAJobAreBounded) {
     Deadline(&ctx);
     auto w = jobs_->WatchJob(&ctx, wreq);
     again = w->Read(&st);
-    ctx.TryCancel();
-    while (w->Read(&st)) {
-    }
-    (void)w->Finish();
+    EndWatch(ctx, *w);
     if (!again) absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_TRUE(again) << "a closed stream's place is free again";
-  for (auto& c : ctxs) c->TryCancel();
-  for (auto& w : watches) {
-    while (w->Read(&st)) {
-    }
-    (void)w->Finish();
-  }
+  for (size_t i = 0; i < watches.size(); ++i) EndWatch(*ctxs[i], *watches[i]);
 }
 
 // One caller holds at most 256 streams that follow jobs, however many jobs
@@ -1433,12 +1432,7 @@ TEST_F(ServiceTest, StreamsFollowingJobsAreBoundedPerCaller) {
     EXPECT_EQ(g.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << g.error_message();
     EXPECT_NE(g.error_message().find("this caller has 256"), std::string::npos) << g.error_message();
   }
-  for (auto& c : ctxs) c->TryCancel();
-  for (auto& w : watches) {
-    while (w->Read(&st)) {
-    }
-    (void)w->Finish();
-  }
+  for (size_t i = 0; i < watches.size(); ++i) EndWatch(*ctxs[i], *watches[i]);
 }
 
 TEST_F(ServiceTest, ShutdownEndsOpenStreams) {

@@ -487,18 +487,10 @@ TEST(AsyncCheckpointTest, ASnapshotThatCannotAllocateLeavesTheOptimizerAsItWas) 
   const char* mode = std::getenv("FRAMEWORM_SNAPSHOT_NOMEM");
   if (mode == nullptr) {
     for (const char* m : {"now", "deferred"}) {
-      const std::string log = testutil::MakeTempDir("snap-nomem") + "/log";
-      const std::string cmd = std::string("FRAMEWORM_SNAPSHOT_NOMEM=") + m + " " +
-                              testutil::SelfExe() +
-                              " --gtest_filter=AsyncCheckpointTest."
-                              "ASnapshotThatCannotAllocateLeavesTheOptimizerAsItWas > " +
-                              log + " 2>&1";
-      const int rc = std::system(cmd.c_str());
-      std::ifstream f(log);
-      const std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      EXPECT_EQ(rc, 0) << m << ": " << out;
-      EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << m << ": " << out;
-      testutil::RemoveTree(log.substr(0, log.rfind('/')));
+      const testutil::ChildRun child =
+          testutil::RunThisTestAgain(std::string("FRAMEWORM_SNAPSHOT_NOMEM=") + m);
+      EXPECT_EQ(child.rc, 0) << m << ": " << child.log;
+      EXPECT_NE(child.log.find("[  PASSED  ] 1 test"), std::string::npos) << m << ": " << child.log;
     }
     return;
   }
@@ -545,17 +537,10 @@ TEST(AsyncCheckpointTest, ASnapshotThatCannotAllocateLeavesTheOptimizerAsItWas) 
 TEST(AsyncCheckpointTest, ASaveWithoutAThreadIsANamedErrorAndLeavesNoFlagSet) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a child as another user";
   if (std::getenv("FRAMEWORM_SAVE_NOTHREAD") == nullptr) {
-    const std::string dir = testutil::MakeTempDir("save-nothread");
-    const std::string cmd = "FRAMEWORM_SAVE_NOTHREAD=1 timeout 120 " + testutil::SelfExe() +
-                            " --gtest_filter=AsyncCheckpointTest."
-                            "ASaveWithoutAThreadIsANamedErrorAndLeavesNoFlagSet > " + dir +
-                            "/log 2>&1";
-    const int rc = std::system(cmd.c_str());
-    std::ifstream f(dir + "/log");
-    const std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(rc, 0) << out;
-    EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
-    testutil::RemoveTree(dir);
+    const testutil::ChildRun child =
+        testutil::RunThisTestAgain("FRAMEWORM_SAVE_NOTHREAD=1", "timeout 120");
+    EXPECT_EQ(child.rc, 0) << child.log;
+    EXPECT_NE(child.log.find("[  PASSED  ] 1 test"), std::string::npos) << child.log;
     return;
   }
   const std::string dir = testutil::MakeTempDir("save-nothread-child");

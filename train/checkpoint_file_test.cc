@@ -130,21 +130,13 @@ TEST(CheckpointFileTest, NoMemoryForBuffersIsANamedErrorAndLeavesNoFile) {
     return;
   }
   const std::string dir = testutil::MakeTempDir("cknomem");
-  const std::string cmd = "FRAMEWORM_NOMEM_DIR=" + dir + " " + SelfExe() +
-                          " --gtest_filter=CheckpointFileTest."
-                          "NoMemoryForBuffersIsANamedErrorAndLeavesNoFile > " + dir + ".log 2>&1";
-  const int rc = std::system(cmd.c_str());
-  const std::string log = Slurp(dir + ".log");
-  std::remove((dir + ".log").c_str());
-  EXPECT_EQ(rc, 0) << log;
-  EXPECT_NE(log.find("[  PASSED  ] 1 test"), std::string::npos) << log;
+  const testutil::ChildRun child = testutil::RunThisTestAgain("FRAMEWORM_NOMEM_DIR=" + dir);
+  EXPECT_EQ(child.rc, 0) << child.log;
+  EXPECT_NE(child.log.find("[  PASSED  ] 1 test"), std::string::npos) << child.log;
   EXPECT_FALSE(std::ifstream(dir + "/ckpt-1.pt").good());
   testutil::RemoveTree(dir);
 }
 
-// What writers that died left in a checkpoint directory (their pids are
-// gone) goes, whichever temporary name they wrote under; the files of a
-// live writer, checkpoints and other names stay.
 // A checkpoint path that names a FIFO, a device or a directory is refused
 // as not a regular file at once (opening a FIFO waits for no writer).
 TEST(CheckpointFileTest, WhatIsNotARegularFileIsRefusedWithoutWaiting) {
@@ -160,6 +152,9 @@ TEST(CheckpointFileTest, WhatIsNotARegularFileIsRefusedWithoutWaiting) {
   testutil::RemoveTree(dir);
 }
 
+// What writers that died left in a checkpoint directory (their pids are
+// gone) goes, whichever temporary name they wrote under; the files of a
+// live writer, checkpoints and other names stay.
 TEST(CheckpointFileTest, StaleTemporaryFilesOfEveryKindAreRemoved) {
   const std::string dir = testutil::MakeTempDir("ckstale");
   const pid_t child = ::fork();
@@ -204,14 +199,9 @@ TEST(CheckpointFileTest, APayloadLargerThanMemoryIsANamedErrorNotAnAbort) {
     f.write(header, sizeof(header));
   }
   ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(sizeof(header) + len)), 0);
-  const std::string cmd = "FRAMEWORM_BIGCKPT_FILE=" + path + " " + SelfExe() +
-                          " --gtest_filter=CheckpointFileTest."
-                          "APayloadLargerThanMemoryIsANamedErrorNotAnAbort > " + dir + ".log 2>&1";
-  const int rc = std::system(cmd.c_str());
-  const std::string log = Slurp(dir + ".log");
-  std::remove((dir + ".log").c_str());
-  EXPECT_EQ(rc, 0) << log;
-  EXPECT_NE(log.find("[  PASSED  ] 1 test"), std::string::npos) << log;
+  const testutil::ChildRun child = testutil::RunThisTestAgain("FRAMEWORM_BIGCKPT_FILE=" + path);
+  EXPECT_EQ(child.rc, 0) << child.log;
+  EXPECT_NE(child.log.find("[  PASSED  ] 1 test"), std::string::npos) << child.log;
   testutil::RemoveTree(dir);
 }
 

@@ -31,17 +31,19 @@ std::pair<int, int> RankAndWorld(int rank, int world) {
 DistributedSampler::DistributedSampler(int64_t size, int rank, int world_size,
                                        bool shuffle, uint64_t seed,
                                        bool drop_last)
+    : DistributedSampler(size, RankAndWorld(rank, world_size), shuffle, seed, drop_last) {}
+
+DistributedSampler::DistributedSampler(int64_t size, std::pair<int, int> rank_and_world,
+                                       bool shuffle, uint64_t seed, bool drop_last)
     : size_(size),
-      rank_(RankAndWorld(rank, world_size).first),
-      world_size_(RankAndWorld(rank, world_size).second),
+      rank_(rank_and_world.first),
+      world_size_(rank_and_world.second),
       shuffle_(shuffle),
       seed_(seed),
       drop_last_(drop_last) {
-  rank = rank_;
-  world_size = world_size_;
-  TORCH_CHECK(world_size >= 1, "DistributedSampler: world_size must be >= 1");
-  TORCH_CHECK(rank >= 0 && rank < world_size,
-              "DistributedSampler: rank ", rank, " outside [0, ", world_size, ")");
+  TORCH_CHECK(world_size_ >= 1, "DistributedSampler: world_size must be >= 1");
+  TORCH_CHECK(rank_ >= 0 && rank_ < world_size_,
+              "DistributedSampler: rank ", rank_, " outside [0, ", world_size_, ")");
   TORCH_CHECK(size >= 0, "DistributedSampler: negative size");
   if (drop_last_ && size_ % world_size_ != 0) {
     num_samples_ = (size_ - world_size_ + world_size_ - 1) / world_size_;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -42,6 +43,9 @@ class DistributedSampler {
   int world_size() const { return world_size_; }
 
  private:
+  // With rank and world size resolved (kFromProcessGroup replaced).
+  DistributedSampler(int64_t size, std::pair<int, int> rank_and_world, bool shuffle,
+                     uint64_t seed, bool drop_last);
   int64_t size_;
   int rank_;
   int world_size_;

@@ -1,7 +1,8 @@
 // Test helpers: temporary directories with POSIX calls only (libtorch.so
 // exports broken copies of some std::filesystem symbols such as remove_all),
-// this test binary's path, and a bound on the address space (for tests of
-// allocations that fail, run in a process of their own).
+// this test binary's path, the current test run again in a child process,
+// and a bound on the address space (for tests of allocations that fail,
+// run in a process of their own).
 #ifndef FRAMEWORM_TRAIN_TEST_UTIL_H_
 #define FRAMEWORM_TRAIN_TEST_UTIL_H_
 
@@ -12,7 +13,10 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 #include <string>
+
+#include <gtest/gtest.h>
 
 namespace frameworm::testutil {
 
@@ -35,6 +39,27 @@ inline void RemoveTree(const std::string& dir) {
 inline std::string SelfExe() {
   char exe[4096] = {};
   return ::readlink("/proc/self/exe", exe, sizeof(exe) - 1) > 0 ? exe : "";
+}
+
+// Runs the current test again alone, in a child process of this test
+// binary, with `env` ("NAME=value ...": how the child knows it is the
+// child) and an optional `wrapper` before it (e.g. "timeout 120").
+struct ChildRun {
+  int rc = -1;      // std::system's status
+  std::string log;  // the child's stdout and stderr
+};
+inline ChildRun RunThisTestAgain(const std::string& env, const std::string& wrapper = "") {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string dir = MakeTempDir("child-run");
+  const std::string cmd = env + " " + wrapper + " " + SelfExe() + " --gtest_filter=" +
+                          info->test_suite_name() + "." + info->name() + " > " + dir +
+                          "/log 2>&1";
+  ChildRun r;
+  r.rc = std::system(cmd.c_str());
+  std::ifstream f(dir + "/log", std::ios::binary);
+  r.log.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  RemoveTree(dir);
+  return r;
 }
 
 // Limits this process's address space to what it maps now plus `spare_kb`

@@ -424,11 +424,7 @@ TEST(CheckpointTest, ABadTrainerStateIsRefusedBeforeTheModelOrOptimizerChange) {
   TrainerOptions o;
   o.max_steps = 3;
   auto s = MakeRig(1, o);
-  {
-    auto tl = TrainLoader();
-    auto vl = ValLoader();
-    ASSERT_TRUE(s.trainer->train(tl, vl).ok());
-  }
+  ASSERT_TRUE(testutil::TrainOnSynthetic(s).ok());
   ASSERT_FALSE(s.opt->state().empty()) << "momentum buffers to load";
   const std::string dir = TempPath("badstate");
   auto write = [&](const std::string& name, const torch::Tensor& step, const torch::Tensor& rng) {
@@ -486,11 +482,7 @@ TEST(CheckpointTest, ARunResumedAtItsLastStepDoesNotRewriteThatCheckpoint) {
   int written = 0;
   o.on_checkpoint = [&](int64_t, const std::string&, const CheckpointFileInfo&) { ++written; };
   auto s = MakeRig(1, o);
-  {
-    auto tl = TrainLoader();
-    auto vl = ValLoader();
-    ASSERT_TRUE(s.trainer->train(tl, vl).ok());
-  }
+  ASSERT_TRUE(testutil::TrainOnSynthetic(s).ok());
   EXPECT_EQ(written, 2);  // step 3, and the final one of step 4
   const std::string last = o.checkpoint_dir + "/ckpt-4.pt";
   struct stat first {};
@@ -498,11 +490,7 @@ TEST(CheckpointTest, ARunResumedAtItsLastStepDoesNotRewriteThatCheckpoint) {
   written = 0;
   auto again = MakeRig(2, o);
   ASSERT_TRUE(again.trainer->load_checkpoint(last).ok());
-  {
-    auto tl = TrainLoader();
-    auto vl = ValLoader();
-    ASSERT_TRUE(again.trainer->train(tl, vl).ok());
-  }
+  ASSERT_TRUE(testutil::TrainOnSynthetic(again).ok());
   EXPECT_EQ(written, 0);
   struct stat second {};
   ASSERT_EQ(::stat(last.c_str(), &second), 0);
@@ -522,11 +510,7 @@ TEST(CheckpointTest, AStepsCheckpointHoldsTheBestMetricOfItsOwnEvaluation) {
   o.keep_best = true;
   o.checkpoint_dir = TempPath("evalfirst");
   auto s = MakeRig(1, o);
-  {
-    auto tl = TrainLoader();
-    auto vl = ValLoader();
-    ASSERT_TRUE(s.trainer->train(tl, vl).ok());
-  }
+  ASSERT_TRUE(testutil::TrainOnSynthetic(s).ok());
   ASSERT_TRUE(s.trainer->best_metric().has_value());
   auto again = MakeRig(2, o);
   ASSERT_TRUE(again.trainer->load_checkpoint(o.checkpoint_dir + "/ckpt-2.pt").ok());

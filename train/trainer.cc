@@ -881,47 +881,40 @@ absl::Status Trainer::load_checkpoint(const std::string& path) {
     if (!ar.try_read("optimizer", opt)) return bad("missing optimizer state");
     // Every scalar and the RNG state are read and checked before anything
     // changes (on error nothing is).
-    auto scalar = [&](const char* name, const torch::Tensor& t) -> absl::StatusOr<int64_t> {
-      if (t.numel() != 1) {
+    torch::Tensor saved_world, best, since_best;  // absent from older checkpoints
+    const bool has_world = ar.try_read("state/world_size", saved_world);
+    const bool has_best = ar.try_read("state/best", best) && ar.try_read("state/since_best", since_best);
+    for (const auto& [name, t] : {std::pair<const char*, const torch::Tensor&>{"state/epoch", epoch},
+                                  {"state/step", step},
+                                  {"state/batch_in_epoch", bie},
+                                  {"state/world_size", saved_world},
+                                  {"state/since_best", since_best},
+                                  {"state/best", best}}) {
+      if (t.defined() && t.numel() != 1) {
         return absl::DataLossError(absl::StrCat("checkpoint ", path, "'s ", name, " holds ",
                                                 t.numel(), " values, not one"));
       }
-      return t.to(torch::kCPU).item<int64_t>();
-    };
-    absl::StatusOr<int64_t> new_epoch = scalar("state/epoch", epoch);
-    if (!new_epoch.ok()) return new_epoch.status();
-    absl::StatusOr<int64_t> new_step = scalar("state/step", step);
-    if (!new_step.ok()) return new_step.status();
-    absl::StatusOr<int64_t> new_bie = scalar("state/batch_in_epoch", bie);
-    if (!new_bie.ok()) return new_bie.status();
-    if (*new_epoch < 0 || *new_step < 0 || *new_bie < 0) {
+    }
+    auto scalar = [](const torch::Tensor& t) { return t.to(torch::kCPU).item<int64_t>(); };
+    const int64_t new_epoch = scalar(epoch), new_step = scalar(step);
+    int64_t new_bie = scalar(bie);
+    if (new_epoch < 0 || new_step < 0 || new_bie < 0) {
       return absl::DataLossError(absl::StrCat("checkpoint ", path, " has a negative position: epoch ",
-                                              *new_epoch, ", step ", *new_step,
-                                              ", batch in epoch ", *new_bie));
+                                              new_epoch, ", step ", new_step,
+                                              ", batch in epoch ", new_bie));
     }
     // Saved by a world of another size (an elastic job grew or shrank):
     // the same share of the epoch's samples is done, each rank now takes
     // a 1/world share of every global batch.
-    torch::Tensor saved_world;
-    if (ar.try_read("state/world_size", saved_world)) {
-      absl::StatusOr<int64_t> w = scalar("state/world_size", saved_world);
-      if (!w.ok()) return w.status();
-      if (*w > 0 && *w != world_size()) *new_bie = *new_bie * *w / world_size();
+    if (has_world) {
+      const int64_t w = scalar(saved_world);
+      if (w > 0 && w != world_size()) new_bie = new_bie * w / world_size();
     }
-    // The monitored metric's best so far (absent from older checkpoints).
-    std::optional<std::optional<double>> new_best;
-    int64_t new_since_best = 0;
-    torch::Tensor best, since_best;
-    if (ar.try_read("state/best", best) && ar.try_read("state/since_best", since_best)) {
-      absl::StatusOr<int64_t> since = scalar("state/since_best", since_best);
-      if (!since.ok()) return since.status();
-      if (best.numel() != 1) {
-        return absl::DataLossError(absl::StrCat("checkpoint ", path, "'s state/best holds ",
-                                                best.numel(), " values, not one"));
-      }
+    // The monitored metric's best so far.
+    std::optional<double> new_best;
+    if (has_best) {
       const double b = best.to(torch::kCPU).item<double>();
-      new_best = std::isnan(b) ? std::nullopt : std::optional<double>(b);
-      new_since_best = *since;
+      if (!std::isnan(b)) new_best = b;
     }
     auto gen = at::detail::getDefaultCPUGenerator();
     rng = rng.to(torch::kCPU);
@@ -954,12 +947,12 @@ absl::Status Trainer::load_checkpoint(const std::string& path) {
     for (auto& p : params) p.value().copy_(pt[i++]);
     i = 0;
     for (auto& b : buffers) b.value().copy_(bt[i++]);
-    state_.epoch = *new_epoch;
-    state_.step = *new_step;
-    state_.batch_in_epoch = *new_bie;
-    if (new_best) {
-      best_ = *new_best;
-      evaluations_since_best_ = new_since_best;
+    state_.epoch = new_epoch;
+    state_.step = new_step;
+    state_.batch_in_epoch = new_bie;
+    if (has_best) {
+      best_ = new_best;
+      evaluations_since_best_ = scalar(since_best);
     }
     // This run's own checkpoint of that step: train() does not write it again.
     last_checkpoint_step_ = path == CheckpointPath(state_.step) ? state_.step : -1;

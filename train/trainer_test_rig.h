@@ -48,6 +48,13 @@ inline DataLoader ValLoader() {
   return DataLoader(MakeSyntheticDataset(64, 2), {32, false, 0, false});
 }
 
+// Trains `rig` on the synthetic loaders; returns train()'s status.
+inline absl::Status TrainOnSynthetic(TrainRig& rig) {
+  DataLoader tl = TrainLoader();
+  DataLoader vl = ValLoader();
+  return rig.trainer->train(tl, vl);
+}
+
 // Trains `rig` on the synthetic loaders with files limited to 4 KiB (far
 // below a checkpoint: writes fail as on a full disk, EFBIG), then lifts
 // the limit. Returns train()'s status.
@@ -58,12 +65,7 @@ inline absl::Status TrainWithFullDisk(TrainRig& rig) {
   struct rlimit small = old;
   small.rlim_cur = 4096;
   if (::setrlimit(RLIMIT_FSIZE, &small) != 0) return absl::InternalError("setrlimit");
-  absl::Status trained;
-  {
-    DataLoader tl = TrainLoader();
-    DataLoader vl = ValLoader();
-    trained = rig.trainer->train(tl, vl);
-  }
+  const absl::Status trained = TrainOnSynthetic(rig);
   ::setrlimit(RLIMIT_FSIZE, &old);
   std::signal(SIGXFSZ, old_handler);
   return trained;
