@@ -10,10 +10,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace frameworm {
 namespace {
@@ -30,10 +33,20 @@ class PosixProcessLauncher final : public ProcessLauncher {
   }
 
   ~PosixProcessLauncher() override {
-    // Never leave a child behind: a launcher that goes away kills its groups.
+    // Never leave a child behind: a launcher that goes away has each shim
+    // kill its task's whole tree, then kills the groups of shims that have
+    // not ended within kShimKillWait.
+    for (int64_t pid : live_) ::kill(static_cast<pid_t>(pid), SIGUSR2);
+    const absl::Time give_up = absl::Now() + kShimKillWait;
     for (int64_t pid : live_) {
-      ::kill(-static_cast<pid_t>(pid), SIGKILL);
-      ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+      while (::waitpid(static_cast<pid_t>(pid), nullptr, WNOHANG) == 0) {
+        if (absl::Now() >= give_up) {
+          ::kill(-static_cast<pid_t>(pid), SIGKILL);
+          ::waitpid(static_cast<pid_t>(pid), nullptr, 0);
+          break;
+        }
+        absl::SleepFor(absl::Milliseconds(5));
+      }
     }
     for (int fd : liveness_) {
       if (fd >= 0) ::close(fd);
@@ -115,11 +128,13 @@ class PosixProcessLauncher final : public ProcessLauncher {
       // The shim watches the pipe's read end (EOF: the worker is gone).
       ::fcntl(liveness_[0], F_SETFD, 0);
       ::fcntl(pipefd[1], F_SETFD, 0);  // the shim reports the task's exec
-      // Restore default dispositions and an empty mask (the worker blocks
-      // SIGTERM/SIGCHLD for its signal thread).
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      // Restore default dispositions and a mask of SIGUSR2 only (the worker
+      // blocks SIGTERM/SIGCHLD for its signal thread; a forced kill sent
+      // before the shim reads SIGUSR2 from its signalfd waits for it).
+      sigset_t usr2;
+      sigemptyset(&usr2);
+      sigaddset(&usr2, SIGUSR2);
+      ::sigprocmask(SIG_SETMASK, &usr2, nullptr);
       for (int s : {SIGTERM, SIGINT, SIGCHLD, SIGPIPE, SIGHUP}) {
         ::signal(s, SIG_DFL);
       }
@@ -159,6 +174,14 @@ class PosixProcessLauncher final : public ProcessLauncher {
     if (!live_.count(pid)) {
       return absl::NotFoundError(absl::StrCat("no live process ", pid));
     }
+    // A forced kill goes to the shim, which kills the whole tree (a SIGKILL
+    // to the group would kill the shim first and leave the descendants that
+    // left the group); the group's SIGKILL only when asked again, or by
+    // Reap once the shim has not ended within kShimKillWait.
+    if (sig == SIGKILL && kill_asked_.emplace(pid, absl::Now()).second &&
+        ::kill(static_cast<pid_t>(pid), SIGUSR2) == 0) {
+      return absl::OkStatus();
+    }
     if (::kill(-static_cast<pid_t>(pid), sig) != 0) {
       // The group may be gone while the leader is still a zombie.
       if (::kill(static_cast<pid_t>(pid), sig) != 0) {
@@ -171,6 +194,10 @@ class PosixProcessLauncher final : public ProcessLauncher {
 
   std::vector<ProcessExit> Reap() override {
     std::vector<ProcessExit> out;
+    const absl::Time now = absl::Now();
+    for (const auto& [pid, asked] : kill_asked_) {
+      if (now - asked >= kShimKillWait) ::kill(-static_cast<pid_t>(pid), SIGKILL);
+    }
     for (auto it = live_.begin(); it != live_.end();) {
       pid_t pid = static_cast<pid_t>(*it);
       siginfo_t info{};
@@ -193,6 +220,7 @@ class PosixProcessLauncher final : public ProcessLauncher {
         e.exit_code = WEXITSTATUS(status);
       }
       out.push_back(e);
+      kill_asked_.erase(*it);
       it = live_.erase(it);
     }
     return out;
@@ -237,6 +265,9 @@ class PosixProcessLauncher final : public ProcessLauncher {
   const std::string shim_path_;
   int liveness_[2] = {-1, -1};  // [0] to every shim; [1] only here
   std::set<int64_t> live_;
+  std::map<int64_t, absl::Time> kill_asked_;  // shims sent a forced kill, and when
+  // How long a shim has to kill its tree (its KillTree gives up after 5 s).
+  static constexpr absl::Duration kShimKillWait = absl::Seconds(10);
 };
 
 }  // namespace

@@ -39,6 +39,10 @@ class ProcessLauncher {
   // exec or log file failure), each naming the program or file.
   virtual absl::StatusOr<int64_t> Start(const LaunchSpec& spec) = 0;
   // Sends `sig` to the process group led by `pid`. NOT_FOUND if it is gone.
+  // The Posix launcher's SIGKILL (a forced kill) goes to the task's shim
+  // instead, which kills the task's whole tree, descendants that left the
+  // group included, and then dies by SIGKILL; a second SIGKILL, or a shim
+  // not ended 10 s later (seen by Reap), SIGKILLs the group.
   virtual absl::Status Signal(int64_t pid, int sig) = 0;
   // Non-blocking: the processes that ended since the last call.
   virtual std::vector<ProcessExit> Reap() = 0;
@@ -60,6 +64,8 @@ struct PosixLauncherOptions {
 // group included. stdin from /dev/null, stdout/stderr appended to the spec's
 // files (0600). When a task ends, its shim kills what is left of its tree
 // and exits as the task did; Reap() also SIGKILLs the group before reaping.
+// Destroying the launcher has every shim kill its tree (at most 10 s, then
+// their groups are SIGKILLed) and reaps them.
 // Errors of Start() also: NOT_FOUND when the shim is missing.
 std::unique_ptr<ProcessLauncher> NewPosixProcessLauncher(
     const PosixLauncherOptions& options);

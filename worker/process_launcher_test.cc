@@ -231,6 +231,44 @@ TEST_F(LauncherTest, DescendantThatLeftTheGroupDiesWithItsTask) {
       << "setsid descendant " << bg << " survived its task";
 }
 
+// A forced kill (a task that ignores SIGTERM past its grace, KillTask with
+// no grace, a fence) takes the descendants that left the task's group too,
+// and the task is still reported killed by SIGKILL.
+TEST_F(LauncherTest, AForcedKillTakesDescendantsThatLeftTheGroup) {
+  std::string pidfile = dir_ + "/bg.pid";
+  TaskStatusInfo st = sup_->Start(
+      Shell("trap '' TERM; setsid sleep 60 & echo $! > " + pidfile + "; sleep 60; wait"));
+  ASSERT_EQ(st.state, TaskState::kRunning);
+  pid_t bg = ReadPidFile(pidfile);
+  ASSERT_GT(bg, 0);
+  EXPECT_EQ(sup_->Kill("job-x", 1, 0, absl::ZeroDuration()), 1);
+  auto changes = WaitChanges(*sup_, 1);
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].state, TaskState::kKilled);
+  EXPECT_EQ(changes[0].signal, SIGKILL);
+  EXPECT_TRUE(GoneWithin(bg, absl::Seconds(5)))
+      << "setsid descendant " << bg << " survived a forced kill of its task";
+}
+
+// The same when the launcher goes away (the worker shutting down).
+TEST_F(LauncherTest, DestroyingTheLauncherTakesDescendantsThatLeftTheGroup) {
+  std::string pidfile = dir_ + "/bg.pid";
+  LaunchSpec spec;
+  spec.argv = {"/bin/sh", "-c", "setsid sleep 60 & echo $! > " + pidfile + "; sleep 60"};
+  spec.env = {{"PATH", "/usr/bin:/bin"}};
+  spec.stdout_path = dir_ + "/o";
+  spec.stderr_path = dir_ + "/e";
+  auto launcher = NewPosixProcessLauncher({dir_ + "/bin"});
+  auto pid = launcher->Start(spec);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  pid_t bg = ReadPidFile(pidfile);
+  ASSERT_GT(bg, 0);
+  launcher.reset();
+  EXPECT_FALSE(Alive(static_cast<pid_t>(*pid)));
+  EXPECT_TRUE(GoneWithin(bg, absl::Seconds(5)))
+      << "setsid descendant " << bg << " survived its launcher";
+}
+
 TEST_F(LauncherTest, TaskTreeDiesWhenTheWorkerIsKilled) {
   // A stand-in worker: a process that owns a launcher and one task, then is
   // SIGKILLed (no destructor runs).

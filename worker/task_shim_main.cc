@@ -15,7 +15,13 @@
 //     reparented to the shim (SIGKILL), and exits as <program> did (same
 //     exit code, or the same signal);
 //   * when the pipe reports EOF (the worker died, however), kills the task's
-//     whole tree the same way and exits with 137.
+//     whole tree the same way and exits with 137;
+//   * on SIGUSR2, sent to the shim alone (the worker's forced kill: a
+//     SIGKILL to the group would kill the shim first, and with it what
+//     finds descendants that left the group), kills the task's whole tree
+//     the same way and then dies by SIGKILL itself, as the task did. The
+//     launcher starts the shim with SIGUSR2 blocked, so one sent before the
+//     shim is ready waits for it.
 // Signals the worker sends to the group (SIGTERM, SIGINT, SIGHUP) reach the
 // task directly; the shim itself ignores them (no-op handlers, reset by
 // exec), so only the task decides how to stop.
@@ -116,10 +122,12 @@ int main(int argc, char** argv) {
   sa.sa_handler = Ignore;
   sigemptyset(&sa.sa_mask);
   for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaction(s, &sa, nullptr);
-  // SIGCHLD arrives through a signalfd, so the task's end is seen at once.
+  // SIGCHLD arrives through a signalfd, so the task's end is seen at once;
+  // SIGUSR2 (a forced kill) too.
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
+  sigaddset(&chld, SIGUSR2);
   sigprocmask(SIG_BLOCK, &chld, nullptr);
   const int sig_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   fcntl(status_fd, F_SETFD, FD_CLOEXEC);
@@ -145,13 +153,15 @@ int main(int argc, char** argv) {
   int status = 0;
   bool task_done = false;
   bool worker_gone = false;
-  while (!task_done && !worker_gone) {
+  bool forced = false;
+  while (!task_done && !worker_gone && !forced) {
     pollfd p[2] = {{live_fd, POLLIN, 0}, {sig_fd, POLLIN, 0}};
     int r = poll(p, sig_fd >= 0 ? 2 : 1, 200);
     if (r > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) worker_gone = true;
     if (sig_fd >= 0 && (p[1].revents & POLLIN)) {
       signalfd_siginfo info;
       while (read(sig_fd, &info, sizeof(info)) == sizeof(info)) {
+        if (info.ssi_signo == SIGUSR2) forced = true;
       }
     }
     for (;;) {
@@ -166,6 +176,10 @@ int main(int argc, char** argv) {
   }
   KillTree();
   if (worker_gone && !task_done) return 137;
+  if (forced && !task_done) {
+    kill(getpid(), SIGKILL);  // the task was killed so: end as it did
+    return 128 + SIGKILL;
+  }
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
     signal(sig, SIG_DFL);
