@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/printable.h"
+#include "common/received_file.h"
 
 namespace frameworm {
 
@@ -28,12 +29,16 @@ std::string Supervisor::StderrPath(const TaskKey& k) const {
 namespace {
 
 // Every name ToEnvironment may write (a RankEnv with every optional field
-// set yields them all).
+// set yields them all) but FRAMEWORM_TLS_DIR, which the worker itself puts
+// in its base environment (worker/main.cc).
 const std::map<std::string, std::string>& RankVariables() {
   static const auto* vars = [] {
     RankEnv all;
     all.coordinator = all.job_id = all.resume_from = all.token = "-";
-    return new std::map<std::string, std::string>(ToEnvironment(all));
+    all.checkpoint_dir = all.memory_checkpoint_dir = "-";
+    auto* env = new std::map<std::string, std::string>(ToEnvironment(all));
+    env->erase("FRAMEWORM_TLS_DIR");
+    return env;
   }();
   return *vars;
 }
@@ -83,9 +88,10 @@ TaskStatusInfo Supervisor::Start(const TaskLaunch& l) {
     tasks_[key].status = st;
     return st;
   };
-  if (key.job_id.empty() || key.job_id.find('/') != std::string::npos ||
-      key.job_id == "." || key.job_id == "..") {
-    return fail(absl::StrCat("invalid job id '", key.job_id, "'"));
+  // One path component of the work dir (its logs lie under it): the same
+  // rule as a hold's (no '/', NUL, "." or "..", at most 64 characters).
+  if (absl::Status s = CheckJobIdComponent(key.job_id); !s.ok()) {
+    return fail(absl::StrCat("invalid job id '", PrintableLine(key.job_id, 80), "'"));
   }
   const int world = l.rank_env.world_size;
   if (key.rank < 0 || world < 1 || key.rank >= world) {

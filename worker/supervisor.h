@@ -123,9 +123,11 @@ class Supervisor {
   // The complete environment a task starts with: options.base_env, then
   // the job's env, then ToEnvironment(launch.rank_env) with
   // options.coordinator as FRAMEWORM_COORDINATOR when rank_env.coordinator
-  // is empty. The rank variables (every name ToEnvironment writes) come
-  // from rank_env only: a value in the base or job env is dropped, so a
-  // stale FRAMEWORM_RESUME_FROM never reaches a fresh start.
+  // is empty. The rank variables (every name ToEnvironment writes but
+  // FRAMEWORM_TLS_DIR, which the worker sets in base_env) come from
+  // rank_env only: a value in the base or job env is dropped, so a stale
+  // FRAMEWORM_RESUME_FROM or FRAMEWORM_MEMORY_CHECKPOINT_DIR never reaches
+  // a fresh start.
   std::map<std::string, std::string> EnvFor(const TaskLaunch& launch) const;
 
  private:

@@ -111,12 +111,21 @@ TEST_F(SupervisorTest, RankVariablesComeFromTheRankEnvOnly) {
                   {{"PATH", "/bin"},
                    {"FRAMEWORM_RESUME_FROM", "/stale/ckpt.pt"},
                    {"FRAMEWORM_JOB_ID", "stale"},
+                   {"FRAMEWORM_MEMORY_CHECKPOINT_DIR", "/stale/mem"},
+                   {"FRAMEWORM_MEMORY_CHECKPOINT_EVERY", "7"},
+                   {"FRAMEWORM_CHECKPOINT_DIR", "/stale/ck"},
+                   {"FRAMEWORM_TLS_DIR", "/work/trainer-tls"},
                    {"FRAMEWORM_NO_SHM", "1"}}},
                  clock_, launcher_);
   TaskLaunch l = Launch("job-1", 1, 0);
   l.env["MASTER_PORT"] = "1";  // refused by the coordinator; dropped here
   const auto env = sup.EnvFor(l);
   EXPECT_FALSE(env.count("FRAMEWORM_RESUME_FROM")) << "fresh start";
+  // A job without memory checkpoints gets none from the worker's shell.
+  EXPECT_FALSE(env.count("FRAMEWORM_MEMORY_CHECKPOINT_DIR"));
+  EXPECT_FALSE(env.count("FRAMEWORM_MEMORY_CHECKPOINT_EVERY"));
+  EXPECT_FALSE(env.count("FRAMEWORM_CHECKPOINT_DIR"));
+  EXPECT_EQ(env.at("FRAMEWORM_TLS_DIR"), "/work/trainer-tls");  // the worker's own
   EXPECT_EQ(env.at("FRAMEWORM_JOB_ID"), "job-1");
   EXPECT_EQ(env.at("MASTER_PORT"), "29500");
   EXPECT_EQ(env.at("FRAMEWORM_NO_SHM"), "1");  // the worker's own setting
@@ -131,7 +140,9 @@ TEST_F(SupervisorTest, RankVariablesComeFromTheRankEnvOnly) {
     return std::nullopt;
   });
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(*back, l.rank_env);
+  RankEnv want = l.rank_env;
+  want.tls_dir = "/work/trainer-tls";  // the worker's, from its base env
+  EXPECT_EQ(*back, want);
 }
 
 TEST_F(SupervisorTest, StartIsIdempotentPerKey) {
@@ -151,6 +162,13 @@ TEST_F(SupervisorTest, StartFailuresAreReportedNotThrown) {
 
   l = Launch("../etc", 1, 0);
   EXPECT_EQ(sup_.Start(l).state, TaskState::kStartFailed);
+  // A NUL would cut the log path short ("holdings\0" names a state file);
+  // the message shows it replaced.
+  l = Launch(std::string("holdings\0x", 10), 1, 0);
+  st = sup_.Start(l);
+  EXPECT_EQ(st.state, TaskState::kStartFailed);
+  EXPECT_THAT(st.message, HasSubstr("invalid job id 'holdings?x'"));
+  EXPECT_EQ(sup_.Start(Launch(std::string(65, 'j'), 1, 0)).state, TaskState::kStartFailed);
   l = Launch("j", 1, 9);  // rank >= world size
   EXPECT_THAT(sup_.Start(l).message, HasSubstr("invalid rank 9"));
   l = Launch("j", 1, 1);

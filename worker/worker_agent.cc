@@ -374,7 +374,9 @@ class WorkerAgentImpl final : public WorkerAgent {
 
   void Launch(const TaskLaunch& l) {
     TaskStatusInfo st = supervisor_.Start(l);
-    logs_.try_emplace(l.key());
+    // Its output files are tailed, capped and at the end deleted by this
+    // key: never for a job id Start refused (a path outside the work dir).
+    if (CheckJobIdComponent(l.key().job_id).ok()) logs_.try_emplace(l.key());
     Report(st);
   }
 
@@ -429,10 +431,14 @@ class WorkerAgentImpl final : public WorkerAgent {
         std::filesystem::remove(h.path, ec);
       }
       if (!s.ok() || listed) journal_.Ended(h.fetch_id);
+      // `wrote`, not h.copied: a hold that found an earlier hold's copy in
+      // place may have no source left (those off loopback are dropped
+      // without TLS).
       Event(s.ok() ? absl::StrCat("frameworm-worker ", options_.name, ": holds ", h.job_id,
                                   "'s checkpoint of step ", h.step, " (", h.bytes, " bytes, ",
-                                  h.copied ? "fetched from " + h.sources.front()
-                                           : std::string("already on this node"),
+                                  wrote && !h.sources.empty()
+                                      ? "fetched from " + h.sources.front()
+                                      : std::string("already on this node"),
                                   ")")
                    : absl::StrCat("frameworm-worker ", options_.name, ": ", s.message()));
       AnswerHold(h, s);

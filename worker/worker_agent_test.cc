@@ -1297,6 +1297,27 @@ TEST_F(WorkerAgentTest, AnEndedTasksLogFilesGoOnceUploaded) {
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/work"));
 }
 
+// A start whose job id is not one path component ("a/../victim") is
+// refused, and nothing is done under the path it names: another job's
+// output there is neither uploaded under the forged key nor deleted once
+// the refusal is delivered.
+TEST_F(WorkerAgentTest, AStartWithAPathForAJobIdTouchesNoFileThere) {
+  const std::string victim = dir_ + "/work/victim/g1";
+  std::filesystem::create_directories(victim);
+  std::filesystem::create_directories(dir_ + "/work/a");
+  std::ofstream(victim + "/rank-0.stdout") << "victim's output\n";
+  StartAgent();
+  ASSERT_TRUE(coord_->SendWhenConnected(StartCmd("echo forged", 0, "a/../victim")));
+  ASSERT_TRUE(coord_->Await([](auto& ms, auto&) {
+    return FindStatus(ms, 0, v1::TASK_START_FAILED) != nullptr;
+  }));
+  EXPECT_THAT(FindStatus(coord_->messages(), 0, v1::TASK_START_FAILED)->message(),
+              HasSubstr("invalid job id"));
+  absl::SleepFor(absl::Seconds(2));  // log tailing and the delivered final's clean-up
+  EXPECT_EQ(LogText(coord_->messages(), 0, "stdout"), "");
+  EXPECT_TRUE(std::filesystem::exists(victim + "/rank-0.stdout"));
+}
+
 }  // namespace
 }  // namespace frameworm
 
