@@ -13,6 +13,7 @@
 #include "client/cli_commands.h"
 #include "common/closest_match.h"
 #include "common/node_address.h"
+#include "common/printable.h"
 #include "common/flags.h"
 #include "rpc/rpc.h"
 
@@ -113,7 +114,10 @@ struct CommandLine {
 
 // Checks the parsed flags and positional arguments. Errors:
 // INVALID_ARGUMENT with the usage problem ("no command given", ...).
-absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional) {
+// `coordinator_source`: what set --coordinator ("--coordinator", or
+// "$FRAMEWORM_COORDINATOR" when it came from there), named in its error.
+absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional,
+                                  const std::string& coordinator_source) {
   CommandLine out;
   out.flags = {absl::GetFlag(FLAGS_json), absl::GetFlag(FLAGS_csv),
                absl::GetFlag(FLAGS_follow), absl::GetFlag(FLAGS_rank),
@@ -125,8 +129,8 @@ absl::StatusOr<CommandLine> Check(const std::vector<std::string>& positional) {
   if (const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
       !IsDialEndpoint(coordinator)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--coordinator needs HOST:PORT with a port 1..65535, got '", coordinator.substr(0, 200),
-        "'"));
+        coordinator_source, " needs HOST:PORT with a port 1..65535, got '",
+        PrintableLine(coordinator, 200), "'"));
   }
   if (f.rank < -1)
     return absl::InvalidArgumentError(
@@ -204,7 +208,13 @@ int RunCli(const std::vector<std::string>& args, const CliOptions& options,
     out << kProgram << " " << Version() << "\n";
     return 0;
   }
-  absl::StatusOr<CommandLine> line = Check(parsed->positional);
+  // A value from the environment is named by its variable in errors.
+  auto source = [&](const std::string& flag, const std::string& dashed) {
+    auto it = parsed->from_env.find(flag);
+    return it == parsed->from_env.end() ? dashed : absl::StrCat("$", it->second);
+  };
+  absl::StatusOr<CommandLine> line =
+      Check(parsed->positional, source("coordinator", "--coordinator"));
   if (!line.ok()) return usage_error(line.status());
   std::optional<TlsFiles> tls;
   // `admin ca` dials nobody: a $FRAMEWORM_TLS_DIR that does not load (an
@@ -213,7 +223,8 @@ int RunCli(const std::vector<std::string>& args, const CliOptions& options,
       !dir.empty() && parsed->positional[0] != "admin") {
     absl::StatusOr<TlsFiles> loaded = LoadTlsDir(dir);
     if (!loaded.ok()) {
-      err << kProgram << ": --tls-dir: " << loaded.status().message() << "\n";
+      err << kProgram << ": " << source("tls_dir", "--tls-dir") << ": "
+          << loaded.status().message() << "\n";
       return 1;
     }
     tls = *std::move(loaded);

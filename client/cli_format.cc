@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/collective_text.h"
+#include "common/printable.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace frameworm {
@@ -204,11 +205,12 @@ std::string FormatCheckpoints(const v1::ListCheckpointsResponse& r) {
   std::vector<std::vector<std::string>> rows = {
       {"STEP", "KIND", "PATH", "BYTES", "CHECKSUM", "CREATED", "HELD_BY"}};
   for (const auto& c : r.checkpoints()) {
+    // The coordinator's strings, shown as printable text whatever a peer sent.
     const std::string held =
-        c.holders().empty() ? "-" : absl::StrJoin(c.holders(), ",");
-    rows.push_back({absl::StrCat(c.step()), c.memory() ? "memory" : "disk", c.path(),
-                    absl::StrCat(c.bytes()),
-                    c.checksum(), TimeText(c.created_unix_ms()), held});
+        c.holders().empty() ? "-" : PrintableLine(absl::StrJoin(c.holders(), ","), 4096);
+    rows.push_back({absl::StrCat(c.step()), c.memory() ? "memory" : "disk",
+                    PrintableLine(c.path(), 4096), absl::StrCat(c.bytes()),
+                    PrintableLine(c.checksum(), 64), TimeText(c.created_unix_ms()), held});
   }
   return Pad(rows);
 }

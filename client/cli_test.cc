@@ -182,6 +182,12 @@ TEST(CliFormat, TablesAndCsv) {
             "STEP  KIND    PATH            BYTES  CHECKSUM  CREATED  HELD_BY\n"
             "100   disk    /c/step-100.pt  4096   ab12      -        w1,w2\n"
             "50    memory  /c/step-50.pt   0                -        -\n");
+  // What a peer sent reaches the terminal as printable text only.
+  older->set_path("/c/\x1b]0;pwn\x07\xc2\x9b" "2J/step-50.pt");
+  older->add_holders("w\x1b[2J");
+  EXPECT_THAT(FormatCheckpoints(c), Not(HasSubstr("\x1b")));
+  EXPECT_THAT(FormatCheckpoints(c), Not(HasSubstr("\xc2\x9b")));
+  EXPECT_THAT(FormatCheckpoints(c), HasSubstr("/c/?]0;pwn??2J/step-50.pt"));
   std::string status = FormatJobStatus(Job("job-1", v1::RUNNING, 10));
   EXPECT_THAT(status, HasSubstr("state: RUNNING\n"));
   EXPECT_THAT(status, HasSubstr("step: 10/300\n"));
@@ -676,6 +682,25 @@ TEST_F(CliTest, CoordinatorFallsBackToTheEnvironment) {
   // The command line wins over the environment.
   EXPECT_EQ(Run({"status", "good", "--coordinator", "127.0.0.1:1"}), 1);
   EXPECT_THAT(err_.str(), HasSubstr("frameworm-cli: status: UNAVAILABLE: "));
+}
+
+// A bad value from the environment is named by its variable, not by a flag
+// the user never typed.
+TEST_F(CliTest, ABadValueFromTheEnvironmentNamesItsVariable) {
+  std::string tls_dir;
+  opts_.env = [&tls_dir](const std::string& name) -> std::optional<std::string> {
+    if (name == "FRAMEWORM_COORDINATOR") return std::string("host");
+    if (name == "FRAMEWORM_TLS_DIR" && !tls_dir.empty()) return tls_dir;
+    return std::nullopt;
+  };
+  EXPECT_EQ(Run({"list"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("$FRAMEWORM_COORDINATOR needs HOST:PORT with a port "
+                                    "1..65535, got 'host'"));
+  EXPECT_EQ(Run({"list", "--coordinator", "host"}), 2);
+  EXPECT_THAT(err_.str(), HasSubstr("--coordinator needs HOST:PORT"));
+  tls_dir = "/no/such/tls-dir";
+  EXPECT_EQ(Run({"list", "--coordinator", "127.0.0.1:1"}), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("frameworm-cli: $FRAMEWORM_TLS_DIR: "));
 }
 
 TEST_F(CliTest, EveryRunStartsFromTheDefaults) {

@@ -159,6 +159,7 @@ absl::StatusOr<ParsedArgs> ParseFlags(const std::vector<std::string>& args,
     absl::CommandLineFlag* f = Find(flag);
     if (f == nullptr) return Unknown(flag);  // a bug in the config
     if (absl::Status s = Set(f, *v, absl::StrCat("$", var)); !s.ok()) return s;
+    out.from_env[Canonical(flag)] = var;
   }
   return out;
 }

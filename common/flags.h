@@ -46,6 +46,10 @@ struct ParsedArgs {
   std::vector<std::string> positional;
   bool help = false;     // --help/-h was given (nothing else was checked)
   bool version = false;  // --version was given
+  // Flags (names as declared, "tls_dir") whose value came from an
+  // environment fallback, and that variable's name ("FRAMEWORM_TLS_DIR"),
+  // so that a later check of the value names what the user set.
+  std::map<std::string, std::string> from_env;
 };
 
 // Parses `args` (argv without argv[0]) into the process's absl flags.

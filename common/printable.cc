@@ -52,10 +52,23 @@ std::string ShownValue(absl::string_view value) {
   return PrintableLine(value, 80) + (value.size() > 80 ? "..." : "");
 }
 
+namespace {
+
+// U+0080..U+009F (C1 controls; as UTF-8 0xC2 0x80..0x9F): some terminals
+// act on them (0xC2 0x9B is CSI).
+bool IsC1At(absl::string_view text, size_t i) {
+  return i + 1 < text.size() && static_cast<uint8_t>(text[i]) == 0xC2 &&
+         static_cast<uint8_t>(text[i + 1]) >= 0x80 && static_cast<uint8_t>(text[i + 1]) <= 0x9F;
+}
+
+}  // namespace
+
 bool HasControlCharacter(absl::string_view text) {
-  return std::any_of(text.begin(), text.end(), [](char c) {
-    return static_cast<uint8_t>(c) < 0x20 || c == 0x7f;
-  });
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<uint8_t>(text[i]);
+    if (c < 0x20 || c == 0x7f || IsC1At(text, i)) return true;
+  }
+  return false;
 }
 
 bool IsPlainName(absl::string_view name) {
@@ -72,10 +85,10 @@ std::string PrintableLine(absl::string_view text, size_t max_bytes) {
   for (size_t i = 0; i < text.size();) {
     const size_t n = Utf8SequenceAt(text, i);
     const auto c = static_cast<uint8_t>(text[i]);
-    if (n == 0 || (n == 1 && (c < 0x20 || c == 0x7f))) {
+    if (n == 0 || (n == 1 && (c < 0x20 || c == 0x7f)) || (n == 2 && IsC1At(text, i))) {
       if (out.size() + 1 > max_bytes) break;
       out.push_back('?');
-      ++i;
+      i += n == 2 ? 2 : 1;  // a C1 control is one character
       continue;
     }
     if (out.size() + n > max_bytes) break;  // never half a character

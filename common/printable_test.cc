@@ -10,6 +10,12 @@ TEST(PrintableTest, BoundedWithoutControlCharacters) {
   EXPECT_EQ(PrintableLine("a\x1b[2Jb\nc\x7f", 256), "a?[2Jb?c?");
   EXPECT_EQ(PrintableLine(std::string(300, 'x'), 256), std::string(256, 'x'));
   EXPECT_EQ(PrintableLine("", 10), "");
+  // C1 controls (U+0080..U+009F; U+009B is CSI to some terminals) are one
+  // '?' each; U+00A0 and up pass.
+  EXPECT_EQ(PrintableLine("a\xc2\x9b" "2Jb\xc2\x80\xc2\x9f\xc2\xa0", 256), "a?2Jb??\xc2\xa0");
+  EXPECT_TRUE(HasControlCharacter("a\xc2\x9b" "2J"));
+  EXPECT_TRUE(HasControlCharacter("a\tb"));
+  EXPECT_FALSE(HasControlCharacter("r\xc3\xa9sum\xc3\xa9\xc2\xa0\xe2\x82\xac"));
 }
 
 // Valid UTF-8 passes whole; anything else becomes '?', and a cut never

@@ -11,7 +11,7 @@ namespace frameworm::coordinator {
 
 bool IsCleanAbsolutePath(const std::string& path) {
   if (path.empty() || path.front() != '/' || path.size() > 4096 ||
-      path.find('\0') != std::string::npos) {
+      path.find('\0') != std::string::npos || HasControlCharacter(path)) {
     return false;
   }
   absl::string_view rest = absl::StripSuffix(absl::string_view(path).substr(1), "/");

@@ -15,7 +15,8 @@
 namespace frameworm::coordinator {
 
 // True when `path` is absolute, has no "." / ".." / empty components (a
-// single trailing '/' aside) and no NUL.
+// single trailing '/' aside) and no NUL or other control character
+// (HasControlCharacter: it reaches terminals).
 bool IsCleanAbsolutePath(const std::string& path);
 
 // A job's `checkpoint.dir` (empty: the default, always allowed) must be a

@@ -11,7 +11,9 @@ TEST(CheckpointPathsTest, CleanAbsolutePaths) {
   }
   for (const std::string& p : {std::string(""), std::string("a/b"), std::string("/a/../b"),
                                std::string("/a/./b"), std::string("/a//b"), std::string("/.."),
-                               std::string("/a\0b", 4), std::string(5000, '/')}) {
+                               std::string("/a\0b", 4), std::string(5000, '/'),
+                               std::string("/a/\x1b[2J"), std::string("/a\nb"),
+                               std::string("/a/\xc2\x9b" "2J")}) {
     EXPECT_FALSE(IsCleanAbsolutePath(p)) << p;
   }
 }

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "common/closest_match.h"
 #include "common/printable.h"
@@ -252,8 +253,9 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
   if (const std::string& dir = s.checkpoint().dir(); !dir.empty()) {
     // The coordinator's rule (coordinator/checkpoint_paths.cc
     // IsCleanAbsolutePath), so that --dry-run agrees with a submit:
-    // absolute, at most 4096 bytes, no NUL, no component "." or "..", and
-    // none empty but a single trailing '/' ("/srv/ckpt/").
+    // absolute, at most 4096 bytes, no NUL or other control character, no
+    // component "." or "..", and none empty but a single trailing '/'
+    // ("/srv/ckpt/").
     if (dir.front() != '/') {
       return err("checkpoint.dir",
                  absl::StrCat("checkpoint.dir must be an absolute path, got '", ShownValue(dir), "'"));
@@ -264,6 +266,12 @@ std::optional<FieldError> CheckSpec(const v1::JobSpec& s) {
     }
     if (dir.find('\0') != std::string::npos) {
       return err("checkpoint.dir", "checkpoint.dir contains NUL");
+    }
+    // It is shown in other users' terminals (frameworm-cli checkpoints).
+    if (HasControlCharacter(dir)) {
+      return err("checkpoint.dir",
+                 absl::StrCat("checkpoint.dir must not contain control characters (newline, tab, "
+                              "escape), got '", ShownValue(dir), "'"));
     }
     for (absl::string_view part : absl::StrSplit(dir, '/')) {
       if (part == "." || part == "..") {
@@ -552,8 +560,15 @@ class Parser {
   static int64_t Int(const YAML::Node& v, const std::string& field) {
     int64_t x;
     if (!v.IsScalar() || !absl::SimpleAtoi(v.Scalar(), &x)) {
-      throw ParseError{Line(v), absl::StrCat(field, " must be an integer, got ",
-                                             Kind(v))};
+      // Digits that do not fit 64 bits are an integer out of range.
+      const std::string t = v.IsScalar() ? v.Scalar() : "";
+      const absl::string_view digits = absl::StripPrefix(absl::StripPrefix(t, "-"), "+");
+      const bool is_integer = !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) {
+        return absl::ascii_isdigit(static_cast<unsigned char>(c));
+      });
+      throw ParseError{Line(v), is_integer ? absl::StrCat(field, " is out of range, got ", Kind(v))
+                                           : absl::StrCat(field, " must be an integer, got ",
+                                                          Kind(v))};
     }
     return x;
   }
@@ -708,7 +723,7 @@ class Parser {
       auto* out = key == "env" ? spec_->mutable_env() : spec_->mutable_secret_env();
       for (const auto& [k, val] : Fields(v, key + ".", {})) {
         if (!val.IsScalar() && !val.IsNull()) {
-          throw ParseError{Line(val), absl::StrCat(key, ".", k,
+          throw ParseError{Line(val), absl::StrCat(key, ".", ShownValue(k),
                                                    " must be a scalar, got ",
                                                    Kind(val))};
         }
@@ -767,6 +782,15 @@ class Parser {
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(const std::string& yaml,
                                              const std::string& source_name) {
   const std::string src = source_name.empty() ? "<job spec>" : source_name;
+  // UTF-16 and UTF-32 text (which yaml-cpp would decode) holds NUL bytes,
+  // or starts with their byte-order mark: refused whole, since the check
+  // for a second document below reads the bytes as UTF-8.
+  if (yaml.find('\0') != std::string::npos || absl::StartsWith(yaml, "\xff\xfe") ||
+      absl::StartsWith(yaml, "\xfe\xff")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        src, ": not UTF-8 text (it holds NUL bytes or a UTF-16 byte-order mark: saved as "
+        "UTF-16 or UTF-32?); a job spec is UTF-8, save it as that"));
+  }
   YAML::Node root;
   try {
     root = YAML::Load(yaml);

@@ -833,6 +833,14 @@ TEST(JobSpec, CheckpointDirFollowsTheCoordinatorsRule) {
   raw.set_name("x");
   raw.mutable_checkpoint()->set_dir(std::string("/srv/\0x", 7));
   EXPECT_EQ(ValidateJobSpec(raw).message(), "checkpoint.dir contains NUL");
+  // Control characters (C1 ones too) never reach the table another user's
+  // frameworm-cli checkpoints prints.
+  for (const char* dir : {"\"/srv/\\e]0;pwn\\a\\e[2J\"", "\"/srv/a\\tb\"", "\"/srv/\\u009b2J\""}) {
+    const absl::Status st = ParseErr(absl::StrCat("name: x\ncheckpoint:\n  dir: ", dir, "\n"));
+    EXPECT_THAT(st.message(), HasSubstr("job.yaml:3: checkpoint.dir must not contain control"))
+        << dir;
+    EXPECT_EQ(st.message().find('\x1b'), std::string::npos);
+  }
   for (const char* dir : {"/srv/ckpt", "/srv/ckpt/", "/", "/srv/.hidden/ckpt..old"}) {
     auto r = ParseJobSpecYaml(absl::StrCat("name: x\ncheckpoint:\n  dir: ", dir, "\n"), "job.yaml");
     EXPECT_TRUE(r.ok()) << dir << ": " << r.status();
@@ -859,6 +867,42 @@ TEST(JobSpec, ParserErrorsQuoteNamesEscapedAndCutShort) {
             "job.yaml:2: nproc_per_node must be an integer, got '?[2J'");
   EXPECT_EQ(ParseErr("name: x\non_straggler: \"\\e[2J\"\n").message(),
             "job.yaml:2: on_straggler must be warn or restart_without, got '?[2J'");
+  // A key whose value has the wrong type, escaped and cut short too.
+  st = ParseErr("name: x\nenv:\n  \"\\e]0;x\\a\": [1]\n");
+  EXPECT_EQ(st.message(), "job.yaml:3: env.?]0;x? must be a scalar, got a list");
+  st = ParseErr("name: x\nsecret_env:\n  ? " + std::string(100000, 'k') + "\n  : [1]\n");
+  EXPECT_THAT(st.message(), HasSubstr("secret_env.kkkk"));
+  EXPECT_LT(st.message().size(), 300u);
+}
+
+// An integer past 64 bits is out of range, not "not an integer".
+TEST(JobSpec, AnIntegerPast64BitsIsOutOfRange) {
+  EXPECT_EQ(ParseErr("name: x\nnodes: 99999999999999999999\n").message(),
+            "job.yaml:2: nodes is out of range, got '99999999999999999999'");
+  EXPECT_THAT(ParseErr("name: x\ntotal_steps: -99999999999999999999\n").message(),
+              HasSubstr("total_steps is out of range"));
+  EXPECT_THAT(ParseErr("name: x\nnodes: 9x\n").message(), HasSubstr("nodes must be an integer"));
+}
+
+// A spec saved as UTF-16 or UTF-32 (which yaml-cpp would decode, and whose
+// second document the marker check cannot see) is refused whole.
+TEST(JobSpec, TextThatIsNotUtf8IsRefusedWhole) {
+  auto utf16 = [](const std::string& ascii, bool bom) {
+    std::string out = bom ? std::string("\xff\xfe") : std::string();
+    for (char c : ascii) {
+      out.push_back(c);
+      out.push_back('\0');
+    }
+    return out;
+  };
+  for (bool bom : {true, false}) {
+    const absl::Status st = ParseErr(utf16("name: a\n---\nname: b\nnodes: 64\n", bom));
+    EXPECT_THAT(st.message(), HasSubstr("job.yaml: not UTF-8 text")) << bom;
+  }
+  EXPECT_THAT(ParseErr("\xfe\xff" "name: a\n").message(), HasSubstr("not UTF-8 text"));
+  // A UTF-8 byte-order mark is UTF-8.
+  auto r = ParseJobSpecYaml("\xef\xbb\xbfname: a\n", "job.yaml");
+  EXPECT_TRUE(r.ok()) << r.status();
 }
 
 }  // namespace frameworm
