@@ -182,22 +182,32 @@ class RecordingTrainerService final
     return checkpoints_;
   }
   // DownloadCheckpoint serves `bytes` in chunks of up to 1 MiB, the first
-  // naming the size and `checksum` (empty: none, as an older coordinator).
-  void ServeDownload(std::string bytes, std::string checksum) {
+  // naming the size (`announced`, or the true size when -1) and `checksum`
+  // (empty: none, as an older coordinator).
+  void ServeDownload(std::string bytes, std::string checksum, int64_t announced = -1) {
     absl::MutexLock l(&mu_);
     download_ = std::move(bytes);
     download_checksum_ = std::move(checksum);
+    download_announced_ = announced;
+  }
+  // The chunks DownloadCheckpoint has written so far (a client that stops
+  // reading stops them).
+  int download_chunks_sent() {
+    absl::MutexLock l(&mu_);
+    return download_chunks_sent_;
   }
   grpc::ServerWriteReactor<v1::CheckpointChunk>* DownloadCheckpoint(
       grpc::CallbackServerContext*, const v1::DownloadCheckpointRequest*) override {
     class Writer final : public grpc::ServerWriteReactor<v1::CheckpointChunk> {
      public:
-      Writer(const std::string& bytes, const std::string& checksum) {
+      Writer(RecordingTrainerService* owner, const std::string& bytes, const std::string& checksum,
+             int64_t announced)
+          : owner_(owner) {
         for (size_t at = 0; at == 0 || at < bytes.size(); at += 1 << 20) {
           v1::CheckpointChunk& c = chunks_.emplace_back();
           c.set_data(bytes.substr(at, 1 << 20));
         }
-        chunks_[0].set_total_bytes(static_cast<int64_t>(bytes.size()));
+        chunks_[0].set_total_bytes(announced != -1 ? announced : static_cast<int64_t>(bytes.size()));
         chunks_[0].set_checksum(checksum);
         Next();
       }
@@ -210,13 +220,26 @@ class RecordingTrainerService final
      private:
       void Next() {
         if (i_ == chunks_.size()) return Finish(grpc::Status::OK);
+        {
+          absl::MutexLock l(&owner_->mu_);
+          ++owner_->download_chunks_sent_;
+        }
         StartWrite(&chunks_[i_++]);
       }
+      RecordingTrainerService* const owner_;
       std::vector<v1::CheckpointChunk> chunks_;
       size_t i_ = 0;
     };
-    absl::MutexLock l(&mu_);
-    return new Writer(download_, download_checksum_);
+    std::string bytes, checksum;
+    int64_t announced;
+    {
+      absl::MutexLock l(&mu_);
+      download_chunks_sent_ = 0;
+      bytes = download_;
+      checksum = download_checksum_;
+      announced = download_announced_;
+    }
+    return new Writer(this, bytes, checksum, announced);
   }
 
  private:
@@ -251,6 +274,8 @@ class RecordingTrainerService final
   grpc::StatusCode fail_code_ ABSL_GUARDED_BY(mu_) = grpc::StatusCode::UNAVAILABLE;
   std::vector<int> failed_batches_ ABSL_GUARDED_BY(mu_);
   std::string download_ ABSL_GUARDED_BY(mu_), download_checksum_ ABSL_GUARDED_BY(mu_);
+  int64_t download_announced_ ABSL_GUARDED_BY(mu_) = -1;
+  int download_chunks_sent_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace frameworm::testing

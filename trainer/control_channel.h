@@ -121,12 +121,17 @@ class ControlChannel {
   // size or checksum it refuses), INTERNAL when the file cannot be read.
   virtual absl::Status UploadCheckpoint(int64_t step, const std::string& path) = 0;
   // Fetches the coordinator's copy of the checkpoint the job reported at
-  // `path` and writes it to `dest` (atomically: a temporary file renamed
-  // into place; parent directories created). NOT_FOUND when the
-  // coordinator holds no copy; DATA_LOSS when what came is not the copy
-  // the record describes (fewer bytes than announced, or another CRC-32
-  // than the record's, sent with the first chunk); INTERNAL when this
-  // host cannot write it (never DATA_LOSS: the copy is not at fault).
+  // `path` and writes it to `dest` (atomically and durably: a partial file,
+  // fsynced, renamed into place, its directory fsynced; parent directories
+  // created). The size the first chunk announces is checked against the
+  // disk's free space before any byte is written, and no byte past it is
+  // written. NOT_FOUND when the coordinator holds no copy; DATA_LOSS when
+  // what came is not the copy the record describes (fewer or more bytes
+  // than announced, a negative size, a chunk over 1 MiB, or another CRC-32
+  // than the record's, sent with the first chunk); RESOURCE_EXHAUSTED when
+  // this host's disk has no room for the announced size; INTERNAL when
+  // this host cannot write it (neither is DATA_LOSS: the copy is not at
+  // fault).
   virtual absl::Status DownloadCheckpoint(const std::string& path, const std::string& dest) = 0;
   // No copy of `path` (FRAMEWORM_RESUME_FROM) loads: the coordinator drops
   // it, so the next generation resumes from the checkpoint before it.

@@ -180,46 +180,54 @@ class GrpcTrainerChannel final : public ControlChannel {
     FillRef(req.mutable_ref());
     req.set_path(path);
     auto reader = stub_->DownloadCheckpoint(&ctx, req);
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    fs::create_directories(fs::path(dest).parent_path(), ec);
-    const std::string tmp = absl::StrCat(dest, ".download-", getpid());
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::InternalError(absl::StrCat("cannot create ", tmp));
-    v1::CheckpointChunk chunk;
-    int64_t total = -1, got = 0;
+    // The file is created once the first chunk names its size: the disk's
+    // room is checked for it up front, and a byte past it is refused.
+    std::unique_ptr<ReceivedFile> file;
     std::string want;  // the record's checksum (first chunk; empty from an older coordinator)
     uint32_t crc = 0;
-    while (reader->Read(&chunk)) {
-      if (total < 0) {
-        total = chunk.total_bytes();
-        want = chunk.checksum();
-      }
-      out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
-      crc = UpdateCrc32(crc, chunk.data());
-      got += static_cast<int64_t>(chunk.data().size());
-    }
-    out.close();
-    grpc::Status s = reader->Finish();
     absl::Status result = absl::OkStatus();
-    if (!s.ok()) {
-      result = FromGrpcStatus(s, "DownloadCheckpoint");
-    } else if (!out) {
-      // This host's disk (full, a quota): not the copy's fault, so not
-      // DATA_LOSS, which would report the checkpoint bad.
-      result = absl::InternalError(absl::StrCat("writing ", tmp, " failed"));
-    } else if (got != total) {
-      result = absl::DataLossError(absl::StrCat("checkpoint download of ", path, " got ", got,
-                                                " of ", total, " bytes"));
-    } else if (!want.empty() && Crc32Text(crc) != want) {
-      result = absl::DataLossError(absl::StrCat("the coordinator's copy of ", path, " is ",
-                                                Crc32Text(crc), ", its record says ", want));
-    } else {
-      fs::rename(tmp, dest, ec);
-      if (ec) result = absl::InternalError(absl::StrCat("renaming to ", dest, ": ", ec.message()));
+    v1::CheckpointChunk chunk;
+    while (result.ok() && reader->Read(&chunk)) {
+      if (!file) {
+        want = chunk.checksum();
+        absl::StatusOr<std::unique_ptr<ReceivedFile>> made =
+            ReceivedFile::Create(dest, chunk.total_bytes(), /*keep_free=*/0);
+        // A negative size is the copy's fault; a disk without room or a
+        // file that cannot be created is this host's.
+        if (!made.ok()) {
+          result = made.status().code() == absl::StatusCode::kInvalidArgument
+                       ? CopyIsBad(path, made.status())
+                       : made.status();
+          break;
+        }
+        file = *std::move(made);
+      }
+      absl::Status wrote = file->Append(chunk.data());
+      if (!wrote.ok()) {
+        result = wrote.code() == absl::StatusCode::kInvalidArgument ? CopyIsBad(path, wrote) : wrote;
+        break;
+      }
+      crc = UpdateCrc32(crc, chunk.data());
     }
-    if (!result.ok()) fs::remove(tmp, ec);
-    return result;
+    if (!result.ok()) ctx.TryCancel();  // stop the stream; its bytes are not wanted
+    grpc::Status s = reader->Finish();
+    if (!result.ok()) return result;
+    if (!s.ok()) return FromGrpcStatus(s, "DownloadCheckpoint");
+    if (!file) {
+      return absl::DataLossError(absl::StrCat("the coordinator sent no chunk of ", path));
+    }
+    if (file->received() != file->expected()) {
+      return absl::DataLossError(absl::StrCat("checkpoint download of ", path, " got ",
+                                              file->received(), " of ", file->expected(),
+                                              " bytes"));
+    }
+    if (!want.empty() && Crc32Text(crc) != want) {
+      return absl::DataLossError(absl::StrCat("the coordinator's copy of ", path, " is ",
+                                              Crc32Text(crc), ", its record says ", want));
+    }
+    // Size and checksum hold, so what Commit refuses now is this host's
+    // (a failed fsync or rename): INTERNAL.
+    return file->Commit(Crc32Text(crc));
   }
 
  private:
@@ -239,6 +247,14 @@ class GrpcTrainerChannel final : public ControlChannel {
     stub_ = v1::TrainerService::NewStub(dial_());
   }
   static constexpr absl::Duration kRedialAfter = absl::Seconds(2);
+
+  // What the coordinator sent breaks its own announcement (a negative size,
+  // more bytes than declared, a chunk over the limit): its copy is not the
+  // record's.
+  static absl::Status CopyIsBad(const std::string& path, const absl::Status& why) {
+    return absl::DataLossError(
+        absl::StrCat("the coordinator's copy of ", path, " is not what it announced: ", why.message()));
+  }
 
   static StepDirective Directive(const v1::ReportStepResponse& resp) {
     StepDirective d;

@@ -452,6 +452,44 @@ TEST_F(TrainerChannelTest, ADownloadThisHostCannotWriteIsNotDataLoss) {
   std::filesystem::remove_all(dir);
 }
 
+// A coordinator that breaks its own announcement (more bytes than the size
+// its first chunk named, a negative size) is DATA_LOSS, and the download
+// stops at once: no byte past the announced size reaches the disk, the rest
+// of the stream is not read, and nothing is left behind.
+TEST_F(TrainerChannelTest, ADownloadPastItsAnnouncedSizeStopsAndLeavesNothing) {
+  auto ch = Channel("job-7", 3);
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/download-over-", ::getpid());
+  constexpr int kChunks = 64;
+  std::string bytes(static_cast<size_t>(kChunks) << 20, 'y');
+  service_.ServeDownload(bytes, Crc32Text(UpdateCrc32(0, bytes)), /*announced=*/2 << 20);
+  absl::Status s = ch->DownloadCheckpoint("/ck/ckpt-5.pt", dir + "/a.pt");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("more than the 2097152 bytes"), std::string::npos) << s;
+  EXPECT_LT(service_.download_chunks_sent(), kChunks) << "the whole stream was read";
+  std::error_code ec;
+  EXPECT_TRUE(std::filesystem::is_empty(dir, ec)) << "a partial file was left";
+  service_.ServeDownload("abc", "", /*announced=*/-5);
+  s = ch->DownloadCheckpoint("/ck/ckpt-5.pt", dir + "/b.pt");
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("-5 bytes"), std::string::npos) << s;
+  EXPECT_TRUE(std::filesystem::is_empty(dir, ec)) << "a partial file was left";
+  std::filesystem::remove_all(dir);
+}
+
+// A size no disk here has room for (a hostile or corrupt record) is
+// refused before any byte is written: RESOURCE_EXHAUSTED naming the
+// numbers, not DATA_LOSS, and no file.
+TEST_F(TrainerChannelTest, ADownloadLargerThanTheDiskIsRefusedUpFront) {
+  auto ch = Channel("job-7", 3);
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/download-huge-", ::getpid());
+  service_.ServeDownload("abc", "", /*announced=*/int64_t{1} << 60);
+  const absl::Status s = ch->DownloadCheckpoint("/ck/ckpt-5.pt", dir + "/a.pt");
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  std::error_code ec;
+  EXPECT_TRUE(std::filesystem::is_empty(dir, ec)) << "a file was left";
+  std::filesystem::remove_all(dir);
+}
+
 // Files for HandOverCheckpoint: a disk and a memory directory, each with
 // the ckpt-<step>.pt files of `steps`.
 struct HandOverDirs {
