@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -100,7 +101,37 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Start(
   // Uploads the previous process was receiving when it stopped: no call
   // goes on with them, and nothing else would ever delete them.
   c->copies_.RemovePartials();
+  c->RemoveFilesOfForgottenJobs();
   return c;
+}
+
+void Coordinator::RemoveFilesOfForgottenJobs() {
+  std::set<std::string> known;
+  {
+    absl::MutexLock l(&mu_);
+    for (const Job* job : jobs_.Jobs()) known.insert(job->id);
+  }
+  const std::pair<const char*, std::function<void(const std::string&)>> kinds[] = {
+      {"logs", [this](const std::string& id) { logs_.RemoveJob(id); }},
+      {"checkpoint-copies", [this](const std::string& id) { copies_.RemoveJob(id); }},
+      {"tensorboard", [this](const std::string& id) { tensorboard_.RemoveJob(id); }},
+  };
+  for (const auto& [sub, remove] : kinds) {
+    std::error_code ec;
+    std::vector<std::string> forgotten;
+    for (fs::directory_iterator it(fs::path(state_dir_) / sub, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      const std::string id = it->path().filename().string();
+      if (it->is_directory(ec) && !it->is_symlink(ec) && known.count(id) == 0) {
+        forgotten.push_back(id);
+      }
+    }
+    for (const std::string& id : forgotten) {
+      remove(id);
+      std::fprintf(stderr, "coordinator: removed %s/%s/%s (no such job)\n", state_dir_.c_str(),
+                   sub, PrintableLine(id, 64).c_str());
+    }
+  }
 }
 
 Coordinator::Coordinator(const CoordinatorOptions& options, Clock& clock,

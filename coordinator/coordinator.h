@@ -373,6 +373,12 @@ class Coordinator {
       const CoordinatorOptions& options, Clock& clock,
       std::unique_ptr<Store> owned, Store* store);
   absl::Status Reload() ABSL_LOCKS_EXCLUDED(mu_);
+  // At start-up, after Reload: removes the log, checkpoint-copy and
+  // TensorBoard directories under the state dir whose job the store does
+  // not have (an expiry that deleted the job's rows but stopped before its
+  // files went, or a log chunk written just after they went), so they do
+  // not outlive every bound. Best effort.
+  void RemoveFilesOfForgottenJobs() ABSL_LOCKS_EXCLUDED(mu_);
   // ReportBadCheckpoint's coordinator_copy part: checks the coordinator's
   // copy of `bad.path` against its record (its size, then its CRC-32, read
   // outside the lock; once per generation: Job::copy_verdict), removes a

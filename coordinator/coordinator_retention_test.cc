@@ -2,6 +2,7 @@
 // retain_finished (rows, rank logs, checkpoint copies), metric histories are
 // thinned, and a failed delete is retried after a restart.
 #include <filesystem>
+#include <fstream>
 
 #include "coordinator/coordinator_fixture.h"
 #include "gtest/gtest.h"
@@ -195,6 +196,45 @@ TEST_F(RetentionTest, AFailedDeleteKeepsTheFilesAndIsRetriedAfterARestart) {
   EXPECT_EQ(coord_->GetJob(id).status().code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(fs::exists(coord_->logs().Dir(id)));
   EXPECT_TRUE(store_.LoadJobs()->empty());
+}
+
+// Files of a job the store no longer has (a log chunk written just after
+// its expiry removed its directory, or an expiry that stopped between the
+// rows and the files) go at the next start; those of known jobs stay, and
+// nothing but directories of the three kinds is touched (a symlinked
+// directory is not followed).
+TEST_F(RetentionTest, FilesOfAJobTheStoreNoLongerHasGoAtTheNextStart) {
+  AddWorker("w0", 1);
+  const std::string done = Submit(Spec(1, 1));
+  ASSERT_EQ(coord_->CancelJob(done)->state(), v1::CANCELLED);
+  const std::string kept = Submit(Spec(1, 1));
+  ASSERT_TRUE(coord_->logs().Append(kept, 0, "kept\n").ok());
+  for (int i = 0; i < 2; ++i) {  // 70 minutes, heartbeating: `kept` runs on
+    Heartbeat("w0");
+    TickLater(absl::Minutes(35));
+  }
+  ASSERT_EQ(coord_->GetJob(done).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(Job(kept).state(), v1::RUNNING);
+  ASSERT_TRUE(coord_->logs().Append(done, 0, "late\n").ok());  // the racing chunk
+  const fs::path state = Options().state_dir;
+  for (const char* sub : {"checkpoint-copies", "tensorboard"}) {
+    fs::create_directories(state / sub / "ghost");
+    std::ofstream(state / sub / "ghost" / "f") << "x";
+  }
+  const fs::path outside = state / "outside";
+  fs::create_directories(outside);
+  std::ofstream(outside / "keep") << "x";
+  fs::create_symlink(outside, state / "logs" / "linked");
+  std::ofstream(state / "logs" / "plain-file") << "x";
+  coord_.reset();
+  Open();
+  EXPECT_FALSE(fs::exists(coord_->logs().Dir(done)));
+  EXPECT_FALSE(fs::exists(state / "checkpoint-copies" / "ghost"));
+  EXPECT_FALSE(fs::exists(state / "tensorboard" / "ghost"));
+  EXPECT_TRUE(fs::exists(coord_->logs().Path(kept, 0)));
+  EXPECT_TRUE(fs::exists(outside / "keep"));
+  EXPECT_TRUE(fs::is_symlink(state / "logs" / "linked"));
+  EXPECT_TRUE(fs::exists(state / "logs" / "plain-file"));
 }
 
 }  // namespace
