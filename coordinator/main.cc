@@ -289,6 +289,9 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // A write to a peer that reset its connection is an error to handle
+  // (EPIPE), never the end of the coordinator (as in the worker).
+  ::signal(SIGPIPE, SIG_IGN);
 
   auto core = frameworm::coordinator::Coordinator::Create(
       o, frameworm::RealClock::Real());

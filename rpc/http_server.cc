@@ -9,6 +9,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/node_address.h"
 #include "common/printable.h"
 
@@ -42,7 +45,9 @@ class HttpServer::Conn {
       : fd_(fd), ssl_(ssl), deadline_(deadline) {}
   ~Conn() {
     if (ssl_ != nullptr) {
-      if (SSL_is_init_finished(ssl_)) SSL_shutdown(ssl_);  // best effort
+      // Best effort, and never after a failed read or write (OpenSSL's rule:
+      // a reset peer's socket would take the close_notify as EPIPE).
+      if (SSL_is_init_finished(ssl_) && !failed_) SSL_shutdown(ssl_);
       ERR_clear_error();
       SSL_free(ssl_);
     }
@@ -101,8 +106,9 @@ class HttpServer::Conn {
  private:
   // Waits, within the deadline, for what OpenSSL's error `e` asks for.
   bool WaitFor(int e) {
-    if (e == SSL_ERROR_WANT_READ) return Wait(POLLIN);
-    if (e == SSL_ERROR_WANT_WRITE) return Wait(POLLOUT);
+    if (e == SSL_ERROR_WANT_READ && Wait(POLLIN)) return true;
+    if (e == SSL_ERROR_WANT_WRITE && Wait(POLLOUT)) return true;
+    failed_ = e != SSL_ERROR_ZERO_RETURN;  // the peer's clean close_notify is no failure
     return false;
   }
   // The socket is ready for `events` before the deadline (never without
@@ -122,6 +128,7 @@ class HttpServer::Conn {
   const int fd_;
   SSL* const ssl_;
   absl::Time deadline_;
+  bool failed_ = false;  // a TLS read, write or handshake failed or timed out
 };
 
 namespace {
@@ -194,6 +201,14 @@ absl::StatusOr<SSL_CTX*> MakeContext(const TlsFiles& tls, bool server) {
   if (!ca_ok) return fail("ca.crt is not usable");
   SSL_CTX_set_verify(ctx, server ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT : SSL_VERIFY_PEER,
                      nullptr);
+  if (server) {
+    // No session resumption (no tickets, no cache): every connection's full
+    // handshake checks the client's certificate, its expiry included (the
+    // dashboard reconnects for every request).
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+    SSL_CTX_set_num_tickets(ctx, 0);
+  }
   return ctx;
 }
 
@@ -323,6 +338,14 @@ std::string PeerHost(const sockaddr_storage& a) {
 }  // namespace
 
 void HttpServer::AcceptLoop() {
+  // This thread and the connection threads it starts (they inherit its
+  // mask) block SIGPIPE: OpenSSL writes with write(), not send() with
+  // MSG_NOSIGNAL, so a peer that reset its connection would otherwise kill
+  // a process that does not ignore SIGPIPE.
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   for (;;) {
     pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) {
@@ -335,7 +358,14 @@ void HttpServer::AcceptLoop() {
     socklen_t from_len = sizeof(from);
     const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &from_len,
                              SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      // Out of descriptors or memory: the listener stays readable, so wait
+      // for some to free instead of spinning.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        absl::SleepFor(absl::Milliseconds(100));
+      }
+      continue;
+    }
     const std::string peer = PeerHost(from);
     bool take = false;
     {

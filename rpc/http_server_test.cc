@@ -3,6 +3,10 @@
 #include "rpc/http_server.h"
 
 #include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -110,6 +114,134 @@ TEST_F(HttpServerTest, TlsNeedsAClusterCertificateAndNamesItsHolder) {
   EXPECT_FALSE(HttpGet(address_, "/who", absl::Seconds(5)).ok());  // plaintext to HTTPS
   const TlsFiles stranger = *LoadTlsDir(dir + "/stranger");
   EXPECT_FALSE(HttpGet(address_, "/who", absl::Seconds(5), &stranger).ok());
+  std::filesystem::remove_all(dir);
+}
+
+// A TLS client of the dashboard as a browser is one: it offers the session
+// of its previous connection. Sessions of `ctx` (alice's certificate) are
+// kept in *session between calls.
+class TlsClient {
+ public:
+  explicit TlsClient(const TlsFiles& who, int max_version = 0)
+      : ctx_(SSL_CTX_new(TLS_client_method())) {
+    if (max_version != 0) SSL_CTX_set_max_proto_version(ctx_, max_version);
+    SSL_CTX_set_session_cache_mode(ctx_, SSL_SESS_CACHE_CLIENT);
+    BIO* b = BIO_new_mem_buf(who.cert_pem.data(), static_cast<int>(who.cert_pem.size()));
+    X509* cert = PEM_read_bio_X509(b, nullptr, nullptr, nullptr);
+    BIO_free(b);
+    SSL_CTX_use_certificate(ctx_, cert);
+    X509_free(cert);
+    b = BIO_new_mem_buf(who.key_pem.data(), static_cast<int>(who.key_pem.size()));
+    EVP_PKEY* key = PEM_read_bio_PrivateKey(b, nullptr, nullptr, nullptr);
+    BIO_free(b);
+    SSL_CTX_use_PrivateKey(ctx_, key);
+    EVP_PKEY_free(key);
+  }
+  ~TlsClient() {
+    if (session_ != nullptr) SSL_SESSION_free(session_);
+    SSL_CTX_free(ctx_);
+  }
+  // A TCP connection to 127.0.0.1:port with a finished TLS handshake
+  // (offering the last session), or nullptr.
+  SSL* Connect(int port, int* fd) {
+    *fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{10, 0};
+    ::setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (::connect(*fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return nullptr;
+    SSL* ssl = SSL_new(ctx_);
+    SSL_set_fd(ssl, *fd);
+    if (session_ != nullptr) SSL_set_session(ssl, session_);
+    if (SSL_connect(ssl) != 1) {
+      SSL_free(ssl);
+      return nullptr;
+    }
+    return ssl;
+  }
+  // GET /who over a new connection: the response, or "" when the
+  // handshake failed. Keeps the connection's session for the next call.
+  std::string Get(int port) {
+    int fd = -1;
+    SSL* ssl = Connect(port, &fd);
+    std::string out;
+    if (ssl != nullptr) {
+      const std::string req = "GET /who HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+      SSL_write(ssl, req.data(), static_cast<int>(req.size()));
+      char buf[4096];
+      for (int n; (n = SSL_read(ssl, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+      reused_ = SSL_session_reused(ssl) == 1;
+      if (session_ != nullptr) SSL_SESSION_free(session_);
+      session_ = SSL_get1_session(ssl);
+      SSL_free(ssl);
+    }
+    ERR_clear_error();
+    ::close(fd);
+    return out;
+  }
+  // Whether the last Get's handshake resumed the session it offered.
+  bool reused() const { return reused_; }
+
+ private:
+  SSL_CTX* const ctx_;
+  SSL_SESSION* session_ = nullptr;
+  bool reused_ = false;
+};
+
+// A browser's second request offers the first one's session: it is served,
+// as the first, with a full handshake (its certificate checked again), over
+// TLS 1.2 and 1.3.
+TEST_F(HttpServerTest, AClientOfferingItsLastSessionIsServed) {
+  const std::string dir = ::testing::TempDir() + "/http-resume-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(InitClusterCa(dir + "/ca").ok());
+  ASSERT_TRUE(IssueCertificate(dir + "/ca", "coordinator", "main", dir + "/main").ok());
+  ASSERT_TRUE(IssueCertificate(dir + "/ca", "user", "alice", dir + "/alice").ok());
+  HttpServer::Options o;
+  o.tls = *LoadTlsDir(dir + "/main");
+  Start(o);
+  for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+    TlsClient alice(*LoadTlsDir(dir + "/alice"), version);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_THAT(alice.Get(server_->port()), StartsWith("HTTP/1.1 200"))
+          << "TLS version " << std::hex << version << ", request " << i;
+      EXPECT_FALSE(alice.reused()) << "a resumed session skips the certificate check";
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A client that finishes its handshake and then resets the connection
+// (SO_LINGER 0) leaves the server, and the process it runs in (SIGPIPE left
+// at its default here), serving the next one.
+TEST_F(HttpServerTest, AClientThatResetsAfterItsHandshakeLeavesTheServerUp) {
+  const std::string dir = ::testing::TempDir() + "/http-reset-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(InitClusterCa(dir + "/ca").ok());
+  ASSERT_TRUE(IssueCertificate(dir + "/ca", "coordinator", "main", dir + "/main").ok());
+  ASSERT_TRUE(IssueCertificate(dir + "/ca", "user", "alice", dir + "/alice").ok());
+  HttpServer::Options o;
+  o.tls = *LoadTlsDir(dir + "/main");
+  Start(o);
+  ASSERT_EQ(::signal(SIGPIPE, SIG_DFL), SIG_DFL) << "the test needs SIGPIPE's default";
+  const TlsFiles alice_files = *LoadTlsDir(dir + "/alice");
+  TlsClient alice(alice_files);
+  for (int i = 0; i < 5; ++i) {
+    int fd = -1;
+    SSL* ssl = alice.Connect(server_->port(), &fd);
+    ASSERT_NE(ssl, nullptr);
+    absl::SleepFor(absl::Milliseconds(50));  // the server waits in its read
+    linger l{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    SSL_free(ssl);
+    ::close(fd);  // RST
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  auto r = HttpGet(address_, "/who", absl::Seconds(10), &alice_files);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200);
   std::filesystem::remove_all(dir);
 }
 
