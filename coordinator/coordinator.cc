@@ -1355,28 +1355,45 @@ absl::StatusOr<std::pair<v1::CheckpointRecord, std::string>> Coordinator::Checkp
   if (step < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step must be >= 0 (0: the newest), got ", step));
   }
-  std::optional<v1::CheckpointRecord> found;
-  std::vector<int64_t> steps;
+  std::vector<v1::CheckpointRecord> disk;  // the job's disk records, newest first
   {
     absl::MutexLock l(&mu_);
     absl::StatusOr<const Job*> job = FindLocked(job_id);
     if (!job.ok()) return job.status();
     for (const auto& c : checkpoints_.List(job_id)) {
-      if (c.memory()) continue;
-      steps.push_back(c.step());
-      if ((step == 0 && (!found || c.step() > found->step())) || c.step() == step) found = c;
+      if (!c.memory()) disk.push_back(c);
     }
   }
+  std::sort(disk.begin(), disk.end(),
+            [](const auto& a, const auto& b) { return a.step() > b.step(); });
+  // Step 0: the newest of which the coordinator holds a copy (a record
+  // reported without an upload, or whose damaged copy went while workers
+  // hold it, has none); otherwise that step's.
+  std::optional<v1::CheckpointRecord> found;
+  absl::StatusOr<std::string> path = absl::NotFoundError("");
+  for (const v1::CheckpointRecord& c : disk) {
+    if (step != 0 && c.step() != step) continue;
+    path = copies_.PathOf(job_id, c.step());
+    found = c;
+    if (path.ok() || step != 0) break;
+  }
   if (!found) {
+    std::vector<int64_t> steps;
+    for (const v1::CheckpointRecord& c : disk) steps.push_back(c.step());
     std::sort(steps.begin(), steps.end());
     return absl::NotFoundError(
         steps.empty() ? absl::StrCat("job ", job_id, " has no disk checkpoint")
                       : absl::StrCat("job ", job_id, " has no checkpoint of step ", step,
                                      "; it has: ", absl::StrJoin(steps, ", ")));
   }
+  if (!path.ok()) {
+    return step != 0 ? path.status()
+                     : absl::NotFoundError(absl::StrCat(
+                           "the coordinator holds a copy of none of job ", job_id,
+                           "'s disk checkpoints (steps ", disk.back().step(), " to ",
+                           disk.front().step(), "); they are on the workers' disks"));
+  }
   found->clear_secret();
-  absl::StatusOr<std::string> path = copies_.PathOf(job_id, found->step());
-  if (!path.ok()) return path.status();
   if (found->checksum().empty()) {  // reported without one: the copy's own
     absl::StatusOr<std::pair<int64_t, std::string>> sum = FileChecksum(*path);
     if (!sum.ok()) return sum.status();

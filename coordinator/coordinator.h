@@ -350,9 +350,10 @@ class Coordinator {
   absl::StatusOr<std::string> CheckpointCopyOf(const v1::JobRef& ref, const std::string& path,
                                                std::string* checksum = nullptr) const;
   // For a user: the record of the job's disk checkpoint of `step` (0: the
-  // newest one) and the path of the coordinator's copy of it. Errors:
-  // NOT_FOUND for an unknown job, no such step (naming the steps there
-  // are) or no copy; INVALID_ARGUMENT for a negative step.
+  // newest one of which the coordinator holds a copy) and the path of the
+  // coordinator's copy of it. Errors: NOT_FOUND for an unknown job, no such
+  // step (naming the steps there are) or no copy; INVALID_ARGUMENT for a
+  // negative step.
   absl::StatusOr<std::pair<v1::CheckpointRecord, std::string>> CheckpointForUser(
       const std::string& job_id, int64_t step) const;
 

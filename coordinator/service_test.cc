@@ -693,6 +693,29 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
   EXPECT_NE(u.error_message().find("has no checkpoint of step 11; it has: 10"), std::string::npos)
       << u.error_message();
   EXPECT_EQ(user_download(id, -1, &got, &head).error_code(), grpc::INVALID_ARGUMENT);
+  // A newer record with no copy here (reported with its size and checksum,
+  // never uploaded): the newest is still the newest the coordinator holds.
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::CheckpointRecord rec;
+    rec.mutable_ref()->set_job_id(id);
+    rec.mutable_ref()->set_generation(1);
+    rec.mutable_ref()->set_token(TokenOf(id, 1, 0));
+    rec.set_step(20);
+    rec.set_path(dir_ + "/checkpoints/" + id + "/ckpt-20.pt");
+    rec.set_bytes(4096);
+    rec.set_checksum("crc32:0badc0de");
+    v1::ReportCheckpointResponse r;
+    ASSERT_TRUE(trainers_->ReportCheckpoint(&ctx, rec, &r).ok());
+  }
+  u = user_download(id, 0, &got, &head);
+  ASSERT_TRUE(u.ok()) << u.error_message();
+  EXPECT_EQ(head.step(), 10);
+  EXPECT_TRUE(got == payload);
+  u = user_download(id, 20, &got, &head);
+  EXPECT_EQ(u.error_code(), grpc::NOT_FOUND);
+  EXPECT_NE(u.error_message().find("holds no copy"), std::string::npos) << u.error_message();
   EXPECT_EQ(user_download("job-none", 0, &got, &head).error_code(), grpc::NOT_FOUND);
   EXPECT_EQ(user_download("../../etc", 0, &got, &head).error_code(), grpc::NOT_FOUND);
 }
