@@ -1,4 +1,5 @@
-// Paging of the list RPCs (ListJobs, ListWorkers, GetMetrics): one page of
+// Paging of the list RPCs (ListJobs, ListWorkers, GetMetrics; ListEvents by
+// its own cursor, TakeEventPage): one page of
 // an ordered list, so no response outgrows the message limit however much
 // the cluster holds. A page holds the items whose key is after the token
 // (empty: from the first), at most `size` of them (0: the default) and at
@@ -75,6 +76,30 @@ absl::StatusOr<Page<T>> TakePage(std::vector<T> all, int size, const std::string
     }
     bytes += n;
     page.items.push_back(std::move(item));
+  }
+  return page;
+}
+
+// A page of ListEvents: of `events` (in seq order; Event has seq()), those
+// `visible` keeps, within `max_bytes` encoded (at least one), and the seq to
+// go on after: that of the last event looked at, a filtered one included,
+// so the next call neither repeats nor skips one (`after` when none was).
+template <typename Event, typename Visible>
+std::pair<std::vector<Event>, int64_t> TakeEventPage(std::vector<Event> events, int64_t after,
+                                                     Visible visible,
+                                                     size_t max_bytes = kMaxPageBytes) {
+  std::pair<std::vector<Event>, int64_t> page{{}, after};
+  size_t bytes = 0;
+  for (Event& e : events) {
+    if (visible(e)) {
+      const size_t n = EncodedBytes(e);
+      if (!page.first.empty() && n > max_bytes - std::min(bytes, max_bytes)) break;
+      bytes += n;
+      page.second = e.seq();
+      page.first.push_back(std::move(e));
+    } else {
+      page.second = e.seq();
+    }
   }
   return page;
 }

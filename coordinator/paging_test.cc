@@ -82,6 +82,48 @@ TEST(PagingTest, LargeItemsMakeShorterPages) {
   EXPECT_EQ(one->next_token, NumericPageKey(0));
 }
 
+// ListEvents' pages: within the byte bound (at least one event), filtered
+// events advance the cursor, and following it sees every visible event
+// once.
+TEST(PagingTest, EventPagesAreBoundedAndTheirCursorSkipsNothing) {
+  std::vector<v1::Event> all;
+  for (int i = 1; i <= 40; ++i) {
+    v1::Event& e = all.emplace_back();
+    e.set_seq(i);
+    e.set_job_id(i % 3 == 0 ? "hidden" : "mine");
+    e.set_message(std::string(i == 7 ? 5000 : 100, 'x'));
+  }
+  auto visible = [](const v1::Event& e) { return e.job_id() != "hidden"; };
+  std::vector<int64_t> seen;
+  int64_t after = 0;
+  int pages = 0;
+  for (; pages < 100; ++pages) {
+    std::vector<v1::Event> rest;
+    for (const v1::Event& e : all) {
+      if (e.seq() > after) rest.push_back(e);
+    }
+    auto [page, next] = TakeEventPage(rest, after, visible, /*max_bytes=*/1000);
+    if (page.empty()) {
+      EXPECT_EQ(next, 40) << "the hidden tail moves the cursor to the end";
+      break;
+    }
+    size_t bytes = 0;
+    for (const v1::Event& e : page) {
+      seen.push_back(e.seq());
+      bytes += e.ByteSizeLong();
+    }
+    EXPECT_TRUE(page.size() == 1 || bytes <= 1000) << bytes;
+    EXPECT_GE(next, page.back().seq());
+    after = next;
+  }
+  std::vector<int64_t> want;
+  for (int i = 1; i <= 40; ++i) {
+    if (i % 3 != 0) want.push_back(i);
+  }
+  EXPECT_EQ(seen, want);
+  EXPECT_GT(pages, 3);
+}
+
 TEST(PagingTest, SizesOutsideTheLimitAreRefused) {
   auto key = [](int x) { return NumericPageKey(x); };
   EXPECT_EQ(TakePage(Numbers(3), 6, "", 2, 5, key).status().code(),

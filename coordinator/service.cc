@@ -666,18 +666,19 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
     }
     auto events = impl_->core->ListEvents(job, req->after_seq(), limit);
     if (!events.ok()) return Done(ctx, events.status());
-    resp->set_next_after_seq(events->empty() ? req->after_seq() : events->back().seq());
     // Every event, filtered: the cluster's, and those of jobs the caller
-    // sees (an expired job's leftovers only to those who see every job).
+    // sees (an expired job's leftovers only to those who see every job);
+    // within kMaxPageBytes (events carry placements and paths), the cursor
+    // stopping at the last one looked at.
     const std::map<std::string, std::string> owners =
         job ? std::map<std::string, std::string>() : impl_->core->JobOwners();
-    for (v1::Event& e : *events) {
-      if (!job && !e.job_id().empty()) {
-        auto owner = owners.find(e.job_id());
-        if (!SeesJob(caller, owner == owners.end() ? std::string() : owner->second)) continue;
-      }
-      *resp->add_events() = std::move(e);
-    }
+    auto [page, next] = TakeEventPage(*std::move(events), req->after_seq(), [&](const v1::Event& e) {
+      if (job || e.job_id().empty()) return true;
+      auto owner = owners.find(e.job_id());
+      return SeesJob(caller, owner == owners.end() ? std::string() : owner->second);
+    });
+    resp->set_next_after_seq(next);
+    for (v1::Event& e : page) *resp->add_events() = std::move(e);
     return Done(ctx, absl::OkStatus());
   }
   grpc::ServerWriteReactor<v1::LogChunk>* GetLogs(
