@@ -284,14 +284,20 @@ class ServiceTest : public ::testing::Test {
   // Rank 0 of job `id`'s generation 1 reports its checkpoint of step 10
   // (with `checksum`, or none: the uploaded copy's size stands for it).
   grpc::Status ReportStep10(const std::string& id, const std::string& checksum = "") {
+    return ReportCheckpointOf(id, 10, checksum);
+  }
+  // The same for `step`, its size `bytes` given (0: none).
+  grpc::Status ReportCheckpointOf(const std::string& id, int64_t step, const std::string& checksum,
+                                  int64_t bytes = 0) {
     grpc::ClientContext ctx;
     Deadline(&ctx);
     v1::CheckpointRecord rec;
     rec.mutable_ref()->set_job_id(id);
     rec.mutable_ref()->set_generation(1);
     rec.mutable_ref()->set_token(TokenOf(id, 1, 0));
-    rec.set_step(10);
-    rec.set_path(dir_ + "/checkpoints/" + id + "/ckpt-10.pt");
+    rec.set_step(step);
+    rec.set_path(absl::StrCat(dir_, "/checkpoints/", id, "/ckpt-", step, ".pt"));
+    rec.set_bytes(bytes);
     rec.set_checksum(checksum);
     v1::ReportCheckpointResponse r;
     return trainers_->ReportCheckpoint(&ctx, rec, &r);
@@ -695,20 +701,7 @@ TEST_F(ServiceTest, CheckpointCopyUploadsAndDownloadsAndRefusesBadCalls) {
   EXPECT_EQ(user_download(id, -1, &got, &head).error_code(), grpc::INVALID_ARGUMENT);
   // A newer record with no copy here (reported with its size and checksum,
   // never uploaded): the newest is still the newest the coordinator holds.
-  {
-    grpc::ClientContext ctx;
-    Deadline(&ctx);
-    v1::CheckpointRecord rec;
-    rec.mutable_ref()->set_job_id(id);
-    rec.mutable_ref()->set_generation(1);
-    rec.mutable_ref()->set_token(TokenOf(id, 1, 0));
-    rec.set_step(20);
-    rec.set_path(dir_ + "/checkpoints/" + id + "/ckpt-20.pt");
-    rec.set_bytes(4096);
-    rec.set_checksum("crc32:0badc0de");
-    v1::ReportCheckpointResponse r;
-    ASSERT_TRUE(trainers_->ReportCheckpoint(&ctx, rec, &r).ok());
-  }
+  ASSERT_TRUE(ReportCheckpointOf(id, 20, "crc32:0badc0de", 4096).ok());
   u = user_download(id, 0, &got, &head);
   ASSERT_TRUE(u.ok()) << u.error_message();
   EXPECT_EQ(head.step(), 10);

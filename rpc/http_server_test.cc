@@ -41,6 +41,20 @@ class HttpServerTest : public ::testing::Test {
     server_ = *std::move(s);
     address_ = absl::StrCat("127.0.0.1:", server_->port());
   }
+  // A cluster CA under TempDir()/<name>-<pid> with certificates "main"
+  // (the coordinator's, which the server is restarted with, over HTTPS) and
+  // "alice" (a user's); returns that directory.
+  std::string StartHttpsForAlice(const std::string& name) {
+    const std::string dir = ::testing::TempDir() + "/" + name + "-" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir);
+    EXPECT_TRUE(InitClusterCa(dir + "/ca").ok());
+    EXPECT_TRUE(IssueCertificate(dir + "/ca", "coordinator", "main", dir + "/main").ok());
+    EXPECT_TRUE(IssueCertificate(dir + "/ca", "user", "alice", dir + "/alice").ok());
+    HttpServer::Options o;
+    o.tls = *LoadTlsDir(dir + "/main");
+    Start(o);
+    return dir;
+  }
   std::string Raw(const std::string& request) {
     auto r = HttpExchange(address_, request);
     EXPECT_TRUE(r.ok()) << r.status();
@@ -194,14 +208,7 @@ class TlsClient {
 // as the first, with a full handshake (its certificate checked again), over
 // TLS 1.2 and 1.3.
 TEST_F(HttpServerTest, AClientOfferingItsLastSessionIsServed) {
-  const std::string dir = ::testing::TempDir() + "/http-resume-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  ASSERT_TRUE(InitClusterCa(dir + "/ca").ok());
-  ASSERT_TRUE(IssueCertificate(dir + "/ca", "coordinator", "main", dir + "/main").ok());
-  ASSERT_TRUE(IssueCertificate(dir + "/ca", "user", "alice", dir + "/alice").ok());
-  HttpServer::Options o;
-  o.tls = *LoadTlsDir(dir + "/main");
-  Start(o);
+  const std::string dir = StartHttpsForAlice("http-resume");
   for (int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
     TlsClient alice(*LoadTlsDir(dir + "/alice"), version);
     for (int i = 0; i < 3; ++i) {
@@ -217,14 +224,7 @@ TEST_F(HttpServerTest, AClientOfferingItsLastSessionIsServed) {
 // (SO_LINGER 0) leaves the server, and the process it runs in (SIGPIPE left
 // at its default here), serving the next one.
 TEST_F(HttpServerTest, AClientThatResetsAfterItsHandshakeLeavesTheServerUp) {
-  const std::string dir = ::testing::TempDir() + "/http-reset-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  ASSERT_TRUE(InitClusterCa(dir + "/ca").ok());
-  ASSERT_TRUE(IssueCertificate(dir + "/ca", "coordinator", "main", dir + "/main").ok());
-  ASSERT_TRUE(IssueCertificate(dir + "/ca", "user", "alice", dir + "/alice").ok());
-  HttpServer::Options o;
-  o.tls = *LoadTlsDir(dir + "/main");
-  Start(o);
+  const std::string dir = StartHttpsForAlice("http-reset");
   ASSERT_EQ(::signal(SIGPIPE, SIG_DFL), SIG_DFL) << "the test needs SIGPIPE's default";
   const TlsFiles alice_files = *LoadTlsDir(dir + "/alice");
   TlsClient alice(alice_files);
