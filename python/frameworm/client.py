@@ -6,7 +6,7 @@ import zlib
 
 import grpc
 import yaml
-from google.protobuf import json_format
+from google.protobuf import descriptor, json_format
 
 from frameworm import text
 from frameworm.endpoint import split_endpoint
@@ -69,8 +69,47 @@ def _insecure_channel(coordinator):
     return grpc.insecure_channel(coordinator, options=_CHANNEL_OPTIONS)
 
 
+_INT64_TYPES = frozenset((
+    descriptor.FieldDescriptor.TYPE_INT64, descriptor.FieldDescriptor.TYPE_UINT64,
+    descriptor.FieldDescriptor.TYPE_SINT64, descriptor.FieldDescriptor.TYPE_FIXED64,
+    descriptor.FieldDescriptor.TYPE_SFIXED64))
+
+
+def _int64s_as_ints(desc, d):
+    """The 64-bit integer fields of `d` (MessageToDict of a message of
+    `desc`, which writes them as strings, as JSON does) as ints again, in
+    nested messages, lists and maps too."""
+    for field in desc.fields:
+        if field.name not in d:
+            continue
+        value = d[field.name]
+        entry = field.message_type
+        if entry is not None and entry.GetOptions().map_entry:
+            key_field, value_field = entry.fields_by_name["key"], entry.fields_by_name["value"]
+            out = {}
+            for k, v in value.items():
+                if key_field.type in _INT64_TYPES:
+                    k = int(k)
+                if value_field.type in _INT64_TYPES:
+                    v = int(v)
+                elif value_field.message_type is not None:
+                    _int64s_as_ints(value_field.message_type, v)
+                out[k] = v
+            d[field.name] = out
+        elif field.type in _INT64_TYPES:
+            d[field.name] = [int(v) for v in value] if isinstance(value, list) else int(value)
+        elif entry is not None:
+            for v in value if isinstance(value, list) else [value]:
+                if isinstance(v, dict):
+                    _int64s_as_ints(entry, v)
+    return d
+
+
 def _as_dict(message):
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+    """The message as a dict keyed by proto field names; 64-bit integers
+    (steps, generations, times) as ints, not JSON's strings."""
+    return _int64s_as_ints(message.DESCRIPTOR,
+                           json_format.MessageToDict(message, preserving_proto_field_name=True))
 
 
 class Client:
@@ -165,12 +204,15 @@ class Client:
                     if on_update:
                         on_update(d)
                     if d.get("state") in FINAL_STATES:
-                        call.cancel()
                         return d
             except grpc.RpcError as e:
                 if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
                     raise FramewormError(e.code().name, e.details()) from None
                 why = e.details() or e.code().name
+            finally:
+                # Ended here (the job's end, or on_update raised): the
+                # coordinator's watcher slot is freed now, not at the deadline.
+                call.cancel()
             now = time.monotonic()
             if read_any or away_since is None:
                 away_since = now
@@ -251,6 +293,7 @@ class Client:
         except grpc.RpcError as e:
             raise FramewormError(e.code().name, e.details()) from None
         finally:
+            call.cancel()  # a refused copy's stream ends now, not at the server's idle limit
             if out is not None and not out.closed:
                 out.close()
             if tmp is not None and os.path.exists(tmp):

@@ -94,6 +94,7 @@ import grpc
 from frameworm.cadence import MemoryCadence, parse_every
 from frameworm.client import FramewormError, _insecure_channel, _secure_channel
 from frameworm.pacing import DEFAULT_INTERVAL, MAX_BATCH, SendPacer
+from frameworm.step_values import checked_values
 from frameworm.text import cut_utf8
 from frameworm.v1 import common_pb2, trainer_service_pb2, trainer_service_pb2_grpc
 
@@ -218,8 +219,13 @@ class Reporter:
     def step(self, step, loss=None, samples=0, step_seconds=0.0, epoch=0, total_steps=0,
              **values):
         """Reports that this rank completed `step` (1-based); `loss` and any
-        other keyword become the step's metrics (finite numbers only: others
-        are left out). Returns a Directive."""
+        other keyword become the step's metrics (finite numbers within
+        +-1e200 only: others are left out). ValueError for more than 64
+        metrics or a name the coordinator refuses (step_values.py), checked
+        whether or not the reporter is enabled. Returns a Directive."""
+        if loss is not None:
+            values["loss"] = loss
+        values = checked_values(values)
         if not self.enabled:
             return Directive()
         memory = False
@@ -234,12 +240,8 @@ class Reporter:
         m = common_pb2.StepMetrics(ref=self._ref, rank=self.rank, step=int(step), epoch=int(epoch),
                                    samples=int(samples), step_seconds=max(0.0, float(step_seconds)),
                                    total_steps=int(total_steps))
-        if loss is not None:
-            values["loss"] = loss
         for k, v in values.items():
-            v = float(v)
-            if v == v and v not in (float("inf"), float("-inf")):
-                m.values[k] = v
+            m.values[k] = v
         with self._lock:
             if self._terminal is not None:
                 raise self._terminal

@@ -1004,6 +1004,8 @@ TEST(ClusterE2E, ThePythonClientSubmitsWatchesAndReadsMetrics) {
   EXPECT_NE(o.find("\"ranks\": [2]"), std::string::npos) << o;
   EXPECT_NE(o.find("\"times_ordered\": true"), std::string::npos) << o;
   EXPECT_NE(o.find("\"listed\": true"), std::string::npos) << o;
+  EXPECT_NE(o.find("\"events_after_last\": 0"), std::string::npos) << o;
+  EXPECT_NE(o.find("\"int64_as_int\": true"), std::string::npos) << o;
   EXPECT_NE(o.find("\"bad_spec\": \"INVALID_ARGUMENT: "), std::string::npos) << o;
   EXPECT_NE(o.find("nodez"), std::string::npos) << o;
   EXPECT_NE(o.find("\"cancel_ended\": \"FAILED_PRECONDITION\""), std::string::npos) << o;

@@ -35,7 +35,13 @@ def main():
         out["loss_first"], out["loss_last"] = rows[0]["loss"], rows[-1]["loss"]
         out["ranks"] = sorted({r["ranks"] for r in rows})
         out["times_ordered"] = all(0 < a["unix_ms"] <= b["unix_ms"] for a, b in zip(rows, rows[1:]))
-        out["events"] = [e["kind"] for e in c.events(job)]
+        evs = c.events(job)
+        out["events"] = [e["kind"] for e in evs]
+        # 64-bit fields are ints (JSON would make them strings): the last
+        # event's seq resumes the listing, and a status's numbers compare.
+        out["events_after_last"] = len(c.events(job, after_seq=evs[-1]["seq"]))
+        out["int64_as_int"] = all(isinstance(v, int) for v in (
+            evs[-1]["seq"], evs[-1]["unix_ms"], final["generation"], c.status(job)["step"]))
         out["listed"] = job in [j["job_id"] for j in c.jobs()]
         # The newest checkpoint's weights, fetched and read as a state dict.
         with tempfile.TemporaryDirectory() as d:
