@@ -596,6 +596,9 @@ absl::StatusOr<Coordinator::Registration> Coordinator::RegisterWorker(
     const WorkerRegistry::Worker* before = workers_.Find(req.name());
     const bool same_process = before != nullptr && before->registered &&
                               !req.instance().empty() && before->instance == req.instance();
+    // Known only from the reload (WorkerRegistry::Expect): its first
+    // registration with this process.
+    const bool first_since_reload = before != nullptr && !before->registered;
     absl::StatusOr<std::string> session = workers_.Register(req);
     if (!session.ok()) return session.status();
     reg.session_id = *std::move(session);
@@ -611,7 +614,7 @@ absl::StatusOr<Coordinator::Registration> Coordinator::RegisterWorker(
       e.set_worker(req.name());
       events_.Emit(std::move(e));
     }
-    jobs_.Reconcile(req.name(), req.running(), req.ended(), same_process);
+    jobs_.Reconcile(req.name(), req.running(), req.ended(), same_process, first_since_reload);
     // Copies it still holds (a restarted coordinator knew no holders); the
     // list is whole (a worker holds at most kMaxHeld), so a copy it no
     // longer lists is gone (an empty work dir, a fresh /dev/shm): it holds

@@ -1293,6 +1293,80 @@ TEST_F(CoordinatorTest, AnEndThatCouldNotBeWrittenIsRetriedAndSurvivesARestart) 
   EXPECT_EQ(Job(id).state(), v1::SUCCEEDED);
 }
 
+// Every rank exited 0, but the generation's end could not be stored and
+// the coordinator restarted before it was: the reloaded job is found
+// finished at the next tick, not left RUNNING (holding its slots) until a
+// silent worker fails a job that succeeded.
+TEST_F(CoordinatorTest, AJobWhoseRanksAllFinishedBeforeARestartSucceedsAfterIt) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  const std::string id = Submit(Spec(2, 1));
+  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 0);
+  store_.FailWrites(absl::UnavailableError("disk gone"), "EndGeneration");
+  TaskState("w1", id, 1, 1, v1::TASK_EXITED, 0);
+  ASSERT_EQ(Job(id).state(), v1::SUCCEEDED);  // in memory only
+  coord_.reset();                              // before the retry
+  store_.FailWrites(absl::OkStatus());
+  Open();
+  ASSERT_EQ(Job(id).state(), v1::RUNNING);
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  coord_->Tick();
+  EXPECT_EQ(Job(id).state(), v1::SUCCEEDED);
+  EXPECT_EQ(Job(id).restarts(), 0);
+  const std::vector<JobRow> rows = *store_.LoadJobs();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].state, v1::SUCCEEDED);
+}
+
+// The coordinator stopped after storing a generation and before its
+// StartTasks reached the worker (they were queued in its memory): the
+// worker's registration with the restarted coordinator, without the rank,
+// restarts the job without counting it, so even max_restarts: 0 survives
+// the coordinator's own restart. A rank that had reported is a counted loss.
+TEST_F(CoordinatorTest, StartTasksLostWithTheCoordinatorAreNotTheJobsFailure) {
+  AddWorker("w0", 1);
+  v1::JobSpec spec = Spec(1, 1);
+  spec.set_max_restarts(0);
+  const std::string id = Submit(spec);
+  ASSERT_EQ(Job(id).state(), v1::RUNNING);
+  coord_.reset();  // its StartTask never taken
+  Open();
+  AddWorker("w0", 1);
+  EXPECT_EQ(Job(id).restarts(), 0);
+  EXPECT_NE(Job(id).state(), v1::FAILED);
+  EXPECT_EQ(Job(id).generation(), 2);
+  // Generation 2 reports, the coordinator restarts, the worker comes back
+  // without the rank: that loss counts (and max_restarts 0 fails the job).
+  TaskState("w0", id, 2, 0, v1::TASK_RUNNING);
+  ASSERT_TRUE(Step(id, 2, 0, 1).ok());
+  coord_.reset();
+  Open();
+  AddWorker("w0", 1);
+  EXPECT_EQ(Job(id).state(), v1::FAILED);
+}
+
+// A worker whose ranks all exited 0 may go quiet (its host powered off)
+// while rank 0 on another worker still finishes: the generation goes on.
+TEST_F(CoordinatorTest, AWorkerWhoseRanksFinishedMayGoQuiet) {
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  const std::string id = Submit(Spec(2, 1));
+  TaskState("w0", id, 1, 0, v1::TASK_RUNNING);
+  TaskState("w1", id, 1, 1, v1::TASK_EXITED, 0);
+  ASSERT_TRUE(Step(id, 1, 0, 5).ok());
+  for (int i = 0; i < 12; ++i) {  // 12 s: past the 10 s heartbeat timeout
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("w0");
+    ASSERT_TRUE(Step(id, 1, 0, 6 + i).ok());
+    coord_->Tick();
+  }
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  EXPECT_EQ(Job(id).restarts(), 0);
+  TaskState("w0", id, 1, 0, v1::TASK_EXITED, 0);
+  EXPECT_EQ(Job(id).state(), v1::SUCCEEDED);
+}
+
 // A checkpoint record whose row could not be deleted is not expired: no
 // one deletes its files, and the next record retries the delete.
 TEST_F(CoordinatorTest, ACheckpointWhoseRowCouldNotBeDeletedIsKept) {

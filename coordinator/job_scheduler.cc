@@ -693,7 +693,7 @@ void JobScheduler::Reconcile(
     const std::string& worker,
     const google::protobuf::RepeatedPtrField<v1::TaskStatus>& running,
     const google::protobuf::RepeatedPtrField<v1::TaskStatus>& ended,
-    bool same_process) {
+    bool same_process, bool first_since_reload) {
   // StartTasks the worker's old session never took are still queued for the
   // new one: a current rank among them is not lost; stale ones are dropped.
   const std::set<std::pair<std::string, int>> pending =
@@ -729,12 +729,17 @@ void JobScheduler::Reconcile(
         workers_.Send(worker, std::move(msg));
         continue;
       }
-      v1::Event cause = Cause("rank_failed",
-                              absl::StrCat("rank ", r, " lost: worker ", worker,
-                                           " re-registered without it"),
-                              static_cast<int>(r));
+      const bool startup_lost =
+          first_since_reload && !job->progress.reported(static_cast<int>(r));
+      v1::Event cause = Cause(
+          "rank_failed",
+          absl::StrCat("rank ", r, " lost: worker ", worker, " re-registered without it",
+                       startup_lost ? " after the coordinator restarted, before the rank "
+                                      "reported a step (not counted)"
+                                    : ""),
+          static_cast<int>(r));
       cause.set_worker(worker);
-      FailGeneration(*job, std::move(cause));
+      FailGeneration(*job, std::move(cause), /*counted=*/!startup_lost);
       break;
     }
   }
@@ -752,10 +757,26 @@ void JobScheduler::Supervise() {
     Job& job = *job_ptr;
     if (job.unrecorded_end || !job.unrecorded_done.empty()) RetryUnrecorded(job);
     if (job.state != v1::RUNNING) continue;
+    // Every rank exited 0, yet the job runs: the end was never stored (the
+    // store failed between the last rank's state and the generation's end,
+    // and the coordinator restarted), so it is found here.
+    if (!job.ranks.empty() && job.progress.AllDone()) {
+      Succeed(job);
+      continue;
+    }
     const absl::Duration timeout = job.heartbeat_timeout;
+    // A worker whose ranks all exited 0 may go quiet (its host shut down):
+    // only a worker with a rank still running is lost.
+    auto has_running_rank = [&](const std::string& w) {
+      for (size_t r = 0; r < job.ranks.size(); ++r) {
+        if (job.ranks[r].worker == w && !job.progress.done(static_cast<int>(r))) return true;
+      }
+      return false;
+    };
     auto silent = std::find_if(job.workers.begin(), job.workers.end(),
                                [&](const std::string& w) {
-                                 return now - workers_.LastSeen(w) > timeout;
+                                 return now - workers_.LastSeen(w) > timeout &&
+                                        has_running_rank(w);
                                });
     if (silent != job.workers.end()) {
       v1::Event cause = Cause("worker_lost", absl::StrCat("worker ", *silent,

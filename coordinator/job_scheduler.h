@@ -142,10 +142,15 @@ class JobScheduler {
   // (the worker process that was sent its StartTask, which keeps every
   // task it got until its final status is delivered) and the rank never
   // reported: then the StartTask was lost in flight and is sent again.
+  // `first_since_reload`: the worker's first registration with this
+  // coordinator process, which reloaded the generation (its StartTasks may
+  // have been lost with the previous process): a rank that never reported
+  // then fails its generation uncounted (no step was lost, and the
+  // coordinator's own restart is not the job's failure).
   void Reconcile(const std::string& worker,
                  const google::protobuf::RepeatedPtrField<v1::TaskStatus>& running,
                  const google::protobuf::RepeatedPtrField<v1::TaskStatus>& ended,
-                 bool same_process = false);
+                 bool same_process = false, bool first_since_reload = false);
   // Heartbeat timeouts, hung ranks, timed checkpoints.
   void Supervise();
   // The coordinator was stalled for `gap`: running generations' timers
