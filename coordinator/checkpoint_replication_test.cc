@@ -226,6 +226,37 @@ TEST_F(ReplicationTest, ANewGenerationFetchesBeforeItStartsLiveHoldersFirst) {
   EXPECT_TRUE(Holds(Take("w1")).empty()) << "a holder fetches nothing";
 }
 
+// The same worker process re-registering without the hold and StartTask
+// its old session took (lost in flight) gets both again, the hold first:
+// its rank does not start without the checkpoint it resumes from.
+TEST_F(ReplicationTest, AResentStartGoesWithItsPrefetchHold) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(1);
+  spec.set_heartbeat_timeout_s(5);
+  for (const char* w : {"w0", "w1"}) AddWorker(w, 1, {}, /*peer=*/true);
+  AddWorker("w2", 1, {}, /*peer=*/true, "process-2");
+  const std::string id = Submit(spec);
+  Take("w0");
+  Take("w1");
+  HeldByBoth(id, 10);
+  for (int i = 0; i < 7; ++i) {  // w0 silent: generation 2 on w1 and w2
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("w1");
+    Heartbeat("w2");
+    coord_->Tick();
+  }
+  ASSERT_EQ(Job(id).generation(), 2);
+  ASSERT_EQ(Take("w2").size(), 2u);  // the hold and the start, lost in flight
+  AddWorker("w2", 1, {}, /*peer=*/true, "process-2");
+  EXPECT_EQ(Job(id).generation(), 2);
+  auto again = Take("w2");
+  ASSERT_EQ(again.size(), 2u);
+  ASSERT_TRUE(again[0].has_hold()) << "the fetch is queued before the start";
+  EXPECT_EQ(again[0].hold().path(), CkptPath(id, 10));
+  ASSERT_TRUE(again[1].has_start());
+  EXPECT_EQ(again[1].start().task().resume_from(), CkptPath(id, 10));
+}
+
 TEST_F(ReplicationTest, ExpiredCheckpointsAreDroppedByEveryHolder) {
   v1::JobSpec spec = Spec(2, 1);
   spec.mutable_checkpoint()->set_keep_last(1);

@@ -56,10 +56,13 @@ class CoordinatorTest : public ::testing::Test {
 
   // Registers and attaches a worker; returns its session id.
   // With `peer`, it serves checkpoint copies at "<name>.host:7071".
+  // `instance`: the worker process's id (empty: none given).
   std::string AddWorker(const std::string& name, int slots,
-                        std::vector<v1::TaskStatus> running = {}, bool peer = false) {
+                        std::vector<v1::TaskStatus> running = {}, bool peer = false,
+                        const std::string& instance = "") {
     v1::RegisterWorkerRequest req;
     req.set_name(name);
+    req.set_instance(instance);
     req.set_address(name + ".host:9000");
     if (peer) req.set_peer_endpoint(name + ".host:7071");
     req.set_slots(slots);

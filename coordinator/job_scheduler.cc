@@ -724,7 +724,16 @@ void JobScheduler::Reconcile(
           reported.count({job->id, static_cast<int>(r)}))
         continue;
       if (same_process && !job->progress.reported(static_cast<int>(r))) {
-        v1::CoordinatorMessage msg;  // taken by the old session, never received
+        // Taken by the old session, never received: with the prefetch hold
+        // that went before it (a rank that resumes from a checkpoint this
+        // worker lacks must not start before its fetch).
+        if (const v1::CheckpointRecord* rec = checkpoints_.NewestRecord(job->id);
+            rec != nullptr && rec->path() == job->resume_from) {
+          for (auto& [w, m] : PrefetchCommands(workers_, *rec, {worker})) {
+            workers_.Send(w, std::move(m));
+          }
+        }
+        v1::CoordinatorMessage msg;
         *msg.mutable_start()->mutable_task() = job->ranks[r].task;
         workers_.Send(worker, std::move(msg));
         continue;
