@@ -1420,6 +1420,17 @@ void Coordinator::Tick() {
                    "coordinator: stalled for %s (no tick): worker and rank timers moved on by "
                    "that much\n",
                    absl::FormatDuration(gap).c_str());
+    } else if (stall_after_ > absl::ZeroDuration() && last_tick_ != absl::InfinitePast() &&
+               now < last_tick_) {
+      // The wall clock stepped back (NTP): times seen before lie ahead of
+      // now, and a silent worker would be missed for the step on top of its
+      // timeout. They are brought back to now.
+      workers_.ForgiveStall(absl::ZeroDuration());
+      jobs_.ForgiveStall(absl::ZeroDuration());
+      std::fprintf(stderr,
+                   "coordinator: the clock stepped back by %s: worker and rank timers start "
+                   "again from now\n",
+                   absl::FormatDuration(last_tick_ - now).c_str());
     }
     last_tick_ = now;
     NoteLostWorkersLocked();

@@ -1228,6 +1228,34 @@ TEST_F(CoordinatorTest, AStalledCoordinatorBlamesNoWorkerOrRank) {
   EXPECT_NE(Job(id).reason().find("w0"), std::string::npos) << Job(id).reason();
 }
 
+// The wall clock steps back 10 minutes (NTP): a worker that then stays
+// silent is still caught after the heartbeat timeout, not after the step
+// on top of it.
+TEST_F(CoordinatorTest, AClockThatStepsBackStillCatchesASilentWorker) {
+  CoordinatorOptions o = Options();
+  o.stall_after = absl::Seconds(2);
+  SetOptions(o);
+  coord_.reset();
+  Open();
+  AddWorker("w0", 1);
+  AddWorker("w1", 1);
+  const std::string id = Submit(Spec(2, 1));
+  ASSERT_TRUE(Step(id, 1, 0, 1).ok());
+  ASSERT_TRUE(Step(id, 1, 1, 1).ok());
+  coord_->Tick();
+  clock_.Advance(-absl::Minutes(10));
+  coord_->Tick();
+  for (int i = 0; i < 12; ++i) {  // w1 heartbeats and reports, w0 stays silent
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("w1");
+    (void)Step(id, 1, 1, 2 + i);  // ABORTED once the generation failed
+    coord_->Tick();
+  }
+  EXPECT_NE(Job(id).generation() == 1 && Job(id).state() == v1::RUNNING, true)
+      << "w0, silent for 12 s of a 10 s timeout, was not caught";
+  EXPECT_NE(Job(id).reason().find("w0"), std::string::npos) << Job(id).reason();
+}
+
 // A StartTask the old session took but the worker never received (the
 // stream broke in flight): the same worker process re-registering without
 // the task gets it again instead of costing a restart. A different process
