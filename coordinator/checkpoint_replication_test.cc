@@ -77,6 +77,7 @@ class ReplicationTest : public CoordinatorTest {
     return bad;
   }
   void InGenerationTwoHeldByBoth(const v1::JobSpec& spec, std::string* id);
+  void RestartedBeforeTheHolderReturns(std::string* id, std::string* secret);
   void ReattachRunning(const std::string& worker, const std::string& id, int64_t gen);
   std::vector<std::string> HoldersOf(const std::string& id, int64_t step) {
     auto list = coord_->ListCheckpoints(id);
@@ -255,6 +256,75 @@ TEST_F(ReplicationTest, AResentStartGoesWithItsPrefetchHold) {
   EXPECT_EQ(again[0].hold().path(), CkptPath(id, 10));
   ASSERT_TRUE(again[1].has_start());
   EXPECT_EQ(again[1].start().task().resume_from(), CkptPath(id, 10));
+}
+
+// Job `*id` (2 nodes, on w0 and w1; w2 spare) with an in-memory checkpoint
+// of step 10 held by w0 alone (`*secret`: its hold's), then a coordinator
+// restart after which w2, then w1 without its rank, register first: the
+// generation fails (uncounted: its ranks never reported) and could start
+// again at once on w1 and w2, neither holding the checkpoint.
+void ReplicationTest::RestartedBeforeTheHolderReturns(std::string* id, std::string* secret) {
+  v1::JobSpec spec = Spec(2, 1);
+  spec.set_max_restarts(2);
+  *id = StartJob(spec);
+  ASSERT_TRUE(MemoryCheckpoint(*id, 1, 10).ok());
+  auto holds = Holds(Take("w0"));
+  ASSERT_EQ(holds.size(), 1u);
+  *secret = holds[0].secret();
+  Held("w0", *id, 10);
+  Take("w0");
+  coord_.reset();
+  Open();
+  AddWorker("w2", 1, {}, /*peer=*/true);
+  AddWorker("w1", 1, {}, /*peer=*/true);
+  ASSERT_EQ(Job(*id).state(), v1::RESTARTING);
+}
+
+// After a coordinator restart the holders of an in-memory checkpoint are
+// known only once they register: the next generation waits for one (at
+// most the workers' time to re-register) instead of starting ranks that
+// find no copy and drop the checkpoint; once the holder is back it starts,
+// its non-holders fetching first.
+TEST_F(ReplicationTest, AfterARestartAGenerationWaitsForItsCheckpointsHolder) {
+  std::string id, secret;
+  RestartedBeforeTheHolderReturns(&id, &secret);
+  EXPECT_TRUE(Starts("w1").empty() && Starts("w2").empty()) << "started before the holder";
+  auto reg = coord_->RegisterWorker(Claim("w0", id, 10, secret));
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  ASSERT_TRUE(coord_->AttachSession(reg->session_id).ok());
+  sessions_["w0"] = reg->session_id;
+  ASSERT_EQ(Job(id).state(), v1::RUNNING);
+  ASSERT_EQ(Job(id).generation(), 2);
+  EXPECT_EQ(Job(id).restarts(), 0);
+  int started = 0;
+  for (const char* w : {"w0", "w1", "w2"}) {
+    auto cmds = Take(w);
+    for (size_t i = 0; i < cmds.size(); ++i) {
+      if (!cmds[i].has_start()) continue;
+      ++started;
+      EXPECT_EQ(cmds[i].start().task().resume_from(), MemoryPath(id, 10));
+      if (std::string(w) != "w0") {
+        ASSERT_GT(i, 0u) << w << " starts without fetching the checkpoint first";
+        EXPECT_TRUE(cmds[i - 1].has_hold());
+      }
+    }
+  }
+  EXPECT_EQ(started, 2);
+}
+
+// No holder comes back: the generation starts once the workers' time to
+// re-register is over (it does not wait for ever).
+TEST_F(ReplicationTest, AGenerationWaitsForAHolderOnlyAsLongAsWorkersGetToReturn) {
+  std::string id, secret;
+  RestartedBeforeTheHolderReturns(&id, &secret);
+  for (int i = 0; i < 14; ++i) {  // past reconnect_grace (2 s) + heartbeat timeout (10 s)
+    clock_.Advance(absl::Seconds(1));
+    Heartbeat("w1");
+    Heartbeat("w2");
+    coord_->Tick();
+  }
+  EXPECT_EQ(Job(id).state(), v1::RUNNING);
+  EXPECT_EQ(Starts("w1").size() + Starts("w2").size(), 2u);
 }
 
 TEST_F(ReplicationTest, ExpiredCheckpointsAreDroppedByEveryHolder) {
@@ -899,7 +969,10 @@ TEST_F(ReplicationTest, MemoryCheckpointsAreKeptTwoDeepAndReleasedWhenTheJobEnds
                                 std::pair<int64_t, bool>{16, true}));
   // A restarted coordinator tells them apart again by their directory.
   // (Listed before the workers re-register without their ranks, which ends
-  // the job: an ended job's memory records are not listed.)
+  // the job, as the ranks had reported steps: a lost rank counts; an ended
+  // job's memory records are not listed.)
+  ASSERT_TRUE(Step(id, 1, 0, 16).ok());
+  ASSERT_TRUE(Step(id, 1, 1, 16).ok());
   Open();
   ASSERT_FALSE(IsFinal(Job(id).state())) << v1::JobState_Name(Job(id).state());
   list = coord_->ListCheckpoints(id);

@@ -61,6 +61,7 @@ absl::Duration JobScheduler::HeartbeatTimeout(const v1::JobSpec& spec) const {
 
 absl::Status JobScheduler::Reload() {
   const absl::Time now = clock_.Now();
+  reloaded_at_ = now;
   absl::StatusOr<std::vector<JobRow>> rows = store_.LoadJobs();
   if (!rows.ok()) return rows.status();
   // Ids of deleted (expired) jobs are not given again.
@@ -305,12 +306,21 @@ void JobScheduler::Schedule() {
     if (static_cast<int>(free.size()) < job->spec.nodes_min()) break;
     if (static_cast<int>(free.size()) > job->spec.nodes_max())
       free.resize(job->spec.nodes_max());
+    if (AwaitsHolders(*job)) continue;  // a few seconds; others may start meanwhile
     if (!StartGeneration(*job, free)) break;
     used = SlotsInUse();
     waiting = false;
   }
   // Free capacity goes to queued jobs first, then to growing ones.
   if (!waiting) PlanGrowth();
+}
+
+bool JobScheduler::AwaitsHolders(const Job& job) const {
+  if (clock_.Now() >= reloaded_at_ + options_.reconnect_grace + job.heartbeat_timeout) {
+    return false;
+  }
+  const v1::CheckpointRecord* rec = checkpoints_.NewestRecord(job.id);
+  return rec != nullptr && rec->memory() && rec->holders().empty();
 }
 
 bool JobScheduler::StartGeneration(Job& job,

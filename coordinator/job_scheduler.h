@@ -240,6 +240,13 @@ class JobScheduler {
   bool IsCurrentTask(const Job* job, const std::string& worker,
                      const v1::TaskStatus& t) const;
   bool StartGeneration(Job& job, const std::vector<std::string>& workers);
+  // After a reload the coordinator knows no holder until workers register:
+  // true while a generation of `job` would resume from an in-memory
+  // checkpoint (no coordinator copy) with no holder known yet, within the
+  // workers' time to re-register (reconnect_grace + the job's heartbeat
+  // timeout from the reload). Its start waits instead of sending ranks that
+  // find no copy (and would drop the checkpoint as bad).
+  bool AwaitsHolders(const Job& job) const;
   // Schedulable workers with `nproc` free slots, not in `exclude`, in the
   // registry's order; `capable` (optional) counts those with enough slots
   // at all; `in_use` (optional): SlotsInUse() as the caller has it.
@@ -294,6 +301,7 @@ class JobScheduler {
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   int64_t next_seq_ = 1;
   std::set<std::string> changed_;
+  absl::Time reloaded_at_ = absl::InfinitePast();  // when Reload ran
 };
 
 }  // namespace frameworm::coordinator
