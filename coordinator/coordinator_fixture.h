@@ -54,6 +54,22 @@ class CoordinatorTest : public ::testing::Test {
     coord_ = std::move(c).value();
   }
 
+  // A coordinator restarted with stall_after 2 s, a 2-rank job on w0 and
+  // w1 whose ranks both reported step 1, and one Tick; returns the job's id
+  // ("" when a report failed).
+  std::string TwoRanksReportedWithStallCheck() {
+    CoordinatorOptions o = Options();
+    o.stall_after = absl::Seconds(2);
+    SetOptions(o);
+    coord_.reset();
+    Open();
+    AddWorker("w0", 1);
+    AddWorker("w1", 1);
+    const std::string id = Submit(Spec(2, 1));
+    if (!Step(id, 1, 0, 1).ok() || !Step(id, 1, 1, 1).ok()) return "";
+    coord_->Tick();
+    return id;
+  }
   // Registers and attaches a worker; returns its session id.
   // With `peer`, it serves checkpoint copies at "<name>.host:7071".
   // `instance`: the worker process's id (empty: none given).

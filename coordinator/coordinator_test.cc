@@ -1203,17 +1203,8 @@ TEST_F(CoordinatorTest, WorkersGoneForAnHourAreForgottenOnTick) {
 // heartbeat timeout fails nobody for its own silence; a worker that stays
 // silent after the stall is still caught.
 TEST_F(CoordinatorTest, AStalledCoordinatorBlamesNoWorkerOrRank) {
-  CoordinatorOptions o = Options();
-  o.stall_after = absl::Seconds(2);
-  SetOptions(o);
-  coord_.reset();
-  Open();
-  AddWorker("w0", 1);
-  AddWorker("w1", 1);
-  const std::string id = Submit(Spec(2, 1));
-  ASSERT_TRUE(Step(id, 1, 0, 1).ok());
-  ASSERT_TRUE(Step(id, 1, 1, 1).ok());
-  coord_->Tick();
+  const std::string id = TwoRanksReportedWithStallCheck();
+  ASSERT_FALSE(id.empty());
   clock_.Advance(absl::Seconds(30));  // no tick, no heartbeat, no report: a stall
   coord_->Tick();
   EXPECT_EQ(Job(id).state(), v1::RUNNING);
@@ -1232,17 +1223,8 @@ TEST_F(CoordinatorTest, AStalledCoordinatorBlamesNoWorkerOrRank) {
 // silent is still caught after the heartbeat timeout, not after the step
 // on top of it.
 TEST_F(CoordinatorTest, AClockThatStepsBackStillCatchesASilentWorker) {
-  CoordinatorOptions o = Options();
-  o.stall_after = absl::Seconds(2);
-  SetOptions(o);
-  coord_.reset();
-  Open();
-  AddWorker("w0", 1);
-  AddWorker("w1", 1);
-  const std::string id = Submit(Spec(2, 1));
-  ASSERT_TRUE(Step(id, 1, 0, 1).ok());
-  ASSERT_TRUE(Step(id, 1, 1, 1).ok());
-  coord_->Tick();
+  const std::string id = TwoRanksReportedWithStallCheck();
+  ASSERT_FALSE(id.empty());
   clock_.Advance(-absl::Minutes(10));
   coord_->Tick();
   for (int i = 0; i < 12; ++i) {  // w1 heartbeats and reports, w0 stays silent
