@@ -89,6 +89,8 @@ class ReceivedFile {
   // `crc` (of all of them, in order) matching `checksum`.
   absl::Status CommitRanges(uint32_t crc, const std::string& checksum);
   int64_t received() const { return received_; }
+  // The CRC-32 (zlib's) of the bytes Append wrote so far.
+  uint32_t crc() const { return crc_; }
   int64_t expected() const { return expected_; }
 
  private:

@@ -184,7 +184,6 @@ class GrpcTrainerChannel final : public ControlChannel {
     // room is checked for it up front, and a byte past it is refused.
     std::unique_ptr<ReceivedFile> file;
     std::string want;  // the record's checksum (first chunk; empty from an older coordinator)
-    uint32_t crc = 0;
     absl::Status result = absl::OkStatus();
     v1::CheckpointChunk chunk;
     while (result.ok() && reader->Read(&chunk)) {
@@ -207,7 +206,6 @@ class GrpcTrainerChannel final : public ControlChannel {
         result = wrote.code() == absl::StatusCode::kInvalidArgument ? CopyIsBad(path, wrote) : wrote;
         break;
       }
-      crc = UpdateCrc32(crc, chunk.data());
     }
     if (!result.ok()) ctx.TryCancel();  // stop the stream; its bytes are not wanted
     grpc::Status s = reader->Finish();
@@ -221,13 +219,14 @@ class GrpcTrainerChannel final : public ControlChannel {
                                               file->received(), " of ", file->expected(),
                                               " bytes"));
     }
-    if (!want.empty() && Crc32Text(crc) != want) {
-      return absl::DataLossError(absl::StrCat("the coordinator's copy of ", path, " is ",
-                                              Crc32Text(crc), ", its record says ", want));
+    const std::string got = Crc32Text(file->crc());
+    if (!want.empty() && got != want) {
+      return absl::DataLossError(absl::StrCat("the coordinator's copy of ", path, " is ", got,
+                                              ", its record says ", want));
     }
     // Size and checksum hold, so what Commit refuses now is this host's
     // (a failed fsync or rename): INTERNAL.
-    return file->Commit(Crc32Text(crc));
+    return file->Commit(got);
   }
 
  private:
